@@ -1,0 +1,267 @@
+"""Lesson 000's decision tree, as data: which constraint binds, and which knob moves it.
+
+Input: ``/metrics`` samples taken *during* a load (``metrics.MetricsSampler``), the
+``vllm bench serve`` result of that load, and the SLO. Output: a ``Diagnosis`` with the
+binding constraint (queue, prefill, decode, kv, or none), the numbers that decided it, and
+the knobs to try (read from ``knobs``, never restated here).
+
+The tree refines the seed's first question. A deep queue has three causes that need
+different answers: the KV pool is full (a KV problem), the running batch is pinned at
+``max_num_seqs`` (a batch-width cap: raising it is still tuning), or neither (the arrival
+rate is past what one replica completes: add replicas, no engine knob fixes it).
+
+The Mermaid diagram in the book is generated from ``TREE`` by ``mermaid()``, so the
+picture and the code cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from course_utils import knobs as knobs_mod
+from course_utils.metrics import LoadSummary, Snapshot, summarize
+from course_utils.slo import SLO, BenchResult
+
+Constraint = Literal["queue", "prefill", "decode", "kv", "none"]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Named, overridable cut-offs of the tree (all read from samples taken under load)."""
+
+    waiting_mean_min: float = 1.0
+    """Mean ``vllm:num_requests_waiting`` at or above which the queue counts as deep."""
+    kv_full: float = 0.90
+    """Peak ``vllm:kv_cache_usage_perc`` (0..1) at or above which the KV pool counts as full."""
+    cap_fraction: float = 0.95
+    """Peak running requests >= this fraction of ``max_num_seqs`` means the batch is capped."""
+    preemptions_min: float = 1.0
+    """Preemptions during the load at or above which KV pressure counts as binding."""
+
+    @staticmethod
+    def describe(lang: str = "en") -> list[dict[str, str]]:
+        docs = {
+            "waiting_mean_min": ("平均排队请求数达到它即算队列深", "mean queue length that counts as deep"),
+            "kv_full": ("KV 使用率峰值达到它即算 KV 满", "peak KV usage that counts as full"),
+            "cap_fraction": ("运行数峰值达到 max_num_seqs 的该比例即算被上限卡住",
+                             "peak running / max_num_seqs that counts as capped"),
+            "preemptions_min": ("负载期间抢占次数达到它即算 KV 压力", "preemptions that count as KV pressure"),
+        }
+        d = Thresholds()
+        return [{"name": f.name, "default": str(getattr(d, f.name)),
+                 "meaning": docs[f.name][0 if lang == "zh" else 1]} for f in fields(Thresholds)]
+
+
+@dataclass
+class Facts:
+    """What the tree looks at, gathered from samples, bench result and SLO."""
+
+    summary: LoadSummary
+    slo: SLO
+    max_num_seqs: int | None
+    p99_ttft_ms: float | None
+    p99_tpot_ms: float | None
+    p99_itl_ms: float | None
+
+    def ttft_over(self) -> bool:
+        t = self.slo.ttft_ms
+        return t is not None and self.p99_ttft_ms is not None and self.p99_ttft_ms > t
+
+    def tpot_over(self) -> bool:
+        over = False
+        if self.slo.tpot_ms is not None and self.p99_tpot_ms is not None:
+            over |= self.p99_tpot_ms > self.slo.tpot_ms
+        if self.slo.itl_ms is not None and self.p99_itl_ms is not None:
+            over |= self.p99_itl_ms > self.slo.itl_ms
+        return over
+
+    def kv_full(self, th: Thresholds) -> bool:
+        return (self.summary.kv_usage_max >= th.kv_full
+                or self.summary.preemptions >= th.preemptions_min)
+
+    def capped(self, th: Thresholds) -> bool:
+        return (self.max_num_seqs is not None
+                and self.summary.running_max >= th.cap_fraction * self.max_num_seqs)
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    text: dict[str, str]
+    test: Callable[[Facts, Thresholds], bool]
+    yes: str
+    no: str
+
+
+@dataclass(frozen=True)
+class Leaf:
+    id: str
+    constraint: Constraint
+    text: dict[str, str]
+    knob_constraint: str | None  # knobs.for_constraint(...) key; None = no engine knob
+    advice: dict[str, str] = field(default_factory=dict)
+
+
+TREE: dict[str, Question | Leaf] = {n.id: n for n in [
+    Question("waiting", {"en": "requests waiting during the load?",
+                         "zh": "负载期间有请求在排队？"},
+             lambda f, th: f.summary.waiting_mean >= th.waiting_mean_min,
+             yes="queue_kv", no="ttft"),
+    Question("queue_kv", {"en": "KV cache full or preempting?", "zh": "KV cache 满或发生抢占？"},
+             lambda f, th: f.kv_full(th), yes="kv", no="capped"),
+    Question("capped", {"en": "running pinned at max_num_seqs?",
+                        "zh": "运行数顶在 max_num_seqs？"},
+             lambda f, th: f.capped(th), yes="queue_cap", no="queue_replicas"),
+    Question("ttft", {"en": "p99 TTFT over the SLO?", "zh": "p99 TTFT 超 SLO？"},
+             lambda f, th: f.ttft_over(), yes="prefill", no="tpot"),
+    Question("tpot", {"en": "p99 TPOT or ITL over the SLO?", "zh": "p99 TPOT 或 ITL 超 SLO？"},
+             lambda f, th: f.tpot_over(), yes="decode", no="kv_idle"),
+    Question("kv_idle", {"en": "KV cache near full?", "zh": "KV cache 接近满？"},
+             lambda f, th: f.kv_full(th), yes="kv", no="none"),
+    Leaf("queue_cap", "queue", {"en": "queue: the batch-width cap binds",
+                                "zh": "队列：批宽上限在卡"}, "queue",
+         {"en": "raise max_num_seqs (and max_num_batched_tokens with it)",
+          "zh": "调高 max_num_seqs（必要时同时调高 max_num_batched_tokens）"}),
+    Leaf("queue_replicas", "queue", {"en": "queue: past the knee, not a tuning problem",
+                                     "zh": "队列：已过拐点，不是调参问题"}, None,
+         {"en": "add replicas or route load away; lower the offered rate to the knee",
+          "zh": "加副本或分流；把压测速率降到拐点"}),
+    Leaf("prefill", "prefill", {"en": "prefill binds", "zh": "prefill 在卡"}, "prefill"),
+    Leaf("decode", "decode", {"en": "decode binds", "zh": "decode 在卡"}, "decode"),
+    Leaf("kv", "kv", {"en": "KV capacity binds", "zh": "KV 容量在卡"}, "kv"),
+    Leaf("none", "none", {"en": "nothing binds inside the SLO: at the limit, stop tuning",
+                          "zh": "SLO 内无约束在卡：已到极限，停止调参"}, None,
+         {"en": "stop, or raise the offered rate to find the knee",
+          "zh": "停下，或提高压测速率去找拐点"}),
+]}
+ROOT = "waiting"
+
+
+@dataclass
+class Diagnosis:
+    constraint: Constraint
+    leaf: str
+    evidence: dict[str, float | None]
+    knobs: list[str]
+    moves: dict[str, str]
+    path: list[tuple[str, bool]]
+
+    def why(self, lang: str = "en") -> str:
+        leaf = TREE[self.leaf]
+        assert isinstance(leaf, Leaf)
+        steps = []
+        for qid, ans in self.path:
+            q = TREE[qid]
+            yes_no = ("是" if ans else "否") if lang == "zh" else ("yes" if ans else "no")
+            steps.append(f"{q.text[lang]} {yes_no}")
+        ev = ", ".join(f"{k}={_fmt(v)}" for k, v in self.evidence.items() if v is not None)
+        if self.knobs:
+            todo = ", ".join(f"{k} ({self.moves[k]})" for k in self.knobs)
+        else:
+            todo = leaf.advice.get(lang, "")
+        sep = "；" if lang == "zh" else "; "
+        head = f"{leaf.text[lang]}{sep}" + " → ".join(steps)
+        label = ("证据" if lang == "zh" else "evidence", "试试" if lang == "zh" else "try")
+        return f"{head}{sep}{label[0]}: {ev}{sep}{label[1]}: {todo}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"constraint": self.constraint, "leaf": self.leaf, "evidence": self.evidence,
+                "knobs": self.knobs, "moves": self.moves,
+                "path": [[q, a] for q, a in self.path]}
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def gather(samples: Sequence[Snapshot], bench: BenchResult | None, slo: SLO,
+           max_num_seqs: int | None = None) -> Facts:
+    summary = summarize(samples)
+
+    def p99(metric: str, fallback_s: float | None = None) -> float | None:
+        if bench is not None:
+            v = bench.percentile(metric, slo.percentile)
+            if v is not None:
+                return v
+        return None if fallback_s is None else fallback_s * 1000
+
+    return Facts(summary=summary, slo=slo, max_num_seqs=max_num_seqs,
+                 p99_ttft_ms=p99("ttft", summary.ttft_p99_s), p99_tpot_ms=p99("tpot"),
+                 p99_itl_ms=p99("itl"))
+
+
+def diagnose(samples: Sequence[Snapshot], bench: BenchResult | None, slo: SLO,
+             thresholds: Thresholds | None = None, *,
+             max_num_seqs: int | None = None) -> Diagnosis:
+    """Walk the tree on samples taken under load. ``max_num_seqs``: the server's setting."""
+    th = thresholds or Thresholds()
+    f = gather(samples, bench, slo, max_num_seqs)
+    node = TREE[ROOT]
+    path: list[tuple[str, bool]] = []
+    while isinstance(node, Question):
+        ans = bool(node.test(f, th))
+        path.append((node.id, ans))
+        node = TREE[node.yes if ans else node.no]
+    s = f.summary
+    evidence: dict[str, float | None] = {
+        "samples_under_load": float(s.n_under_load),
+        "waiting_mean": round(s.waiting_mean, 3), "waiting_max": s.waiting_max,
+        "running_max": s.running_max,
+        "max_num_seqs": float(max_num_seqs) if max_num_seqs is not None else None,
+        "kv_usage_max": round(s.kv_usage_max, 4), "preemptions": s.preemptions,
+        "queue_time_mean_ms": _ms(s.queue_time_mean_s),
+        "prefill_time_mean_ms": _ms(s.prefill_time_mean_s),
+        "decode_time_mean_ms": _ms(s.decode_time_mean_s),
+        "p99_ttft_ms": f.p99_ttft_ms, "p99_tpot_ms": f.p99_tpot_ms,
+    }
+    pairs = knobs_mod.for_constraint(node.knob_constraint) if node.knob_constraint else []
+    return Diagnosis(constraint=node.constraint, leaf=node.id, evidence=evidence,
+                     knobs=[k.name for k, _ in pairs], moves={k.name: m for k, m in pairs},
+                     path=path)
+
+
+def _ms(x: float | None) -> float | None:
+    return None if x is None else round(x * 1000, 2)
+
+
+def mermaid(lang: str = "en", with_knobs: bool = True) -> str:
+    """Mermaid flowchart source of ``TREE`` (labels English by default, as the seeds ask)."""
+    lines = ["flowchart TB"]
+    yes, no = ("是", "否") if lang == "zh" else ("yes", "no")
+    for node in TREE.values():
+        label = node.text[lang]
+        if isinstance(node, Question):
+            lines.append(f'    {node.id}{{"{_esc(label)}"}}')
+        else:
+            extra = ""
+            if with_knobs:
+                if node.knob_constraint:
+                    extra = "<br/>" + " · ".join(
+                        f"{k.flag} {m}" for k, m in knobs_mod.for_constraint(node.knob_constraint))
+                elif node.advice:
+                    extra = "<br/>" + _esc(node.advice[lang])
+            lines.append(f'    {node.id}["{_esc(label)}{extra}"]')
+    for node in TREE.values():
+        if isinstance(node, Question):
+            lines.append(f'    {node.id} -->|"{yes}"| {node.yes}')
+            lines.append(f'    {node.id} -->|"{no}"| {node.no}')
+    return "\n".join(lines)
+
+
+def _esc(s: str) -> str:
+    return s.replace('"', "#quot;")
+
+
+def mermaid_html(lang: str = "en", with_knobs: bool = True) -> Any:
+    """The tree as ``<pre class="mermaid">`` for a notebook cell (rendered by local Mermaid)."""
+    src = f'<pre class="mermaid">\n{html.escape(mermaid(lang, with_knobs), quote=False)}\n</pre>'
+    try:
+        from IPython.display import HTML
+    except ImportError:  # pragma: no cover - outside Jupyter
+        return src
+    return HTML(src)

@@ -1,0 +1,96 @@
+import pytest
+
+from course_utils import knobs
+
+
+def test_defaults_users_get_in_0_26_0():
+    # EngineArgs.get_batch_defaults (vllm/engine/arg_utils.py)
+    assert knobs.default("max_num_seqs", gpu_memory_gib=24, entry="serve") == 256
+    assert knobs.default("max_num_seqs", gpu_memory_gib=140.4, entry="serve") == 1024
+    assert knobs.default("max_num_batched_tokens", gpu_memory_gib=24, entry="serve") == 2048
+    assert knobs.default("max_num_batched_tokens", gpu_memory_gib=24, entry="llm") == 8192
+    assert knobs.default("max_num_batched_tokens", gpu_memory_gib=140.4, entry="serve") == 8192
+    assert knobs.default("max_num_batched_tokens", gpu_memory_gib=140.4, entry="llm") == 16384
+    # an 80 GB A100 keeps the small-GPU defaults (PR #17885 note in arg_utils.py)
+    assert knobs.default("max_num_seqs", gpu_memory_gib=80, gpu_name="NVIDIA A100-SXM4-80GB") == 256
+    assert knobs.default("gpu_memory_utilization") == 0.92
+    assert knobs.default("enable_prefix_caching") is True
+
+
+def test_every_record_is_complete_and_bilingual():
+    assert set(knobs.KNOBS) == {
+        "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens",
+        "enable_chunked_prefill", "enable_prefix_caching", "quantization", "kv_cache_dtype",
+        "max_model_len", "enforce_eager", "speculative_config", "tensor_parallel_size"}
+    for k in knobs.KNOBS.values():
+        assert k.flag.startswith("--") and k.flag[2:].replace("-", "_") == k.name
+        assert k.source.startswith("vllm/") and k.config
+        for field in ("label", "trade", "move"):
+            assert set(getattr(k, field)) == {"en", "zh"}, (k.name, field)
+        assert {k.throughput, k.ttft, k.itl} <= {"better", "worse", "neutral", "depends"}
+
+
+def test_kv_cache_dtype_field_is_cache_dtype():
+    assert knobs.KNOBS["kv_cache_dtype"].config == "CacheConfig.cache_dtype"
+
+
+@pytest.mark.parametrize("values, msg", [
+    ({"max_num_seqz": 4}, "unknown knob"),
+    ({"gpu_memory_utilization": 1.5}, "(0, 1]"),
+    ({"gpu_memory_utilization": "lots"}, "not a valid float"),
+    ({"max_num_seqs": 0}, ">= 1"),
+    ({"max_num_seqs": 2.5}, "not a valid int"),
+    ({"kv_cache_dtype": "fp4"}, "not one of"),
+    ({"max_num_seqs": 512, "max_num_batched_tokens": 256}, "must be >= max_num_seqs (512)"),
+])
+def test_bad_values_get_one_clear_line(values, msg):
+    with pytest.raises(knobs.KnobError) as e:
+        knobs.validate(values)
+    assert msg in str(e.value) and "\n" not in str(e.value)
+
+
+def test_combination_checked_against_the_defaults_a_user_gets():
+    # 512 seqs on a 4090 with `vllm serve` meets the 2048-token default: fine...
+    knobs.validate({"max_num_seqs": 512}, gpu_memory_gib=24)
+    # ...but 4096 seqs does not.
+    with pytest.raises(knobs.KnobError, match="2048"):
+        knobs.validate({"max_num_seqs": 4096}, gpu_memory_gib=24)
+
+
+def test_cli_args_are_an_argv_list():
+    args = knobs.to_cli_args({"max_num_seqs": "128", "enable_prefix_caching": "false",
+                              "enforce_eager": True, "speculative_config": '{"method":"ngram"}'})
+    assert args == ["--max-num-seqs", "128", "--no-enable-prefix-caching", "--enforce-eager",
+                    "--speculative-config", '{"method":"ngram"}']
+
+
+def test_recommend_reads_the_direction_map():
+    for goal, attr in (("throughput", "throughput"), ("ttft", "ttft"), ("itl", "itl")):
+        got = {k.name for k in knobs.recommend(goal)}
+        assert got == {k.name for k in knobs.KNOBS.values() if getattr(k, attr) == "better"}
+    assert "max_num_batched_tokens" in {k.name for k in knobs.recommend("ttft")}
+    assert "max_num_batched_tokens" not in {k.name for k in knobs.recommend("itl")}
+    assert "gpu_memory_utilization" in {k.name for k in knobs.recommend("capacity")}
+    with pytest.raises(knobs.KnobError):
+        knobs.recommend("speed")
+
+
+def test_free_wins_help_throughput_and_never_hurt_latency():
+    wins = knobs.free_wins()
+    assert {k.name for k in wins} == {"quantization", "enable_prefix_caching"}
+    for k in wins:
+        assert k.throughput == "better" and "worse" not in (k.ttft, k.itl)
+
+
+def test_for_constraint_order_and_moves():
+    assert [k.name for k, _ in knobs.for_constraint("prefill")][0] == "max_num_batched_tokens"
+    assert dict((k.name, m) for k, m in knobs.for_constraint("decode"))["max_num_seqs"] == "lower"
+    assert knobs.for_constraint("none") == []
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_table_in_both_languages(lang):
+    md = knobs.table_markdown(lang=lang, gpu_memory_gib=24)
+    assert md.count("\n") == len(knobs.KNOBS) + 1
+    assert "`--max-num-seqs` | 256" in md
+    assert ("吞吐" if lang == "zh" else "throughput") in md.splitlines()[0]

@@ -65,6 +65,20 @@ class Knob:
         return getattr(self, what)[lang]
 
 
+# `CacheDType` in vllm/config/cache.py (0.26.0)
+CACHE_DTYPES: tuple[str, ...] = (
+    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+    "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
+    "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head", "nvfp4")
+# `QuantizationMethods` in vllm/model_executor/layers/quantization/__init__.py (0.26.0)
+QUANTIZATION_METHODS: tuple[str, ...] = (
+    "awq", "auto_awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4",
+    "modelopt_mxfp8", "modelopt_mixed", "auto_gptq", "gptq", "gptq_marlin", "awq_marlin",
+    "humming", "compressed-tensors", "bitsandbytes", "experts_int8", "quark", "moe_wna16",
+    "torchao", "inc", "mxfp4", "gpt_oss_mxfp4", "deepseek_v4_fp8", "online", "fp8_per_tensor",
+    "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only", "nvfp4_per_token")
+
+
 def _k(**kw: Any) -> Knob:
     return Knob(**kw)
 
@@ -97,8 +111,7 @@ _KNOBS: list[Knob] = [
         note={"en": "Fewer weight bytes per decode step and more memory left for KV. Prefill is "
                     "compute-bound, so TTFT can get slower with dequantising kernels at large batch.",
               "zh": "每个 decode 步读的权重字节更少，也给 KV 腾出显存。prefill 受算力限制，大批量时反量化内核可能让 TTFT 变慢。"},
-        choices=("awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "bitsandbytes",
-                 "compressed-tensors"),
+        choices=QUANTIZATION_METHODS,
         free_win=True,
     ),
     _k(
@@ -113,7 +126,7 @@ _KNOBS: list[Knob] = [
         note={"en": "Half the bytes per KV token, so about twice the KV tokens in the same memory. "
                     "The config field is cache_dtype; the flag is --kv-cache-dtype.",
               "zh": "每个 KV token 的字节减半，同样显存约能装两倍 KV token。config 字段叫 cache_dtype，flag 叫 --kv-cache-dtype。"},
-        choices=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"),
+        choices=CACHE_DTYPES,
     ),
     _k(
         name="max_model_len", flag="--max-model-len",
@@ -226,7 +239,13 @@ GROUPS: dict[str, dict[str, str]] = {
     "reuse_latency": {"en": "reuse & latency", "zh": "复用与延迟"},
     "scale": {"en": "scale", "zh": "扩展"},
 }
-EFFECT_SYMBOL: dict[str, str] = {"better": "↑", "worse": "↓", "neutral": "≈", "depends": "±"}
+# Symbols say good or bad for that metric, not up or down: "✗ worse" on ITL means ITL rises.
+EFFECT_SYMBOL: dict[str, str] = {"better": "✓", "worse": "✗", "neutral": "≈", "depends": "±"}
+NONE_DEFAULT: dict[str, dict[str, str]] = {
+    "quantization": {"en": "none (read from the model's config)", "zh": "无（按模型 config）"},
+    "max_model_len": {"en": "from the model's config", "zh": "取自模型 config"},
+    "speculative_config": {"en": "off", "zh": "关闭"},
+}
 EFFECT_WORD: dict[str, dict[str, str]] = {
     "better": {"en": "better", "zh": "变好"},
     "worse": {"en": "worse", "zh": "变差"},
@@ -326,11 +345,15 @@ def validate(values: Mapping[str, Any], *, gpu_memory_gib: float | None = None,
     seqs = out.get("max_num_seqs")
     tokens = out.get("max_num_batched_tokens")
     if gpu_memory_gib is not None:
-        seqs = seqs if seqs is not None else default(
-            "max_num_seqs", gpu_memory_gib=gpu_memory_gib, entry=entry, gpu_name=gpu_name)
-        tokens = tokens if tokens is not None else default(
-            "max_num_batched_tokens", gpu_memory_gib=gpu_memory_gib, entry=entry,
-            gpu_name=gpu_name)
+        # EngineArgs._set_default_max_num_seqs_and_batched_tokens_args: an unset
+        # max_num_seqs is clamped to the token budget; an unset token budget is not raised
+        # to meet an explicit max_num_seqs (SchedulerConfig then rejects the pair).
+        if tokens is None:
+            tokens = default("max_num_batched_tokens", gpu_memory_gib=gpu_memory_gib,
+                             entry=entry, gpu_name=gpu_name)
+        if seqs is None:
+            seqs = min(default("max_num_seqs", gpu_memory_gib=gpu_memory_gib, entry=entry,
+                               gpu_name=gpu_name), tokens)
     if seqs is not None and tokens is not None and tokens < seqs:
         # SchedulerConfig.verify_max_model_len in vllm/config/scheduler.py
         raise KnobError(f"max_num_batched_tokens ({tokens}) must be >= max_num_seqs ({seqs}); "
@@ -404,7 +427,7 @@ def table(lang: Lang = "en", gpu_memory_gib: float = 24.0, entry: Entry = "serve
     rows = []
     for k in _KNOBS:
         d = default(k.name, gpu_memory_gib=gpu_memory_gib, entry=entry, gpu_name=gpu_name)
-        dtext = ("（自动）" if zh else "(auto)") if d is None else str(d)
+        dtext = NONE_DEFAULT[k.name][lang] if d is None else str(d)
         cells = (f"`{k.flag}`", dtext, GROUPS[k.group][lang], k.move[lang],
                  *(f"{EFFECT_SYMBOL[e]} {EFFECT_WORD[e][lang]}" for e in (k.throughput, k.ttft,
                                                                           k.itl)),

@@ -94,3 +94,16 @@ def test_table_in_both_languages(lang):
     assert md.count("\n") == len(knobs.KNOBS) + 1
     assert "`--max-num-seqs` | 256" in md
     assert ("吞吐" if lang == "zh" else "throughput") in md.splitlines()[0]
+
+
+def test_unset_max_num_seqs_is_clamped_to_the_token_budget_like_vllm():
+    # arg_utils._set_default_max_num_seqs_and_batched_tokens_args: min(default, budget)
+    assert knobs.validate({"max_num_batched_tokens": 128}, gpu_memory_gib=24) == {
+        "max_num_batched_tokens": 128}
+
+
+def test_choices_are_0_26_0_literals():
+    for v in ("fp8_inc", "nvfp4"):
+        knobs.validate({"kv_cache_dtype": v})
+    for v in ("auto_awq", "modelopt", "torchao"):
+        knobs.validate({"quantization": v})

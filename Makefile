@@ -17,11 +17,36 @@ $(STAMP): requirements.txt pyproject.toml
 setup: $(STAMP)
 
 # ---- book (the main job) -------------------------------------------------
-book: setup
-	@echo "book target: filled in by the book toolchain"
+# Offline site: JS from npm (tools/web/package-lock.json) vendored into book/_assets/vendor/,
+# Debian fonts-noto-cjk for CJK text and plots, strict build (any Sphinx warning fails).
+WEB := tools/web
+NPM_STAMP := $(WEB)/node_modules/.npm-ci.stamp
+# --all: re-read every page (executions stay cached); an incremental build would not repeat
+# the warnings of an unchanged page that failed last time, and strict mode would miss them.
+BOOK_FLAGS ?= --all -W -n --keep-going
+
+.PHONY: book-deps browser-deps vendor
+
+book-deps:
+	bash tools/book/ensure_deb.sh fonts-noto-cjk
+	$(PY) tools/book/mpl_fonts.py
+
+browser-deps:
+	bash tools/book/ensure_deb.sh chromium
+
+$(NPM_STAMP): $(WEB)/package.json $(WEB)/package-lock.json
+	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+vendor: $(NPM_STAMP)
+	$(PY) tools/book/vendor.py
+
+book: setup book-deps vendor
+	$(VENV)/bin/jupyter-book build . $(BOOK_FLAGS)
 
 # ---- tests ---------------------------------------------------------------
-test: setup
+# The book tests (build output, links, nbval, headless Chromium) read _build/html: build once here.
+test: setup book browser-deps
 	$(VENV)/bin/ruff check src tests
 	bash tools/run_pytest.sh
 
@@ -29,4 +54,4 @@ lint: setup
 	$(VENV)/bin/ruff check src tests
 
 clean:
-	rm -rf _build .pytest_cache
+	rm -rf _build .pytest_cache .artifacts book/_assets/vendor

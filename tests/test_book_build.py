@@ -1,0 +1,230 @@
+"""The built book (`make book` -> _build/html) and the page sources it comes from.
+
+`make test` builds the book first (target `book`); these tests only read the result.
+"""
+
+from __future__ import annotations
+
+import html.parser
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SITE = REPO / "_build" / "html"
+BOOK = REPO / "book"
+LANGS = ("zh", "en")
+PAGE_NAMES = ("index", "knobs", "slo-loop", "glossary", "lab-knob-sweep", "lab-slo-loop",
+              "autodl")
+LESSONS = ("knobs", "slo-loop")
+VENDORED = (
+    "_static/vendor/mermaid/mermaid.esm.min.mjs",
+    "_static/vendor/mathjax/tex-mml-chtml.js",
+    "_static/vendor/requirejs/require.js",
+    "_static/vendor/jupyter-widgets/embed-amd.js",
+)
+
+sys.path.insert(0, str(BOOK / "_ext"))
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    if not (SITE / "index.html").is_file():
+        pytest.fail(f"{SITE} is not built: run `make book` (make test does it first)")
+    return SITE
+
+
+def built_pages(site: Path) -> list[Path]:
+    return sorted(site.rglob("*.html"))
+
+
+# ---- external resources ---------------------------------------------------------------------
+
+class _ResourceScanner(html.parser.HTMLParser):
+    """Collects <script src>, <link href> (and <img src>, <iframe src>) URLs of one page."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.urls: list[tuple[str, str]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        attr = {"script": "src", "link": "href", "img": "src", "iframe": "src"}.get(tag)
+        if attr and a.get(attr):
+            self.urls.append((tag, a[attr] or ""))
+
+
+def external_resources(page_html: str) -> list[tuple[str, str]]:
+    """(tag, url) for every script/link/img/iframe that would be fetched from another host."""
+    scanner = _ResourceScanner()
+    scanner.feed(page_html)
+    return [(tag, url) for tag, url in scanner.urls
+            if urlsplit(url).scheme not in ("", "data") or url.startswith("//")]
+
+
+def test_external_resource_scanner_catches_cdn_tags() -> None:
+    page = ('<script src="https://cdn.jsdelivr.net/npm/mermaid.js"></script>'
+            '<link rel="stylesheet" href="//fonts.example/x.css">'
+            '<script src="../../_static/vendor/x.js"></script>'
+            '<link href="../genindex.html" rel="index">')
+    assert external_resources(page) == [
+        ("script", "https://cdn.jsdelivr.net/npm/mermaid.js"),
+        ("link", "//fonts.example/x.css"),
+    ]
+
+
+def test_no_script_or_link_points_outside_the_site(site: Path) -> None:
+    bad = {}
+    for page in built_pages(site):
+        ext = external_resources(page.read_text(encoding="utf-8"))
+        if ext:
+            bad[str(page.relative_to(site))] = ext
+    assert bad == {}
+
+
+def test_grep_finds_no_cdn_script_or_link(site: Path) -> None:
+    # the acceptance check, literally: grep for <script src= / <link href= to another host
+    proc = subprocess.run(
+        ["grep", "-rEn", "--include=*.html",
+         r"<(script[^>]* src|link[^>]* href)=\"(https?:)?//", str(site)],
+        capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout[:2000]  # grep: 1 = no match
+
+
+def test_vendored_js_is_served_by_the_site(site: Path) -> None:
+    for rel in VENDORED:
+        assert (site / rel).is_file(), rel
+    chunks = list((site / "_static/vendor/mermaid/chunks/mermaid.esm.min").glob("*.mjs"))
+    assert len(chunks) > 20
+
+
+def test_pages_load_mermaid_from_the_site(site: Path) -> None:
+    with_mermaid = [p for p in built_pages(site) if 'class="mermaid"' in p.read_text("utf-8")]
+    assert len(with_mermaid) >= 6
+    for page in with_mermaid:
+        text = page.read_text("utf-8")
+        m = re.search(r'import mermaid from "([^"]+)"', text)
+        assert m, f"{page}: no mermaid loader"
+        assert (page.parent / m.group(1)).resolve() == (
+            site / VENDORED[0]).resolve(), m.group(1)
+
+
+# ---- pages and the language switch ----------------------------------------------------------
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("name", PAGE_NAMES)
+def test_every_page_is_built_with_a_working_language_switch(site: Path, lang: str,
+                                                            name: str) -> None:
+    page = site / "book" / lang / f"{name}.html"
+    assert page.is_file()
+    text = page.read_text("utf-8")
+    hrefs = re.findall(r'class="lang-switch-link" href="([^"]+)"', text)
+    other = "en" if lang == "zh" else "zh"
+    assert hrefs == [f"../{other}/{name}.html"]
+    assert (page.parent / hrefs[0]).resolve().is_file()
+    assert f'<html lang="{"zh-CN" if lang == "zh" else "en"}"' in text
+
+
+def test_root_index_points_into_the_book(site: Path) -> None:
+    assert "book/zh/index.html" in (site / "index.html").read_text("utf-8")
+
+
+# ---- lesson structure (seed sections 1-9) ---------------------------------------------------
+
+def h2_section_numbers(markdown: str) -> list[int]:
+    """Numbers of `## N · Title` headings outside fenced blocks, in order."""
+    numbers, fence = [], None
+    for line in markdown.splitlines():
+        m = re.match(r"^\s*(`{3,}|~{3,}|:{3,})", line)
+        if m:
+            mark = m.group(1)
+            if fence is None:
+                fence = mark
+            elif mark.startswith(fence[0]) and len(mark) >= len(fence):
+                fence = None
+            continue
+        if fence is None:
+            h = re.match(r"^## (\d+) · \S", line)
+            if h:
+                numbers.append(int(h.group(1)))
+    return numbers
+
+
+def test_section_scanner_ignores_code_and_subsections() -> None:
+    text = "## 1 · A\n```python\n## 2 · not a heading\n```\n### 2 · sub\n## 2 · B\n"
+    assert h2_section_numbers(text) == [1, 2]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_lesson_has_seed_sections_1_to_9_once_in_order(lang: str, lesson: str) -> None:
+    source = (BOOK / lang / f"{lesson}.md").read_text("utf-8")
+    assert h2_section_numbers(source) == list(range(1, 10))
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_built_lesson_shows_sections_1_to_9(site: Path, lang: str, lesson: str) -> None:
+    text = (site / "book" / lang / f"{lesson}.html").read_text("utf-8")
+    h2 = re.findall(r"<h2>(\d+) · ", text)
+    assert [int(n) for n in h2] == list(range(1, 10))
+
+
+# ---- mermaid from a code cell (book/_ext/book_ext.py) ---------------------------------------
+
+def test_cell_output_mermaid_html_becomes_a_mermaid_node() -> None:
+    from book_ext import mermaid_from_outputs
+    from docutils import nodes
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+    from docutils.utils import new_document
+    from sphinxcontrib.mermaid import mermaid
+
+    doc = new_document("t", get_default_settings(Parser))
+    box = nodes.container()
+    box += nodes.raw("", '<pre class="mermaid">\nflowchart TB\n  A --&gt; B\n</pre>\n',
+                     format="html")
+    box += nodes.raw("", "<pre>not a diagram</pre>", format="html")
+    doc += box
+    mermaid_from_outputs(None, doc)  # type: ignore[arg-type]
+    found = list(doc.findall(mermaid))
+    assert len(found) == 1
+    assert found[0]["code"] == "flowchart TB\n  A --> B"
+    assert len(list(doc.findall(nodes.raw))) == 1
+
+
+# ---- matplotlib renders Chinese in the build ------------------------------------------------
+
+def test_matplotlib_with_book_rc_draws_chinese_without_missing_glyphs() -> None:
+    code = (
+        "import warnings, matplotlib\n"
+        "matplotlib.use('Agg')\n"
+        "import matplotlib.pyplot as plt\n"
+        "from matplotlib import font_manager as fm\n"
+        "assert matplotlib.rcParams['font.sans-serif'][0] == 'Noto Sans CJK SC'\n"
+        "print(fm.findfont(fm.FontProperties(family=['sans-serif'])))\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    fig, ax = plt.subplots()\n"
+        "    ax.set_title('示意图：延迟随负载的变化')\n"
+        "    fig.canvas.draw()\n"
+        "print('|'.join(str(x.message) for x in w))\n"
+    )
+    env = {**os.environ, "MATPLOTLIBRC": str(REPO / "tools" / "book" / "matplotlibrc")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    font_path, warnings_text = proc.stdout.splitlines()[-2:]
+    assert "NotoSansCJK" in font_path
+    assert "missing from font" not in warnings_text
+
+
+def test_build_extension_points_kernels_at_the_book_matplotlibrc() -> None:
+    text = (BOOK / "_ext" / "book_ext.py").read_text("utf-8")
+    assert 'os.environ.setdefault("MATPLOTLIBRC"' in text
+    assert (REPO / "tools" / "book" / "matplotlibrc").is_file()

@@ -1,0 +1,185 @@
+// Headless-Chromium page checker for the built book (driven by tests/browser_harness.py).
+//
+// Usage: node tools/web/browser.mjs PLAN.json  -> prints one JSON result object on stdout.
+//
+// PLAN = {
+//   "base": "http://127.0.0.1:PORT/",          // site root (a loopback http server)
+//   "chromium": "/usr/bin/chromium",            // optional
+//   "screenshots": "/abs/dir",                  // optional: <name>.png per page (full page)
+//   "timeout_ms": 30000,                        // optional, per page wait
+//   "max_shot_px": 4000,                        // optional, screenshot height cap
+//   "pages": [{
+//     "name": "zh-knobs", "path": "book/zh/knobs.html",
+//     "checks": ["mermaid", "cjk", "langswitch"],  // any subset
+//     "steps": [                                     // optional, run after the checks, in order
+//       {"click": "css selector"}, {"fill": "css selector", "value": "text"},
+//       {"wait_for": "css selector"}, {"wait_ms": 200},
+//       {"eval": "JS expression (may return a promise)", "as": "key"}
+//     ]
+//   }]
+// }
+// RESULT = {"pages": [{name, path, url, status, title, html_lang, mermaid, cjk, lang_switch,
+//             evals, step_errors, console_errors, page_errors, screenshot}],
+//           "requests": [url...], "external_requests": [url...], "bad_responses": [[status,url]...]}
+// Requests that leave 127.0.0.1 are recorded and aborted (the page must not need them).
+import { readFileSync, mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { chromium } from "playwright-core";
+
+const plan = JSON.parse(readFileSync(process.argv[2], "utf8"));
+const timeout = plan.timeout_ms ?? 30000;
+const CJK = /[\u3400-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef]/;
+
+const isLocal = (u) => {
+  try {
+    const url = new URL(u);
+    if (["data:", "blob:", "about:"].includes(url.protocol)) return true;
+    return url.hostname === "127.0.0.1";
+  } catch {
+    return false;
+  }
+};
+
+const browser = await chromium.launch({
+  executablePath: plan.chromium ?? "/usr/bin/chromium",
+  headless: true,
+  args: [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-default-apps", "--disable-extensions", "--no-default-browser-check",
+  ],
+});
+// playwright launches with a fresh temporary --user-data-dir and removes it on close.
+const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+const requests = [];
+const external = [];
+const bad = [];
+await context.route("**/*", (route) => {
+  const u = route.request().url();
+  if (isLocal(u)) return route.continue();
+  external.push(u);
+  return route.abort("blockedbyclient");
+});
+context.on("request", (r) => requests.push(r.url()));
+context.on("response", (r) => { if (r.status() >= 400) bad.push([r.status(), r.url()]); });
+
+async function mermaidCheck(page) {
+  try {
+    await page.waitForFunction(() => [...document.querySelectorAll(".mermaid")].every(
+      (e) => e.querySelector("svg") || e.hasAttribute("data-mermaid-render-failed")), null,
+      { timeout });
+  } catch { /* reported below */ }
+  return page.evaluate(() => {
+    const els = [...document.querySelectorAll(".mermaid")];
+    const svgs = els.filter((e) => e.querySelector("svg"));
+    const errors = els.filter((e) => e.hasAttribute("data-mermaid-render-failed")
+      || /Syntax error|Parse error/i.test(e.textContent || "")).length;
+    return { blocks: els.length, svgs: svgs.length, errors };
+  });
+}
+
+async function cjkCheck(page) {
+  // Tag up to 6 visible elements whose own text has CJK, then ask Chromium (CDP) which
+  // platform fonts rendered their text nodes.
+  const n = await page.evaluate((re) => {
+    const cjk = new RegExp(re);
+    let k = 0;
+    const sel = "main h1, main h2, main p, main li, main td, .lang-switch-link, nav a";
+    for (const el of document.querySelectorAll(sel)) {
+      const own = [...el.childNodes].filter((c) => c.nodeType === 3).map((c) => c.data).join("");
+      if (!cjk.test(own) || !el.getClientRects().length) continue;
+      el.setAttribute("data-cjk-probe", String(k++));
+      if (k >= 6) break;
+    }
+    return k;
+  }, CJK.source);
+  const cdp = await context.newCDPSession(page);
+  await cdp.send("DOM.enable");
+  await cdp.send("CSS.enable");
+  const { root } = await cdp.send("DOM.getDocument", { depth: -1 });
+  const probes = [];
+  for (let i = 0; i < n; i++) {
+    const { nodeId } = await cdp.send("DOM.querySelector",
+      { nodeId: root.nodeId, selector: `[data-cjk-probe="${i}"]` });
+    const { fonts } = await cdp.send("CSS.getPlatformFontsForNode", { nodeId });
+    const text = await page.evaluate((i) => {
+      const el = document.querySelector(`[data-cjk-probe="${i}"]`);
+      return [...el.childNodes].filter((c) => c.nodeType === 3).map((c) => c.data).join("");
+    }, i);
+    const cjkChars = [...text].filter((c) => CJK.test(c) && c.trim()).length;
+    const cjkGlyphs = fonts.filter((f) => /CJK/i.test(f.familyName))
+      .reduce((s, f) => s + f.glyphCount, 0);
+    probes.push({ text: text.trim().slice(0, 40), cjk_chars: cjkChars, cjk_glyphs: cjkGlyphs,
+      fonts: fonts.map((f) => `${f.familyName}:${f.glyphCount}`) });
+  }
+  await cdp.detach();
+  return { probes };
+}
+
+async function langSwitch(page) {
+  const href = await page.evaluate(() => document.querySelector(".lang-switch-link")?.href ?? null);
+  if (!href) return { href: null, status: null };
+  const status = await page.evaluate(async (h) => (await fetch(h)).status, href);
+  return { href, status };
+}
+
+async function runStep(page, step, evals) {
+  if (step.click) await page.click(step.click, { timeout });
+  else if (step.fill) await page.fill(step.fill, step.value ?? "", { timeout });
+  else if (step.wait_for) await page.waitForSelector(step.wait_for, { timeout });
+  else if (step.wait_ms) await page.waitForTimeout(step.wait_ms);
+  else if (step.eval) evals[step.as ?? `eval${Object.keys(evals).length}`] =
+    await page.evaluate(`(async () => (${step.eval}))()`);
+  else throw new Error(`unknown step ${JSON.stringify(step)}`);
+}
+
+const results = [];
+if (plan.screenshots) mkdirSync(plan.screenshots, { recursive: true });
+for (const spec of plan.pages) {
+  const page = await context.newPage();
+  const res = { name: spec.name, path: spec.path, console_errors: [], page_errors: [],
+    evals: {}, step_errors: [] };
+  page.on("console", (m) => { if (m.type() === "error") res.console_errors.push(m.text()); });
+  page.on("pageerror", (e) => res.page_errors.push(String(e)));
+  const url = new URL(spec.path, plan.base).href;
+  res.url = url;
+  const t0 = Date.now();
+  const lap = (k) => { res.timing_ms[k] = Date.now() - t0; };
+  res.timing_ms = {};
+  try {
+    const resp = await page.goto(url, { waitUntil: "load", timeout });
+    res.status = resp ? resp.status() : null;
+    lap("load");
+    await page.waitForLoadState("networkidle", { timeout: 5000 }).catch(() => {});
+    await page.evaluate(() => window.MathJax?.startup?.promise).catch(() => {});
+    lap("ready");
+    res.title = await page.title();
+    res.html_lang = await page.evaluate(() => document.documentElement.lang);
+    const checks = spec.checks ?? [];
+    if (checks.includes("mermaid")) { res.mermaid = await mermaidCheck(page); lap("mermaid"); }
+    if (checks.includes("cjk")) { res.cjk = await cjkCheck(page); lap("cjk"); }
+    if (checks.includes("langswitch")) { res.lang_switch = await langSwitch(page); lap("lang"); }
+    for (const step of spec.steps ?? []) {
+      try { await runStep(page, step, res.evals); } catch (e) {
+        res.step_errors.push(`${JSON.stringify(step)}: ${String(e).split("\n")[0]}`);
+        break;
+      }
+    }
+    if (plan.screenshots) {
+      res.screenshot = join(plan.screenshots, `${spec.name}.png`);
+      // full page, capped (very tall captures cost seconds each)
+      const height = await page.evaluate(() => document.documentElement.scrollHeight);
+      await page.screenshot({ path: res.screenshot, fullPage: true,
+        clip: { x: 0, y: 0, width: 1280, height: Math.min(height, plan.max_shot_px ?? 4000) } });
+      lap("screenshot");
+    }
+  } catch (e) {
+    res.error = String(e).split("\n")[0];
+  }
+  await page.close();
+  results.push(res);
+}
+await context.close();
+await browser.close();
+process.stdout.write(JSON.stringify({ pages: results, requests: [...new Set(requests)],
+  external_requests: [...new Set(external)], bad_responses: bad }, null, 1) + "\n");

@@ -1,0 +1,341 @@
+"""Run `vllm bench serve` (0.26.0) against a running server and read its result JSON.
+
+Every flag emitted by `bench_args` exists in vLLM 0.26.0: vllm/benchmarks/serve.py
+`add_cli_args` and vllm/benchmarks/datasets/datasets.py `add_dataset_parser` /
+`add_random_dataset_base_args` (tests/test_bench.py checks them against that source).
+
+Notes from the 0.26.0 source:
+- with `--dataset-name random` and an OpenAI-compatible backend (`vllm` is one), bench
+  serve forces `ignore_eos=True` itself (serve.py main_async); `--ignore-eos` is still
+  passed when asked so the command line says what happens.
+- `--random-prefix-len P` prepends ONE shared random prefix of P tokens to every prompt;
+  total prompt = P + `--random-input-len` (datasets.py RandomDataset). `Workload.input_len`
+  is the total prompt length, so `--random-input-len` gets `input_len - prefix_len`.
+- per-request lists (`ttfts`, `itls`, `output_lens`, `start_times`, ...) are kept in the
+  JSON only with `--save-detailed`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import subprocess
+import time
+import urllib.request
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BenchError",
+    "Workload",
+    "bench_args",
+    "run_bench",
+    "warmup",
+    "validity_issues",
+]
+
+PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
+METRIC_PERCENTILES = "50,90,99"
+
+
+class BenchError(RuntimeError):
+    """`vllm bench serve` failed or wrote no result. `.reason` is one line."""
+
+    def __init__(self, reason: str, *, log_path: Path | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.log_path = log_path
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the client sends. `input_len` is the whole prompt, `prefix_len` of it shared."""
+
+    input_len: int = 512
+    output_len: int = 128
+    num_prompts: int = 200
+    request_rate: float = math.inf
+    prefix_len: int = 0
+    seed: int = 0
+    ignore_eos: bool = False
+    max_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.input_len < 1 or self.output_len < 1 or self.num_prompts < 1:
+            raise ValueError("input_len, output_len and num_prompts must be >= 1")
+        if not 0 <= self.prefix_len < self.input_len:
+            raise ValueError("prefix_len must be in [0, input_len)")
+        if not self.request_rate > 0:
+            raise ValueError("request_rate must be > 0 (inf = all at once)")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ValueError("max_concurrency must be >= 1 or None")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["request_rate"] = "inf" if math.isinf(self.request_rate) else float(self.request_rate)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Workload:
+        d = dict(d)
+        d["request_rate"] = float(d.get("request_rate", math.inf))
+        return cls(**d)
+
+    def key(self) -> str:
+        blob = json.dumps(self.to_dict(), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _rate_arg(rate: float) -> str:
+    return "inf" if math.isinf(rate) else f"{rate:g}"
+
+
+def _goodput_args(slo: Any) -> list[str]:
+    """`--goodput ttft:300 tpot:50` from slo.goodput_args() (empty when nothing applies)."""
+    if slo is None:
+        return []
+    pairs = [str(a) for a in slo.goodput_args()]
+    if pairs and pairs[0] == "--goodput":
+        pairs = pairs[1:]
+    return ["--goodput", *pairs] if pairs else []
+
+
+def bench_args(
+    base_url: str,
+    model: str,
+    workload: Workload,
+    slo: Any = None,
+    result_dir: str | Path = ".",
+    result_filename: str = "bench.json",
+    *,
+    tokenizer: str | None = None,
+    save_detailed: bool = True,
+    num_warmups: int = 0,
+    disable_tqdm: bool = True,
+    vllm_cmd: Sequence[str] = ("vllm",),
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    """argv for `vllm bench serve` with vLLM 0.26.0's own flags (a list, never a string)."""
+    w = workload
+    argv = [
+        *[str(c) for c in vllm_cmd], "bench", "serve",
+        "--backend", "vllm",
+        "--base-url", base_url.rstrip("/"),
+        "--endpoint", "/v1/completions",
+        "--model", model,
+        "--dataset-name", "random",
+        "--random-input-len", str(w.input_len - w.prefix_len),
+        "--random-output-len", str(w.output_len),
+    ]
+    if w.prefix_len:
+        argv += ["--random-prefix-len", str(w.prefix_len)]
+    argv += [
+        "--num-prompts", str(w.num_prompts),
+        "--request-rate", _rate_arg(w.request_rate),
+    ]
+    if w.max_concurrency is not None:
+        argv += ["--max-concurrency", str(w.max_concurrency)]
+    pcts = METRIC_PERCENTILES
+    p_slo = getattr(slo, "percentile", None)
+    if p_slo is not None and float(p_slo) not in (50.0, 90.0, 99.0):
+        word = str(int(p_slo)) if float(p_slo).is_integer() else str(p_slo)
+        pcts = ",".join(sorted({*pcts.split(","), word}, key=float))
+    argv += [
+        "--percentile-metrics", PERCENTILE_METRICS,
+        "--metric-percentiles", pcts,
+        *_goodput_args(slo),
+        "--save-result",
+        "--result-dir", str(result_dir),
+        "--result-filename", result_filename,
+        "--seed", str(w.seed),
+    ]
+    if save_detailed:
+        argv.append("--save-detailed")
+    if w.ignore_eos:
+        argv.append("--ignore-eos")
+    if tokenizer:
+        argv += ["--tokenizer", tokenizer]
+    if num_warmups:
+        argv += ["--num-warmups", str(num_warmups)]
+    if disable_tqdm:
+        argv.append("--disable-tqdm")
+    return argv + [str(a) for a in extra_args]
+
+
+def _tail_reason(log_text: str, returncode: int | None) -> str:
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "Error" in ln or "error:" in ln or "Exception" in ln:
+            return " ".join(ln.split())[:300]
+    return f"vllm bench serve exited with code {returncode}" + (
+        f" (last line: {lines[-1][:200]})" if lines else ""
+    )
+
+
+def run_bench(
+    base_url: str,
+    model: str,
+    workload: Workload,
+    slo: Any,
+    result_dir: str | Path,
+    result_filename: str = "bench.json",
+    *,
+    log_path: str | Path | None = None,
+    timeout_s: float = 1800.0,
+    tokenizer: str | None = None,
+    vllm_cmd: Sequence[str] = ("vllm",),
+    num_warmups: int = 0,
+    env: Mapping[str, str] | None = None,
+    extra_args: Sequence[str] = (),
+) -> Any:
+    """Run `vllm bench serve` as a subprocess; return slo.BenchResult of its JSON."""
+    import os
+
+    from course_utils.slo import BenchResult
+
+    result_dir = Path(result_dir)
+    result_dir.mkdir(parents=True, exist_ok=True)
+    out = result_dir / result_filename
+    if out.exists():
+        out.unlink()
+    log = Path(log_path) if log_path else result_dir / (Path(result_filename).stem + ".log")
+    argv = bench_args(
+        base_url, model, workload, slo, result_dir, result_filename,
+        tokenizer=tokenizer, vllm_cmd=vllm_cmd, num_warmups=num_warmups, extra_args=extra_args,
+    )
+    full_env = None if env is None else {**os.environ, **env}
+    with open(log, "ab") as fh:
+        fh.write(f"$ {argv}\n".encode())
+        fh.flush()
+        proc = subprocess.Popen(  # noqa: S603 - argv list
+            argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+            start_new_session=True, env=full_env,
+        )
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except BaseException as exc:
+            import os as _os
+            import signal as _signal
+
+            for sig in (_signal.SIGINT, _signal.SIGKILL):
+                try:
+                    _os.killpg(proc.pid, sig)
+                    proc.wait(timeout=5)
+                    break
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    continue
+            if isinstance(exc, subprocess.TimeoutExpired):
+                raise BenchError(
+                    f"vllm bench serve did not finish within {timeout_s:.0f} s", log_path=log
+                ) from None
+            raise
+    if rc != 0:
+        raise BenchError(_tail_reason(log.read_text(errors="replace"), rc), log_path=log)
+    if not out.exists():
+        raise BenchError(f"vllm bench serve wrote no result file {out}", log_path=log)
+    result = BenchResult.from_json(out)
+    if slo is not None:
+        # the --goodput targets, next to vLLM's keys (slo.request_goodput compares them)
+        result.raw["goodput_slo"] = {
+            k: float(v) for k, _, v in (str(p).partition(":") for p in slo.goodput_args())
+        }
+        out.write_text(json.dumps(result.raw))
+    return result
+
+
+# --------------------------------------------------------------------------------------
+# warm-up: a few direct requests so the measured run does not pay first-request costs
+# --------------------------------------------------------------------------------------
+
+
+def _one_request(url: str, payload: dict[str, Any], timeout_s: float) -> bool:
+    req = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            resp.read()
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def warmup(
+    base_url: str,
+    model: str,
+    workload: Workload,
+    *,
+    num_prompts: int = 8,
+    max_tokens: int = 16,
+    timeout_s: float = 120.0,
+) -> int:
+    """Send `num_prompts` concurrent completions (not measured); return how many succeeded.
+
+    Plain HTTP from Python, so no second `vllm` import (about 20 s on the GPU host).
+    `ignore_eos` is a vLLM extension of the completions API (SamplingParams.ignore_eos).
+    """
+    if num_prompts <= 0:
+        return 0
+    url = base_url.rstrip("/") + "/v1/completions"
+    prompt = " ".join(["hello"] * max(1, workload.input_len - 1))
+    t0 = time.monotonic()
+    payloads = [
+        {"model": model, "prompt": f"{i} {prompt}", "max_tokens": max_tokens,
+         "ignore_eos": True, "stream": False}
+        for i in range(num_prompts)
+    ]
+    with ThreadPoolExecutor(max_workers=min(num_prompts, 16)) as pool:
+        left = max(1.0, timeout_s - (time.monotonic() - t0))
+        ok = list(pool.map(lambda p: _one_request(url, p, left), payloads))
+    return sum(ok)
+
+
+# --------------------------------------------------------------------------------------
+# measurement validity
+# --------------------------------------------------------------------------------------
+
+
+def validity_issues(raw: Mapping[str, Any], workload: Workload) -> list[str]:
+    """Checks that a bench result measured what the workload asked for.
+
+    - achieved vs offered request rate: the arrival rate the client really produced
+      (from `start_times`, needs --save-detailed), within max(10 %, 3/sqrt(n)) for Poisson;
+    - completed vs failed requests; completed + failed == num_prompts;
+    - mean output tokens per completed request vs the requested output_len (>= 95 %).
+    """
+    issues: list[str] = []
+    n = int(workload.num_prompts)
+    completed = int(raw.get("completed") or 0)
+    failed = int(raw.get("failed") or 0)
+    if completed == 0:
+        issues.append(f"no request completed ({failed} failed)")
+    elif failed:
+        issues.append(f"{failed} of {completed + failed} requests failed")
+    if completed + failed != n:
+        issues.append(f"completed+failed = {completed + failed}, expected num_prompts {n}")
+    if completed:
+        mean_out = float(raw.get("total_output_tokens") or 0) / completed
+        if mean_out < 0.95 * workload.output_len:
+            issues.append(
+                f"mean output {mean_out:.1f} tokens/request < requested {workload.output_len}"
+                " (EOS hit early? pass ignore_eos)"
+            )
+    starts = [float(s) for s in (raw.get("start_times") or []) if s is not None]
+    if (
+        not math.isinf(workload.request_rate)
+        and workload.max_concurrency is None
+        and len(starts) >= 3
+    ):
+        span = max(starts) - min(starts)
+        achieved = (len(starts) - 1) / span if span > 0 else math.inf
+        tol = max(0.10, 3.0 / math.sqrt(len(starts)))
+        if abs(achieved - workload.request_rate) > tol * workload.request_rate:
+            issues.append(
+                f"offered rate {achieved:.2f} req/s vs requested {workload.request_rate:g} "
+                f"(tolerance {tol:.0%}): the client could not keep the schedule"
+            )
+    return issues

@@ -1,0 +1,536 @@
+"""Start and stop one `vllm serve` process for a lab point, and say in one line why it failed.
+
+The server runs in its own session (process group), so the API server and its EngineCore
+child are stopped together: SIGINT to the group, then SIGTERM, then SIGKILL, then a bounded
+wait until `nvidia-smi` no longer lists any of the group's pids. Never a shell string.
+
+vLLM 0.26.0 facts used here (checked in /work/vllm-src/src/vllm):
+- `vllm serve MODEL` takes the model positionally (entrypoints/cli/serve.py,
+  utils/argparse_utils.py); `--host`, `--port` (entrypoints/openai/cli_args.py),
+  `--load-format dummy` (config/load.py), `--seed` (config/model.py).
+- `GET /health` answers 200 once the engine is up (entrypoints/serve/...).
+- The failure messages matched by `classify_failure` are quoted next to each rule.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ServerStartError",
+    "VllmServer",
+    "classify_failure",
+    "free_port",
+    "gpu_memory_gib",
+    "group_pids",
+    "gpu_pids",
+]
+
+
+class ServerStartError(RuntimeError):
+    """`vllm serve` did not become healthy. `.reason` is one line (see classify_failure)."""
+
+    def __init__(self, reason: str, *, log_path: Path | None = None, returncode: int | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.log_path = log_path
+        self.returncode = returncode
+
+
+# --------------------------------------------------------------------------------------
+# failure classification
+# --------------------------------------------------------------------------------------
+
+_MAX_REASON = 300
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= _MAX_REASON else line[: _MAX_REASON - 3] + "..."
+
+
+def _last_match(pattern: str, text: str, flags: int = 0) -> re.Match[str] | None:
+    found = None
+    for found in re.finditer(pattern, text, flags):  # noqa: B007 - we want the last one
+        pass
+    return found
+
+
+def classify_failure(log_text: str, returncode: int | None = None) -> str:
+    """One clear line saying why `vllm serve` (0.26.0) failed, from its log.
+
+    Rules, most specific first; each quotes the vLLM 0.26.0 text it matches.
+    """
+    text = log_text or ""
+
+    # v1/core/kv_cache_utils.py _check_enough_kv_cache_memory:
+    # "To serve at least one request with the model's max seq len ({max_model_len}),
+    #  ({needed} GiB KV cache is needed, which is larger than the available KV cache
+    #  memory ({available} GiB). Based on the available memory, the estimated maximum
+    #  model length is {n}. ..."
+    m = _last_match(
+        r"To serve at least one request with the model's max seq len \((\d+)\), "
+        r"\(([\d.]+) GiB KV cache is needed, which is larger than the available KV cache "
+        r"memory \(([\d.]+) GiB\)\.(?: Based on the available memory, the estimated "
+        r"maximum model length is (\d+)\.)?",
+        text,
+    )
+    if m:
+        est = f"; the estimated max_model_len that fits is {m.group(4)}" if m.group(4) else ""
+        return (
+            f"not enough KV cache memory for max_model_len {m.group(1)}: needs "
+            f"{m.group(2)} GiB, {m.group(3)} GiB available{est} (lower --max-model-len "
+            "or raise --gpu-memory-utilization)"
+        )
+    # v1/core/kv_cache_utils.py: "No available memory for the cache blocks. Try increasing
+    # `gpu_memory_utilization` when initializing the engine ..."
+    if "No available memory for the cache blocks" in text:
+        return (
+            "weights do not fit: no memory left for the KV cache blocks (\"No available "
+            "memory for the cache blocks\"); raise --gpu-memory-utilization, quantize, "
+            "or use a bigger GPU"
+        )
+    # v1/worker/utils.py request_memory: "Free memory on device {dev} ({free}/{total} GiB)
+    # on startup is less than desired GPU memory utilization ({util}, {req} GiB). ..."
+    m = _last_match(
+        r"Free memory on device \S* ?\(([\d.]+)/([\d.]+) GiB\) on startup is less than "
+        r"desired GPU memory utilization \(([\d.]+), ([\d.]+) GiB\)",
+        text,
+    )
+    if m:
+        return (
+            f"GPU memory already in use: {m.group(1)}/{m.group(2)} GiB free at startup, "
+            f"--gpu-memory-utilization {m.group(3)} asks for {m.group(4)} GiB (another "
+            "process holds the GPU, or lower the utilization)"
+        )
+    # torch: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ..."
+    m = _last_match(r"CUDA out of memory\.?[^\n]*", text)
+    if m:
+        tried = re.search(r"Tried to allocate ([\d.]+ [KMG]iB)", m.group(0))
+        extra = f" (tried to allocate {tried.group(1)})" if tried else ""
+        return (
+            f"CUDA out of memory{extra}: lower --gpu-memory-utilization, --max-num-seqs "
+            "or --max-num-batched-tokens, or --max-model-len"
+        )
+    # config/scheduler.py SchedulerConfig.verify_max_model_len:
+    # "max_num_batched_tokens ({a}) must be greater than or equal to max_num_seqs ({b})."
+    m = _last_match(
+        r"max_num_batched_tokens \((\d+)\) must be greater than or equal to "
+        r"max_num_seqs \((\d+)\)",
+        text,
+    )
+    if m:
+        return (
+            f"invalid knob combination: max_num_batched_tokens ({m.group(1)}) must be "
+            f">= max_num_seqs ({m.group(2)}); raise --max-num-batched-tokens with it"
+        )
+    # config/scheduler.py: "max_num_batched_tokens ({a}) is smaller than max_model_len
+    # ({b}). This effectively limits the maximum sequence length ..."
+    m = _last_match(
+        r"max_num_batched_tokens \((\d+)\) is smaller than max_model_len \((\d+)\)", text
+    )
+    if m:
+        return (
+            f"invalid knob combination: max_num_batched_tokens ({m.group(1)}) < "
+            f"max_model_len ({m.group(2)}) with chunked prefill off"
+        )
+    # entrypoints/openai/api_server.py create_server_socket -> sock.bind(addr):
+    # "OSError: [Errno 98] Address already in use"
+    if "Address already in use" in text:
+        port = _last_match(r"--port[ =](\d+)", text)
+        where = f" ({port.group(1)})" if port else ""
+        return f"port in use{where}: Address already in use; pick another --port"
+    # argparse (utils/argparse_utils.py FlexibleArgumentParser is an ArgumentParser):
+    # "vllm serve: error: unrecognized arguments: --foo 1"
+    m = _last_match(r"error: unrecognized arguments: ([^\n]*)", text)
+    if m:
+        return f"unknown flag for vllm 0.26.0: {m.group(1).strip()}"
+    m = _last_match(r"error: (argument [^\n]*)", text)
+    if m:
+        return _one_line(f"invalid argument: {m.group(1)}")
+    # fallback: the last line that names an error, else the last line at all
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if re.search(r"(Error|Exception|error:|ERROR)", ln):
+            return _one_line(re.sub(r"^\(?[A-Za-z]*\s*pid=\d+\)?\s*", "", ln))
+    if lines:
+        return _one_line(lines[-1])
+    return f"vllm serve exited with code {returncode}" if returncode is not None else (
+        "vllm serve failed with an empty log"
+    )
+
+
+# --------------------------------------------------------------------------------------
+# process helpers
+# --------------------------------------------------------------------------------------
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now on `host` (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live (non-zombie) pids whose process group is `pgid` (Linux /proc; [] elsewhere)."""
+    pids: list[int] = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, 0)
+            return [pgid]
+        return []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ... ; comm may contain spaces/parens
+        rest = stat[stat.rfind(")") + 2 :].split()
+        if len(rest) >= 3 and rest[0] != "Z" and int(rest[2]) == pgid:
+            pids.append(int(entry.name))
+    return pids
+
+
+def gpu_pids(timeout_s: float = 10.0) -> set[int] | None:
+    """Pids with a CUDA context per `nvidia-smi`, or None without nvidia-smi."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-compute-apps=pid", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=timeout_s, check=False,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return {int(tok) for tok in out.split() if tok.strip().isdigit()}
+
+
+def gpu_memory_used_mib() -> float | None:
+    """Memory in use on all GPUs (MiB) per `nvidia-smi`, or None without one.
+
+    A fallback for containers, where `--query-compute-apps` may not show our pids.
+    """
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10, check=False,
+        ).stdout.split()
+        return sum(float(x) for x in out) if out else None
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+
+
+def gpu_memory_gib(index: int = 0) -> float | None:
+    """Total memory of GPU `index` in GiB per `nvidia-smi`, or None without a GPU."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10, check=False,
+        ).stdout.split()
+        return float(out[index]) / 1024.0
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """prctl(PR_SET_PDEATHSIG, SIGTERM): if this Python dies (a killed Jupyter kernel), the
+    `vllm serve` child gets SIGTERM instead of holding the GPU as an orphan."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+_LIVE: weakref.WeakSet[VllmServer] = weakref.WeakSet()
+
+
+def _cleanup_all() -> None:
+    for srv in list(_LIVE):
+        with contextlib.suppress(Exception):
+            srv.stop(grace_s=2.0, gpu_release_timeout_s=5.0)
+
+
+atexit.register(_cleanup_all)
+
+
+# --------------------------------------------------------------------------------------
+# the server
+# --------------------------------------------------------------------------------------
+
+
+class VllmServer:
+    """`vllm serve MODEL` as a context manager.
+
+    >>> with VllmServer("Qwen/Qwen2.5-7B-Instruct", {"max_num_seqs": 128},
+    ...                 load_format="dummy", log_path="serve.log") as srv:
+    ...     srv.base_url  # http://127.0.0.1:<free port>
+    """
+
+    def __init__(
+        self,
+        model: str,
+        knobs: Mapping[str, Any] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        load_format: str | None = None,
+        seed: int | None = 0,
+        extra_args: Sequence[str] = (),
+        vllm_cmd: Sequence[str] = ("vllm",),
+        log_path: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+        startup_timeout_s: float = 900.0,
+        poll_interval_s: float = 0.5,
+        stop_timeout_s: float = 30.0,
+        gpu_release_timeout_s: float = 60.0,
+    ) -> None:
+        if isinstance(extra_args, str):
+            raise TypeError("extra_args must be a list of strings, not one shell string")
+        self.model = model
+        self.knobs = dict(knobs or {})
+        self.host = host
+        self.port = int(port) if port is not None else free_port(host)
+        self.load_format = load_format
+        self.seed = seed
+        self.extra_args = [str(a) for a in extra_args]
+        self.vllm_cmd = [str(c) for c in vllm_cmd]
+        self.log_path = Path(log_path) if log_path else Path(f"vllm-serve-{self.port}.log")
+        self.env = dict(env) if env is not None else None
+        self.startup_timeout_s = startup_timeout_s
+        self.poll_interval_s = poll_interval_s
+        self.stop_timeout_s = stop_timeout_s
+        self.gpu_release_timeout_s = gpu_release_timeout_s
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.startup_s: float | None = None
+        self._seen_pids: set[int] = set()
+        self._log_fh: Any = None
+        self._old_sigterm: Any = None
+        self._gpu_used_before: float | None = None
+
+    # ---- command lines ---------------------------------------------------------------
+    def knob_args(self) -> list[str]:
+        from course_utils import knobs as _knobs
+
+        return [str(a) for a in _knobs.to_cli_args(self.knobs)] if self.knobs else []
+
+    @property
+    def argv(self) -> list[str]:
+        """The exact argv started (a list; never a shell string)."""
+        argv = [*self.vllm_cmd, "serve", self.model, *self.knob_args()]
+        argv += ["--host", self.host, "--port", str(self.port)]
+        if self.load_format:
+            argv += ["--load-format", self.load_format]
+        if self.seed is not None:
+            argv += ["--seed", str(self.seed)]
+        return argv + self.extra_args
+
+    def ship_argv(self) -> list[str]:
+        """The command to deploy these knobs (no host/port/load-format/seed of the lab)."""
+        return [*self.vllm_cmd, "serve", self.model, *self.knob_args()]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self.base_url}/metrics"
+
+    @property
+    def health_url(self) -> str:
+        return f"{self.base_url}/health"
+
+    @property
+    def pgid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None  # start_new_session
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def failure_reason(self) -> str:
+        rc = self.proc.returncode if self.proc is not None else None
+        return classify_failure(self.log_text(), rc)
+
+    # ---- start -----------------------------------------------------------------------
+    def healthy(self, timeout_s: float = 2.0) -> bool:
+        try:
+            with urllib.request.urlopen(self.health_url, timeout=timeout_s) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def start(self) -> VllmServer:
+        if self.proc is not None:
+            raise RuntimeError("server already started")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_fh = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._log_fh.write(f"$ {self.argv}\n".encode())
+        self._log_fh.flush()
+        env = None if self.env is None else {**os.environ, **self.env}
+        self._gpu_used_before = gpu_memory_used_mib()
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            # PDEATHSIG fires when the forking *thread* exits: only from the main thread
+            preexec_fn=_die_with_parent if (
+                sys.platform.startswith("linux")
+                and threading.current_thread() is threading.main_thread()
+            ) else None,
+        )
+        _LIVE.add(self)
+        try:
+            self._wait_healthy(t0)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - t0
+        return self
+
+    def _wait_healthy(self, t0: float) -> None:
+        assert self.proc is not None
+        while True:
+            self._remember_pids()
+            if self.proc.poll() is not None:
+                raise ServerStartError(
+                    self.failure_reason(), log_path=self.log_path, returncode=self.proc.returncode
+                )
+            if self.healthy(timeout_s=min(2.0, self.startup_timeout_s)):
+                return
+            if time.monotonic() - t0 > self.startup_timeout_s:
+                last = classify_failure(self.log_text())
+                raise ServerStartError(
+                    f"not healthy after {self.startup_timeout_s:.0f} s (last log: {last})",
+                    log_path=self.log_path,
+                )
+            time.sleep(self.poll_interval_s)
+
+    def _remember_pids(self) -> None:
+        if self.pgid is not None:
+            self._seen_pids.update(group_pids(self.pgid))
+
+    # ---- stop ------------------------------------------------------------------------
+    def stop(
+        self, *, grace_s: float | None = None, gpu_release_timeout_s: float | None = None
+    ) -> None:
+        """SIGINT -> SIGTERM -> SIGKILL to the whole group, then wait for the GPU to free."""
+        if self.proc is None:
+            return
+        grace = self.stop_timeout_s if grace_s is None else grace_s
+        pgid = self.pgid
+        assert pgid is not None
+        self._remember_pids()
+        for sig, wait_s in ((signal.SIGINT, grace), (signal.SIGTERM, grace / 2), (signal.SIGKILL, 10)):
+            if not group_pids(pgid) and self.proc.poll() is not None:
+                break
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, sig)
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=0.1)
+                if self.proc.poll() is not None and not group_pids(pgid):
+                    break
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        self._wait_gpu_released(
+            self.gpu_release_timeout_s if gpu_release_timeout_s is None else gpu_release_timeout_s
+        )
+        if self._log_fh is not None:
+            with contextlib.suppress(OSError):
+                self._log_fh.close()
+            self._log_fh = None
+        _LIVE.discard(self)
+
+    def _wait_gpu_released(self, timeout_s: float, margin_mib: float = 1024.0) -> None:
+        """Until nvidia-smi lists none of our pids and memory use is back near its start."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            on_gpu = gpu_pids()
+            ours = on_gpu is not None and bool(on_gpu & self._seen_pids)
+            used = gpu_memory_used_mib() if on_gpu is not None else None
+            high = (used is not None and self._gpu_used_before is not None
+                    and used > self._gpu_used_before + margin_mib)
+            if not ours and not high:
+                return
+            if time.monotonic() > deadline and not ours:
+                return
+            if time.monotonic() > deadline:
+                left = sorted(on_gpu & self._seen_pids)
+                for pid in left:  # our own pids only
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+                return
+            time.sleep(0.5)
+
+    # ---- context manager -------------------------------------------------------------
+    def __enter__(self) -> VllmServer:
+        self._install_sigterm()
+        try:
+            return self.start()
+        except BaseException:
+            self._restore_sigterm()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop()
+        finally:
+            self._restore_sigterm()
+
+    def _install_sigterm(self) -> None:
+        """SIGTERM to this Python process raises SystemExit so __exit__ stops the server."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        with contextlib.suppress(ValueError, OSError):
+            if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+                self._old_sigterm = signal.signal(signal.SIGTERM, _raise_system_exit)
+
+    def _restore_sigterm(self) -> None:
+        if self._old_sigterm is not None:
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None
+
+
+def _raise_system_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)

@@ -1,0 +1,786 @@
+"""One-knob sweeps and lesson 000's closed tuning loop, with one JSON line per point.
+
+`sweep()` runs, for each value of one knob: start `vllm serve` -> warm-up -> `vllm bench
+serve` with a /metrics sampler running -> score against the SLO -> diagnose -> stop the
+server; it appends one JSON line per point to `out_dir/points.jsonl` at once (fsync), so an
+interrupted sweep resumes without losing or repeating a point. `tune()` is the loop:
+baseline -> diagnose -> sweep the knob the diagnosis names -> keep the best value only if it
+raises gate goodput inside the SLO -> diagnose again -> next knob, until a plateau, a
+"not a tuning problem" diagnosis, or the GPU-minute budget.
+
+Coupling (`couple=True`): vLLM 0.26.0 rejects max_num_batched_tokens < max_num_seqs
+(vllm/config/scheduler.py: "max_num_batched_tokens (..) must be greater than or equal to
+max_num_seqs (..)"). With couple=True a point whose effective max_num_batched_tokens (set,
+or the 0.26.0 default for this GPU) is below max_num_seqs gets max_num_batched_tokens raised
+to max_num_seqs; when the swept knob is max_num_batched_tokens itself, max_num_seqs is
+lowered to it instead. The point record says what was coupled (`coupled`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import shlex
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from course_utils import knobs as knobs_mod
+from course_utils.bench import BenchError, Workload, run_bench, validity_issues, warmup
+from course_utils.server import ServerStartError, VllmServer, gpu_memory_gib
+
+__all__ = [
+    "POINTS_FILE",
+    "TUNE_FILE",
+    "best_point",
+    "couple_knobs",
+    "load_points",
+    "point_key",
+    "run_point",
+    "sweep",
+    "tune",
+    "add_cli",
+]
+
+POINTS_FILE = "points.jsonl"
+TUNE_FILE = "tune.jsonl"
+BASELINE = "baseline"
+
+
+# --------------------------------------------------------------------------------------
+# small helpers
+# --------------------------------------------------------------------------------------
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, Mapping):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def _append_jsonl(path: Path, record: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(_jsonable(record), ensure_ascii=False, sort_keys=False) + "\n"
+    with open(path, "a+b") as fh:
+        fh.seek(0, os.SEEK_END)
+        if fh.tell() > 0:  # a writer killed mid-line left no newline: do not glue onto it
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                line = "\n" + line
+        fh.write(line.encode("utf-8"))
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def load_points(path: str | Path) -> list[dict[str, Any]]:
+    """Records of a points.jsonl; a torn last line (a killed writer) is ignored."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / POINTS_FILE
+    if not p.exists():
+        return []
+    out = []
+    for line in p.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def point_key(
+    model: str,
+    knob: str,
+    value: Any,
+    base_knobs: Mapping[str, Any],
+    workload: Workload,
+    server_extra: Mapping[str, Any] | None = None,
+    effective: Mapping[str, Any] | None = None,
+) -> str:
+    """Stable id of a point: model, knob=value, the other knobs, workload, load format
+    (and the knobs actually served, e.g. after coupling)."""
+    base = {k: v for k, v in sorted(base_knobs.items()) if k != knob}
+    blob = json.dumps(
+        _jsonable({"model": model, "knob": knob, "value": value, "base": base,
+                   "workload": workload.to_dict(), "server": dict(server_extra or {}),
+                   "effective": dict(sorted((effective or {}).items()))}),
+        sort_keys=True, default=str,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _effective(name: str, values: Mapping[str, Any], gpu_gib: float) -> Any:
+    v = values.get(name)
+    return v if v is not None else knobs_mod.default(name, gpu_memory_gib=gpu_gib, entry="serve")
+
+
+def couple_knobs(
+    values: Mapping[str, Any], swept: str | None, gpu_gib: float
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Apply the couple=True policy; return (knobs, what was changed)."""
+    out = dict(values)
+    if "max_num_seqs" not in out and "max_num_batched_tokens" not in out:
+        return out, {}
+    seqs = int(_effective("max_num_seqs", out, gpu_gib))
+    tokens = int(_effective("max_num_batched_tokens", out, gpu_gib))
+    if tokens >= seqs:
+        return out, {}
+    if swept == "max_num_batched_tokens":
+        out["max_num_seqs"] = tokens
+        return out, {"max_num_seqs": tokens}
+    out["max_num_batched_tokens"] = seqs
+    return out, {"max_num_batched_tokens": seqs}
+
+
+def _gpu_gib(gpu_memory_gib_: float | None) -> float:
+    if gpu_memory_gib_ is not None:
+        return float(gpu_memory_gib_)
+    found = gpu_memory_gib()
+    return found if found is not None else 24.0
+
+
+def _progress(total: int, desc: str, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        return None
+    return tqdm(total=total, desc=desc, leave=True)
+
+
+# --------------------------------------------------------------------------------------
+# one point
+# --------------------------------------------------------------------------------------
+
+
+def _bench_summary(raw: Mapping[str, Any]) -> dict[str, Any]:
+    keys = ["duration", "completed", "failed", "num_prompts", "request_rate",
+            "request_throughput", "request_goodput", "output_throughput",
+            "total_token_throughput", "max_concurrent_requests", "total_output_tokens"]
+    out = {k: raw.get(k) for k in keys}
+    for m in ("ttft", "tpot", "itl", "e2el"):
+        for p in ("mean", "p50", "p90", "p99"):
+            k = f"{p}_{m}_ms"
+            if k in raw:
+                out[k] = raw[k]
+    return out
+
+
+def run_point(
+    model: str,
+    knob_values: Mapping[str, Any],
+    *,
+    workload: Workload,
+    slo: Any,
+    point_dir: str | Path,
+    server_kwargs: Mapping[str, Any] | None = None,
+    bench_kwargs: Mapping[str, Any] | None = None,
+    warmup_prompts: int = 8,
+    metrics_interval_s: float = 0.5,
+    gpu_gib: float = 24.0,
+) -> dict[str, Any]:
+    """Serve `knob_values`, warm up, bench with a sampler, score, diagnose, stop.
+
+    Returns the measurement part of a point record; a failure gives
+    {"status": "failed", "reason": one line}. KeyboardInterrupt propagates (server stopped).
+    """
+    from course_utils.diagnose import diagnose
+    from course_utils.metrics import MetricsSampler
+    from course_utils.slo import score
+
+    pdir = Path(point_dir)
+    pdir.mkdir(parents=True, exist_ok=True)
+    skw = dict(server_kwargs or {})
+    bkw = dict(bench_kwargs or {})
+    vllm_cmd = skw.get("vllm_cmd", ("vllm",))
+    bkw.setdefault("vllm_cmd", vllm_cmd)
+    files = {"server_log": str(pdir / "serve.log"), "bench_json": str(pdir / "bench.json"),
+             "bench_log": str(pdir / "bench.log"), "metrics": str(pdir / "metrics.jsonl")}
+    rec: dict[str, Any] = {"files": files}
+    t0 = time.monotonic()
+    srv = VllmServer(model, knob_values, log_path=pdir / "serve.log", **skw)
+    rec["serve_cmd"] = shlex.join(srv.argv)
+    try:
+        with srv:
+            rec["startup_s"] = round(srv.startup_s or 0.0, 2)
+            warmup(srv.base_url, model, workload, num_prompts=warmup_prompts)
+            sampler = MetricsSampler(srv.metrics_url, interval_s=metrics_interval_s)
+            try:
+                with sampler:
+                    result = run_bench(
+                        srv.base_url, model, workload, slo, pdir, "bench.json",
+                        log_path=pdir / "bench.log", **bkw,
+                    )
+            except BenchError as exc:
+                sampler.save_jsonl(pdir / "metrics.jsonl")
+                why = exc.reason
+                if not srv.alive():
+                    why = f"server died during the bench: {srv.failure_reason()}"
+                return {**rec, "status": "failed", "reason": f"bench failed: {why}",
+                        "elapsed_s": round(time.monotonic() - t0, 2)}
+            sampler.save_jsonl(pdir / "metrics.jsonl")
+            if not srv.alive():
+                return {**rec, "status": "failed",
+                        "reason": f"server died during the bench: {srv.failure_reason()}",
+                        "elapsed_s": round(time.monotonic() - t0, 2)}
+    except ServerStartError as exc:
+        return {**rec, "status": "failed", "reason": exc.reason,
+                "elapsed_s": round(time.monotonic() - t0, 2)}
+    elapsed = time.monotonic() - t0
+    sc = score(result, slo)
+    mns = int(_effective("max_num_seqs", knob_values, gpu_gib))
+    diag = diagnose(sampler.samples, result, slo, max_num_seqs=mns)
+    issues = validity_issues(result.raw, workload)
+    if not sampler.samples:
+        issues.append("no /metrics sample was taken during the bench")
+    from course_utils.metrics import summarize
+
+    return {
+        **rec,
+        "status": "ok",
+        "reason": None,
+        "valid": not issues,
+        "validity_issues": issues,
+        "score": {"gate_goodput": sc.gate_goodput, "request_goodput": sc.request_goodput,
+                  "request_throughput": sc.request_throughput, "meets_slo": sc.meets_slo,
+                  "violations": list(sc.violations)},
+        "bench": _bench_summary(result.raw),
+        "load": summarize(sampler.samples).as_dict(),
+        "diagnosis": {**diag.as_dict(), "why_en": diag.why("en"), "why_zh": diag.why("zh")},
+        "elapsed_s": round(elapsed, 2),
+    }
+
+
+# --------------------------------------------------------------------------------------
+# sweep
+# --------------------------------------------------------------------------------------
+
+
+def _check_values(
+    knob: str, values: Sequence[Any], base: Mapping[str, Any], couple: bool, gpu_gib: float
+) -> list[tuple[Any, dict[str, Any], dict[str, Any]]]:
+    """knobs.validate every point before any server starts; raise KnobError (one line)."""
+    name = knobs_mod.get(knob).name if knob != BASELINE else BASELINE
+    out = []
+    for v in values:
+        merged = dict(base)
+        if name != BASELINE:
+            merged[name] = v
+        coupled: dict[str, Any] = {}
+        try:
+            checked = knobs_mod.validate(merged, entry="serve")
+            if couple:
+                checked, coupled = couple_knobs(checked, name, gpu_gib)
+            checked = knobs_mod.validate(checked, gpu_memory_gib=gpu_gib, entry="serve")
+        except knobs_mod.KnobError as exc:
+            label = f"{name}={v!r}" if name != BASELINE else "base knobs"
+            hint = (" (couple=True raises max_num_batched_tokens with max_num_seqs)"
+                    if not couple and "max_num_batched_tokens" in str(exc) else "")
+            raise knobs_mod.KnobError(f"{label}: {exc}{hint}") from None
+        value = checked.get(name, v) if name != BASELINE else None
+        out.append((value, checked, coupled))
+    return out
+
+
+def _early_stop(records: Iterable[Mapping[str, Any]], patience: int, min_gain: float) -> str | None:
+    best = 0.0
+    since = 0
+    seen_meet = False
+    for r in records:
+        if r.get("status") == "ok":
+            s = r["score"]
+            g = float(s["gate_goodput"] or 0.0)
+            if s["meets_slo"]:
+                seen_meet = True
+            elif seen_meet:
+                return f"SLO broke at {r['knob']}={r['value']} ({'; '.join(s['violations'])})"
+            if g > 0 and g > best * (1.0 + min_gain):
+                best, since = g, 0
+                continue
+        if best > 0:
+            since += 1
+            if since >= patience:
+                return f"gate goodput stopped improving for {since} point(s) (best {best:.2f})"
+    return None
+
+
+def sweep(
+    model: str,
+    knob: str,
+    values: Sequence[Any],
+    *,
+    workload: Workload,
+    slo: Any,
+    out_dir: str | Path,
+    base_knobs: Mapping[str, Any] | None = None,
+    resume: bool = True,
+    retry_failed: bool = False,
+    early_stop: bool = True,
+    patience: int = 2,
+    min_gain: float = 0.0,
+    couple: bool = False,
+    server_kwargs: Mapping[str, Any] | None = None,
+    bench_kwargs: Mapping[str, Any] | None = None,
+    warmup_prompts: int = 8,
+    metrics_interval_s: float = 0.5,
+    gpu_memory_gib: float | None = None,
+    on_point: Callable[[dict[str, Any]], None] | None = None,
+    stop_if: Callable[[], str | None] | None = None,
+    progress: bool = True,
+    tag: str | None = None,
+) -> list[dict[str, Any]]:
+    """Sweep one knob; return the point records in value order (resumed ones included).
+
+    Every value is validated (with the base knobs merged) before any server starts: a bad
+    value raises knobs.KnobError. Each point is appended to `out_dir/points.jsonl` at once;
+    with `resume`, points already there (same key) are not run again. `early_stop` stops
+    after `patience` points without a gate-goodput gain > `min_gain`, or when a point
+    breaks the SLO after an earlier one met it. `on_point(record)` runs after each new
+    record is written; `stop_if()` is asked before each new point (a reason str stops).
+    """
+    if isinstance(values, (str, bytes)) or not values:
+        raise knobs_mod.KnobError(f"{knob}: give a non-empty list of values")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    gpu_gib = _gpu_gib(gpu_memory_gib)
+    name = knobs_mod.get(knob).name if knob != BASELINE else BASELINE
+    base = knobs_mod.validate(dict(base_knobs or {}), entry="serve")
+    planned = _check_values(name, values, base, couple, gpu_gib)
+    skw = dict(server_kwargs or {})
+    server_extra = {"load_format": skw.get("load_format"),
+                    "extra_args": list(skw.get("extra_args", ()))}
+    points_path = out / POINTS_FILE
+    done: dict[str, dict[str, Any]] = {}
+    if resume:
+        for r in load_points(points_path):
+            if retry_failed and r.get("status") == "failed":
+                continue
+            done[r["key"]] = r
+    records: list[dict[str, Any]] = []
+    bar = _progress(len(planned), f"sweep {name}", progress)
+    try:
+        for value, checked, coupled in planned:
+            key = point_key(model, name, value, base, workload, server_extra, checked)
+            if key in done:
+                records.append(done[key])
+            else:
+                reason = stop_if() if stop_if else None
+                if reason:
+                    if bar is not None:
+                        bar.set_postfix_str(f"stopped: {reason}")
+                    break
+                res = run_point(
+                    model, checked, workload=workload, slo=slo,
+                    point_dir=out / "points" / key, server_kwargs=skw,
+                    bench_kwargs=bench_kwargs, warmup_prompts=warmup_prompts,
+                    metrics_interval_s=metrics_interval_s, gpu_gib=gpu_gib,
+                )
+                rec = {
+                    "key": key, "tag": tag, "model": model, "knob": name, "value": value,
+                    "knobs": checked, "base_knobs": base, "coupled": coupled,
+                    "workload": workload.to_dict(), "slo": str(slo),
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **res,
+                }
+                _append_jsonl(points_path, rec)
+                done[key] = rec
+                records.append(rec)
+                if on_point is not None:
+                    on_point(rec)
+            if bar is not None:
+                last = records[-1]
+                g = (last.get("score") or {}).get("gate_goodput")
+                bar.set_postfix_str(
+                    f"{name}={value} " + (f"goodput={g:.2f}" if g is not None else last["status"])
+                )
+                bar.update(1)
+            if early_stop:
+                why = _early_stop(records, patience, min_gain)
+                if why:
+                    if bar is not None:
+                        bar.set_postfix_str(f"early stop: {why}")
+                    break
+    finally:
+        if bar is not None:
+            bar.close()
+    return records
+
+
+def best_point(records: Iterable[Mapping[str, Any]], *, require_valid: bool = True,
+               ) -> dict[str, Any] | None:
+    """The ok point with the highest gate goodput that meets the SLO (valid ones only)."""
+    best = None
+    for r in records:
+        if r.get("status") != "ok" or not r["score"]["meets_slo"]:
+            continue
+        if require_valid and not r.get("valid", False):
+            continue
+        if best is None or r["score"]["gate_goodput"] > best["score"]["gate_goodput"]:
+            best = dict(r)
+    return best
+
+
+# --------------------------------------------------------------------------------------
+# tune: the closed loop
+# --------------------------------------------------------------------------------------
+
+
+def _order_candidates(name: str, candidates: Sequence[Any], current: Any, move: str | None
+                      ) -> list[Any]:
+    vals = [v for v in candidates if v != current]
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
+    if numeric and current is not None and isinstance(current, (int, float)):
+        if move == "raise":
+            return sorted(v for v in vals if v > current)
+        if move == "lower":
+            return sorted((v for v in vals if v < current), reverse=True)
+    return vals
+
+
+def tune(
+    model: str,
+    candidates: Mapping[str, Sequence[Any]],
+    *,
+    workload: Workload,
+    slo: Any,
+    out_dir: str | Path,
+    base_knobs: Mapping[str, Any] | None = None,
+    plateau: float = 0.02,
+    gpu_minutes: float | None = None,
+    est_point_minutes: float = 3.0,
+    max_steps: int = 6,
+    couple: bool = True,
+    resume: bool = True,
+    patience: int = 2,
+    server_kwargs: Mapping[str, Any] | None = None,
+    bench_kwargs: Mapping[str, Any] | None = None,
+    warmup_prompts: int = 8,
+    metrics_interval_s: float = 0.5,
+    gpu_memory_gib: float | None = None,
+    progress: bool = True,
+    on_point: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Lesson 000's loop. Returns a summary with the `vllm serve` command to ship.
+
+    `candidates`: values to try per knob, e.g. {"max_num_seqs": [64, 128, 256, 384]}; the
+    knob to sweep next is the first one the diagnosis names that has candidates left. A
+    value is kept only if it meets the SLO and raises gate goodput by >= `plateau` (2 %);
+    otherwise the knob is reverted and the next knob the same diagnosis names is tried. The
+    loop stops when the diagnosis names no engine knob ("queue" past the knee: add
+    replicas; "none": at the limit), when no named knob helps (plateau), after `max_steps`,
+    or when the GPU-minute budget would be overspent (minutes per point are measured).
+    Writes `out_dir/tune.jsonl` (one record per step).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    gpu_gib = _gpu_gib(gpu_memory_gib)
+    cand = {knobs_mod.get(k).name: list(v) for k, v in candidates.items()}
+    for k, vals in cand.items():  # every candidate value checked before any GPU time
+        _check_values(k, vals, dict(base_knobs or {}), couple, gpu_gib)
+    current = knobs_mod.validate(dict(base_knobs or {}), entry="serve")
+    tune_path = out / TUNE_FILE
+    tune_path.write_text("")
+    spent_s = 0.0
+    # minutes per point: measured in this run; until then, from points recorded earlier
+    earlier = [float(r["elapsed_s"]) for r in load_points(out)
+               if r.get("status") == "ok" and r.get("elapsed_s")]
+    measured: list[float] = []
+    common = dict(workload=workload, slo=slo, out_dir=out, resume=resume, couple=couple,
+                  server_kwargs=server_kwargs, bench_kwargs=bench_kwargs,
+                  warmup_prompts=warmup_prompts, metrics_interval_s=metrics_interval_s,
+                  gpu_memory_gib=gpu_gib, progress=False)
+
+    def per_point_min() -> float:
+        xs = measured or earlier
+        return (sum(xs) / len(xs) / 60.0) if xs else est_point_minutes
+
+    def left_min() -> float | None:
+        return None if gpu_minutes is None else gpu_minutes - spent_s / 60.0
+
+    def count(rec: dict[str, Any]) -> None:
+        nonlocal spent_s
+        spent_s += float(rec.get("elapsed_s") or 0.0)
+        if rec.get("status") == "ok":  # a failed start is quick: not a point's cost
+            measured.append(float(rec.get("elapsed_s") or 0.0))
+        if on_point is not None:
+            on_point(rec)
+
+    def budget_stop() -> str | None:
+        left = left_min()
+        if left is not None and left < per_point_min():
+            return (f"GPU budget: {left:.1f} min left < {per_point_min():.1f} min per point")
+        return None
+
+    def log(step: dict[str, Any]) -> None:
+        step = {**step, "gpu_minutes_spent": round(spent_s / 60.0, 2),
+                "gpu_minutes_left_est": None if left_min() is None else round(left_min(), 2),
+                "minutes_per_point_est": round(per_point_min(), 2)}
+        _append_jsonl(tune_path, step)
+
+    bar = _progress(max_steps + 1, "tune", progress)
+
+    def tick(msg: str) -> None:
+        if bar is not None:
+            left = left_min()
+            bar.set_postfix_str(msg + (f" | GPU min left ~{left:.1f}" if left is not None else ""))
+            bar.update(1)
+
+    steps: list[dict[str, Any]] = []
+    stop_reason = ""
+    try:
+        why = budget_stop()
+        if why:
+            raise _Stop(why)
+        base_recs = sweep(model, BASELINE, [None], base_knobs=current, on_point=count,
+                          stop_if=budget_stop, early_stop=False, **common)
+        if not base_recs:
+            raise _Stop(budget_stop() or "baseline not run")
+        baseline = base_recs[0]
+        if baseline["status"] != "ok":
+            log({"step": 0, "kind": "baseline", "knobs": current, "status": "failed",
+                 "reason": baseline["reason"]})
+            raise _Stop(f"baseline failed: {baseline['reason']}")
+        goodput = float(baseline["score"]["gate_goodput"])
+        diag = baseline["diagnosis"]
+        step0 = {"step": 0, "kind": "baseline", "knobs": current, "point": baseline["key"],
+                 "gate_goodput": goodput, "meets_slo": baseline["score"]["meets_slo"],
+                 "valid": baseline.get("valid"), "diagnosis": diag}
+        log(step0)
+        steps.append(step0)
+        tick(f"baseline goodput {goodput:.2f} [{diag['constraint']}]")
+        tried: set[str] = set()
+        step_no = 0
+        while step_no < max_steps:
+            named = [k for k in diag["knobs"] if k in cand and k not in tried]
+            if not diag["knobs"]:
+                raise _Stop(f"diagnosis '{diag['leaf']}' ({diag['constraint']}) names no engine "
+                            "knob: " + ("add replicas / lower the rate, not a tuning problem"
+                                        if diag["constraint"] == "queue" else "at the limit"))
+            if not named:
+                raise _Stop("plateau: no knob the diagnosis names "
+                            f"({', '.join(diag['knobs'])}) has candidates left that help")
+            knob = named[0]
+            tried.add(knob)
+            step_no += 1
+            cur_val = current.get(knob)
+            if cur_val is None:
+                cur_val = knobs_mod.default(knob, gpu_memory_gib=gpu_gib, entry="serve")
+            move = diag.get("moves", {}).get(knob)
+            values = _order_candidates(knob, cand[knob], cur_val, move)
+            if not values:
+                log({"step": step_no, "kind": "skip", "knob": knob, "current": cur_val,
+                     "move": move, "reason": f"no candidate to {move} {knob} from {cur_val}"})
+                continue
+            why = budget_stop()
+            if why:
+                raise _Stop(why)
+            try:
+                recs = sweep(model, knob, values, base_knobs=current, on_point=count,
+                             stop_if=budget_stop, patience=patience,
+                             tag=f"tune-step-{step_no}", **common)
+            except knobs_mod.KnobError as exc:
+                log({"step": step_no, "kind": "skip", "knob": knob, "reason": str(exc)})
+                continue
+            best = best_point(recs)
+            gain = None
+            kept = False
+            if best is not None:
+                g = float(best["score"]["gate_goodput"])
+                gain = math.inf if goodput <= 0 else (g - goodput) / goodput
+                kept = g > goodput and gain >= plateau
+            step = {"step": step_no, "kind": "sweep", "knob": knob, "move": move,
+                    "from_value": cur_val, "values_tried": [r["value"] for r in recs],
+                    "results": [{"value": r["value"], "status": r["status"],
+                                 "reason": r.get("reason"),
+                                 "gate_goodput": (r.get("score") or {}).get("gate_goodput"),
+                                 "meets_slo": (r.get("score") or {}).get("meets_slo"),
+                                 "valid": r.get("valid")} for r in recs],
+                    "goodput_before": goodput, "best_value": best["value"] if best else None,
+                    "goodput_best": best["score"]["gate_goodput"] if best else None,
+                    "gain": None if gain is None else (str(gain) if math.isinf(gain) else gain),
+                    "kept": kept, "diagnosis_before": diag}
+            if kept and best is not None:
+                current = dict(best["knobs"])
+                goodput = float(best["score"]["gate_goodput"])
+                diag = best["diagnosis"]
+                step["knobs_after"] = current
+                step["diagnosis_after"] = diag
+            else:
+                step["knobs_after"] = current
+                step["reverted"] = True
+            log(step)
+            steps.append(step)
+            tick(f"{knob}: {'kept ' + str(best['value']) if kept and best else 'reverted'}"
+                 f" goodput {goodput:.2f}")
+            why = budget_stop()
+            if why:
+                raise _Stop(why)
+        else:
+            raise _Stop(f"max_steps ({max_steps}) reached")
+    except _Stop as stop:
+        stop_reason = str(stop)
+    finally:
+        if bar is not None:
+            bar.close()
+    skw = dict(server_kwargs or {})
+    ship = VllmServer(model, current, vllm_cmd=skw.get("vllm_cmd", ("vllm",)), port=0)
+    summary = {
+        "kind": "summary",
+        "model": model,
+        "knobs": current,
+        "gate_goodput": goodput_of(steps),
+        "stop_reason": stop_reason,
+        "steps": len(steps),
+        "gpu_minutes_spent": round(spent_s / 60.0, 2),
+        "serve_command": shlex.join(ship.ship_argv()),
+    }
+    _append_jsonl(tune_path, summary)
+    return summary
+
+
+def goodput_of(steps: Sequence[Mapping[str, Any]]) -> float | None:
+    """The gate goodput of the knobs kept after `steps` (baseline if nothing was kept)."""
+    g = None
+    for s in steps:
+        if s.get("kind") == "baseline":
+            g = s.get("gate_goodput")
+        elif s.get("kind") == "sweep" and s.get("kept"):
+            g = s.get("goodput_best")
+    return g
+
+
+class _Stop(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------------------
+# CLI: python -m course_utils sweep|tune ...
+# --------------------------------------------------------------------------------------
+
+
+def _parse_value(s: str) -> Any:
+    t = s.strip()
+    if t.lower() in ("true", "false"):
+        return t.lower() == "true"
+    if t.lower() in ("none", "null"):
+        return None
+    for conv in (int, float):
+        try:
+            return conv(t)
+        except ValueError:
+            pass
+    return t
+
+
+def _parse_values(s: str) -> list[Any]:
+    return [_parse_value(x) for x in s.split(",") if x.strip()]
+
+
+def _parse_assign(items: Sequence[str] | None, many: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or []:
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise SystemExit(f"expected KNOB=VALUE, got {item!r}")
+        out[k.strip().lstrip("-").replace("-", "_")] = _parse_values(v) if many else _parse_value(v)
+    return out
+
+
+def _common_cli(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model path or HF id for `vllm serve`")
+    p.add_argument("--slo", required=True, help='e.g. "ttft:300 tpot:50" (ms, p99)')
+    p.add_argument("--rate", type=float, default=math.inf, help="offered request rate (req/s)")
+    p.add_argument("--out", required=True, help="output folder (points.jsonl, tune.jsonl)")
+    p.add_argument("--base", action="append", metavar="KNOB=VALUE", help="fixed knob values")
+    p.add_argument("--input-len", type=int, default=512)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--num-prompts", type=int, default=200)
+    p.add_argument("--prefix-len", type=int, default=0)
+    p.add_argument("--max-concurrency", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ignore-eos", action="store_true")
+    p.add_argument("--load-format", default=None, help="e.g. dummy (random weights)")
+    p.add_argument("--tokenizer", default=None)
+    p.add_argument("--gpu-memory-gib", type=float, default=None)
+    p.add_argument("--startup-timeout", type=float, default=900.0)
+    p.add_argument("--bench-timeout", type=float, default=1800.0)
+    p.add_argument("--vllm-cmd", default="vllm", help="the vllm executable (split like a shell)")
+    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--patience", type=int, default=2)
+    p.add_argument("--no-progress", action="store_true")
+
+
+def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
+    from course_utils.slo import SLO
+
+    workload = Workload(input_len=a.input_len, output_len=a.output_len,
+                        num_prompts=a.num_prompts, request_rate=a.rate, prefix_len=a.prefix_len,
+                        seed=a.seed, ignore_eos=a.ignore_eos, max_concurrency=a.max_concurrency)
+    vllm_cmd = shlex.split(a.vllm_cmd)
+    server_kwargs: dict[str, Any] = {"vllm_cmd": vllm_cmd, "startup_timeout_s": a.startup_timeout}
+    if a.load_format:
+        server_kwargs["load_format"] = a.load_format
+    bench_kwargs: dict[str, Any] = {"timeout_s": a.bench_timeout}
+    if a.tokenizer:
+        bench_kwargs["tokenizer"] = a.tokenizer
+    slo = SLO.parse(a.slo, rate=None if math.isinf(a.rate) else a.rate)
+    return dict(workload=workload, slo=slo, out_dir=a.out, base_knobs=_parse_assign(a.base, False),
+                resume=a.resume, patience=a.patience, server_kwargs=server_kwargs,
+                bench_kwargs=bench_kwargs, gpu_memory_gib=a.gpu_memory_gib,
+                progress=not a.no_progress)
+
+
+def _cmd_sweep(a: argparse.Namespace) -> int:
+    kw = _kwargs_from(a)
+    recs = sweep(a.model, a.knob, _parse_values(a.values), early_stop=not a.no_early_stop,
+                 couple=a.couple, **kw)
+    for r in recs:
+        s = r.get("score") or {}
+        print(json.dumps({"value": r["value"], "status": r["status"], "reason": r.get("reason"),
+                          "gate_goodput": s.get("gate_goodput"), "meets_slo": s.get("meets_slo"),
+                          "valid": r.get("valid"),
+                          "constraint": (r.get("diagnosis") or {}).get("constraint")}))
+    return 0
+
+
+def _cmd_tune(a: argparse.Namespace) -> int:
+    kw = _kwargs_from(a)
+    cand = _parse_assign(a.candidate, True)
+    if not cand:
+        raise SystemExit("give at least one --candidate KNOB=V1,V2,...")
+    summary = tune(a.model, cand, plateau=a.plateau, gpu_minutes=a.gpu_minutes,
+                   max_steps=a.max_steps, couple=not a.no_couple, **kw)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def add_cli(subparsers: Any) -> None:
+    """Register `sweep` and `tune` (each sets `func(args) -> int`)."""
+    p = subparsers.add_parser("sweep", help="sweep one vLLM knob against an SLO")
+    _common_cli(p)
+    p.add_argument("--knob", required=True, help="e.g. max_num_seqs")
+    p.add_argument("--values", required=True, help="comma-separated, e.g. 64,128,256")
+    p.add_argument("--couple", action="store_true",
+                   help="raise max_num_batched_tokens with max_num_seqs when needed")
+    p.add_argument("--no-early-stop", action="store_true")
+    p.set_defaults(func=_cmd_sweep)
+
+    t = subparsers.add_parser("tune", help="lesson 000's closed loop: diagnose, sweep, keep")
+    _common_cli(t)
+    t.add_argument("--candidate", action="append", metavar="KNOB=V1,V2,...",
+                   help="values to try for a knob (repeat per knob)")
+    t.add_argument("--plateau", type=float, default=0.02, help="min relative goodput gain")
+    t.add_argument("--gpu-minutes", type=float, default=None, help="GPU-minute budget")
+    t.add_argument("--max-steps", type=int, default=6)
+    t.add_argument("--no-couple", action="store_true")
+    t.set_defaults(func=_cmd_tune)

@@ -1,0 +1,61 @@
+"""Shared test set-up: GPU marker handling and the fake `vllm` on PATH.
+
+`@pytest.mark.gpu` tests are deselected (not skipped, not passed) unless `--run-gpu`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+FAKES = Path(__file__).resolve().parent / "fakes"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-gpu", action="store_true", default=False,
+                     help="also run @pytest.mark.gpu tests (needs a CUDA GPU and vLLM 0.26.0)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-gpu"):
+        return
+    keep, drop = [], []
+    for item in items:
+        (drop if item.get_closest_marker("gpu") else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture
+def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Put a `vllm` executable (tests/fakes/fake_vllm.py) first on PATH; return its folder.
+
+    Server starts are counted in `<tmp>/starts.jsonl` (FAKE_VLLM_STARTS).
+    """
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "vllm"
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKES / "fake_vllm.py"}" "$@"\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("FAKE_VLLM_STARTS", str(tmp_path / "starts.jsonl"))
+    for var in ("FAKE_VLLM_FAIL", "FAKE_VLLM_DIE_AFTER", "FAKE_VLLM_STARTUP_S",
+                "FAKE_VLLM_STUBBORN", "FAKE_VLLM_KV_TOKENS"):
+        monkeypatch.delenv(var, raising=False)
+    return bindir
+
+
+@pytest.fixture
+def server_starts(tmp_path: Path, fake_vllm: Path):
+    """A callable: how many times the fake `vllm serve` started so far in this test."""
+
+    def count() -> int:
+        p = tmp_path / "starts.jsonl"
+        return len(p.read_text().splitlines()) if p.exists() else 0
+
+    return count

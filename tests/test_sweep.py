@@ -1,0 +1,281 @@
+"""sweep/tune with the fake vllm: JSONL points, failed points, resume, validation, early stop."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from course_utils import knobs
+from course_utils.bench import Workload
+from course_utils.server import group_pids
+from course_utils.slo import SLO
+from course_utils.sweep import (
+    _early_stop,
+    add_cli,
+    best_point,
+    couple_knobs,
+    load_points,
+    sweep,
+    tune,
+)
+
+SLO_LOOSE = SLO.parse("ttft:5000 tpot:1000")
+W = Workload(input_len=16, output_len=8, num_prompts=12, request_rate=400)
+FAST = dict(server_kwargs={"startup_timeout_s": 20, "stop_timeout_s": 5},
+            bench_kwargs={"timeout_s": 60}, warmup_prompts=2, metrics_interval_s=0.05,
+            gpu_memory_gib=24.0, progress=False)
+
+
+def _starts(tmp_path: Path) -> list[dict]:
+    p = tmp_path / "starts.jsonl"
+    return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+
+
+def test_sweep_writes_one_scored_point_per_value(tmp_path: Path, fake_vllm: Path) -> None:
+    out = tmp_path / "out"
+    recs = sweep("fake-model", "max_num_seqs", [2, 8], workload=W, slo=SLO_LOOSE, out_dir=out,
+                 base_knobs={"enable_prefix_caching": True}, early_stop=False, **FAST)
+    assert [r["value"] for r in recs] == [2, 8]
+    lines = load_points(out)
+    assert [r["key"] for r in lines] == [r["key"] for r in recs]
+    for r in lines:
+        assert r["status"] == "ok", r.get("reason")
+        assert r["knobs"]["max_num_seqs"] == r["value"]
+        assert r["knobs"]["enable_prefix_caching"] is True
+        assert r["score"]["meets_slo"] is True and r["score"]["gate_goodput"] > 0
+        assert r["valid"] is True, r["validity_issues"]
+        assert r["diagnosis"]["constraint"] in ("queue", "prefill", "decode", "kv", "none")
+        assert r["diagnosis"]["why_en"]
+        assert r["bench"]["completed"] == W.num_prompts
+        assert Path(r["files"]["metrics"]).read_text().count("\n") >= 1
+        assert r["serve_cmd"].startswith("vllm serve fake-model --enable-prefix-caching "
+                                         f"--max-num-seqs {r['value']} --host 127.0.0.1")
+    assert len(_starts(tmp_path)) == 2
+    assert best_point(recs)["value"] in (2, 8)
+
+
+def test_failed_points_are_recorded_and_the_sweep_goes_on(tmp_path: Path, fake_vllm: Path,
+                                                          ) -> None:
+    recs = sweep("fake-model", "gpu_memory_utilization", [0.1, 0.99, 0.9], workload=W,
+                 slo=SLO_LOOSE, out_dir=tmp_path / "o", early_stop=False, **FAST)
+    assert [r["status"] for r in recs] == ["failed", "failed", "ok"]
+    assert recs[0]["reason"].startswith("weights do not fit")
+    assert recs[1]["reason"].startswith("CUDA out of memory")
+    recs = sweep("fake-model", "max_model_len", [65536], workload=W, slo=SLO_LOOSE,
+                 out_dir=tmp_path / "o", **FAST)
+    assert recs[0]["reason"].startswith("not enough KV cache memory for max_model_len 65536")
+    assert len(load_points(tmp_path / "o")) == 4
+    for s in _starts(tmp_path):
+        assert group_pids(s["pid"]) == []
+
+
+def test_server_dying_mid_bench_is_a_failed_point(tmp_path: Path, fake_vllm: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_VLLM_DIE_AFTER", "5")  # 2 warm-up + 3 measured requests
+    recs = sweep("fake-model", "max_num_seqs", [4], workload=W, slo=SLO_LOOSE,
+                 out_dir=tmp_path / "o", **FAST)
+    assert recs[0]["status"] == "failed"
+    assert recs[0]["reason"].startswith("server died during the bench: ")
+    assert "EngineDeadError" in recs[0]["reason"]
+
+
+def test_bad_values_are_rejected_before_any_server_starts(tmp_path: Path, fake_vllm: Path
+                                                          ) -> None:
+    with pytest.raises(knobs.KnobError, match=r"^max_num_seqs=-1: "):
+        sweep("fake-model", "max_num_seqs", [8, -1], workload=W, slo=SLO_LOOSE,
+              out_dir=tmp_path / "o", **FAST)
+    # 0.26.0 default max_num_batched_tokens on a 24 GiB GPU is 2048 < 4096
+    with pytest.raises(knobs.KnobError, match="couple=True"):
+        sweep("fake-model", "max_num_seqs", [64, 4096], workload=W, slo=SLO_LOOSE,
+              out_dir=tmp_path / "o", **FAST)
+    with pytest.raises(knobs.KnobError):
+        sweep("fake-model", "no_such_knob", [1], workload=W, slo=SLO_LOOSE,
+              out_dir=tmp_path / "o", **FAST)
+    assert _starts(tmp_path) == []
+    assert not (tmp_path / "o" / "points.jsonl").exists()
+
+
+def test_couple_raises_max_num_batched_tokens(tmp_path: Path, fake_vllm: Path) -> None:
+    assert couple_knobs({"max_num_seqs": 4096}, "max_num_seqs", 24.0) == (
+        {"max_num_seqs": 4096, "max_num_batched_tokens": 4096}, {"max_num_batched_tokens": 4096})
+    assert couple_knobs({"max_num_seqs": 512}, "max_num_seqs", 141.0)[1] == {}  # H200: 8192
+    assert couple_knobs({"max_num_batched_tokens": 128}, "max_num_batched_tokens", 24.0)[1] == {
+        "max_num_seqs": 128}
+    recs = sweep("fake-model", "max_num_seqs", [4096], workload=W, slo=SLO_LOOSE,
+                 out_dir=tmp_path / "o", couple=True, **FAST)
+    assert recs[0]["status"] == "ok", recs[0].get("reason")
+    assert recs[0]["coupled"] == {"max_num_batched_tokens": 4096}
+    assert "--max-num-batched-tokens 4096" in recs[0]["serve_cmd"]
+
+
+def test_interrupted_sweep_resumes_without_loss_or_repeat(tmp_path: Path, fake_vllm: Path
+                                                          ) -> None:
+    out = tmp_path / "o"
+    seen: list[int] = []
+
+    def interrupt_after_two(rec: dict) -> None:
+        seen.append(rec["value"])
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    values = [1, 2, 4, 8]
+    with pytest.raises(KeyboardInterrupt):
+        sweep("fake-model", "max_num_seqs", values, workload=W, slo=SLO_LOOSE, out_dir=out,
+              early_stop=False, on_point=interrupt_after_two, **FAST)
+    assert len(_starts(tmp_path)) == 2
+    assert [r["value"] for r in load_points(out)] == [1, 2]
+    with open(out / "points.jsonl", "a") as fh:  # a writer killed mid-line
+        fh.write('{"key": "torn')
+    recs = sweep("fake-model", "max_num_seqs", values, workload=W, slo=SLO_LOOSE, out_dir=out,
+                 early_stop=False, **FAST)
+    assert [r["value"] for r in recs] == values
+    assert len(_starts(tmp_path)) == 4  # 2 before + 2 new: nothing repeated
+    keys = [r["key"] for r in load_points(out)]
+    assert len(keys) == len(set(keys)) == 4
+    for s in _starts(tmp_path):
+        assert group_pids(s["pid"]) == []
+    # a third run with everything done starts nothing
+    sweep("fake-model", "max_num_seqs", values, workload=W, slo=SLO_LOOSE, out_dir=out, **FAST)
+    assert len(_starts(tmp_path)) == 4
+    # resume=False measures again
+    sweep("fake-model", "max_num_seqs", [1], workload=W, slo=SLO_LOOSE, out_dir=out,
+          resume=False, **FAST)
+    assert len(_starts(tmp_path)) == 5
+
+
+def _rec(value: int, goodput: float, meets: bool = True, status: str = "ok") -> dict:
+    return {"knob": "max_num_seqs", "value": value, "status": status,
+            "score": {"gate_goodput": goodput if meets else 0.0, "meets_slo": meets,
+                      "violations": [] if meets else ["p99 TPOT 60.0 ms > 50 ms"]}}
+
+
+def test_early_stop_rules() -> None:
+    assert _early_stop([_rec(1, 5), _rec(2, 6), _rec(3, 7)], patience=2, min_gain=0) is None
+    assert "stopped improving" in _early_stop([_rec(1, 5), _rec(2, 4), _rec(3, 5)], 2, 0)
+    assert _early_stop([_rec(1, 5), _rec(2, 4)], 2, 0) is None
+    assert "stopped improving" in _early_stop([_rec(1, 5), _rec(2, 5.1)], 1, 0.05)
+    broke = _early_stop([_rec(1, 0, meets=False), _rec(2, 5), _rec(3, 0, meets=False)], 9, 0)
+    assert broke.startswith("SLO broke at max_num_seqs=3 (p99 TPOT")
+    # nothing met the SLO yet: keep going
+    assert _early_stop([_rec(1, 0, meets=False), _rec(2, 0, meets=False)], 1, 0) is None
+
+
+def test_early_stop_in_a_sweep(tmp_path: Path, fake_vllm: Path) -> None:
+    recs = sweep("fake-model", "max_num_seqs", [4, 5, 6, 7], workload=W, slo=SLO_LOOSE,
+                 out_dir=tmp_path / "o", patience=1, min_gain=10.0, **FAST)
+    assert len(recs) == 2  # the 2nd point cannot gain 1000 %: stop
+    assert len(_starts(tmp_path)) == 2
+
+
+def test_tune_keeps_a_value_that_lifts_goodput(tmp_path: Path, fake_vllm: Path) -> None:
+    # one slot and 16 requests at once: TTFT p99 queues far past 300 ms -> gate goodput 0
+    w = Workload(input_len=16, output_len=24, num_prompts=16)
+    slo = SLO.parse("ttft:300 tpot:200")
+    summary = tune("fake-model", {"max_num_seqs": [1, 16]}, workload=w, slo=slo,
+                   out_dir=tmp_path / "t", base_knobs={"max_num_seqs": 1}, max_steps=2, **FAST)
+    steps = [json.loads(x) for x in (tmp_path / "t" / "tune.jsonl").read_text().splitlines()]
+    assert steps[0]["kind"] == "baseline" and steps[0]["gate_goodput"] == 0.0
+    assert steps[0]["diagnosis"]["constraint"] == "queue"
+    assert "max_num_seqs" in steps[0]["diagnosis"]["knobs"]
+    assert steps[1]["kind"] == "sweep" and steps[1]["knob"] == "max_num_seqs"
+    assert steps[1]["values_tried"] == [16]
+    assert steps[1]["kept"] is True and steps[1]["best_value"] == 16
+    assert steps[-1]["kind"] == "summary"
+    assert summary["knobs"]["max_num_seqs"] == 16
+    assert summary["serve_command"] == "vllm serve fake-model --max-num-seqs 16"
+    assert summary["stop_reason"]
+    assert summary["gate_goodput"] and summary["gate_goodput"] > 0
+    n = len(_starts(tmp_path))
+    # the same tune again replays every point from points.jsonl: no server starts
+    again = tune("fake-model", {"max_num_seqs": [1, 16]}, workload=w, slo=slo,
+                 out_dir=tmp_path / "t", base_knobs={"max_num_seqs": 1}, max_steps=2, **FAST)
+    assert len(_starts(tmp_path)) == n
+    assert again["serve_command"] == summary["serve_command"]
+
+
+def test_tune_respects_the_gpu_budget(tmp_path: Path, fake_vllm: Path) -> None:
+    summary = tune("fake-model", {"max_num_seqs": [8]}, workload=W, slo=SLO_LOOSE,
+                   out_dir=tmp_path / "t", gpu_minutes=0.5, est_point_minutes=1.0, **FAST)
+    assert summary["stop_reason"].startswith("GPU budget")
+    assert _starts(tmp_path) == []
+
+
+def test_tune_rejects_bad_candidates_first(tmp_path: Path, fake_vllm: Path) -> None:
+    with pytest.raises(knobs.KnobError):
+        tune("fake-model", {"max_num_seqs": [0]}, workload=W, slo=SLO_LOOSE,
+             out_dir=tmp_path / "t", **FAST)
+    assert _starts(tmp_path) == []
+
+
+def test_cli_sweep(tmp_path: Path, fake_vllm: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    add_cli(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args([
+        "sweep", "--model", "fake-model", "--knob", "max_num_seqs", "--values", "2,4",
+        "--slo", "ttft:5000 tpot:1000", "--rate", "400", "--out", str(tmp_path / "o"),
+        "--load-format", "dummy", "--input-len", "16", "--output-len", "8",
+        "--num-prompts", "10", "--no-progress", "--startup-timeout", "20",
+        "--gpu-memory-gib", "24",
+    ])
+    assert args.func(args) == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [r["value"] for r in rows] == [2, 4]
+    assert all(r["status"] == "ok" for r in rows)
+    assert all("--load-format" in s["argv"] for s in _starts(tmp_path))
+    targs = parser.parse_args(["tune", "--model", "m", "--slo", "ttft:300", "--out", "o",
+                               "--candidate", "max_num_seqs=64,128", "--gpu-minutes", "20"])
+    assert targs.candidate == ["max_num_seqs=64,128"] and targs.gpu_minutes == 20
+
+
+# ---------------------------------------------------------------- real vLLM 0.26.0 (GPU host)
+
+
+@pytest.mark.gpu
+def test_real_vllm_sweep_point(tmp_path: Path) -> None:
+    """The real path: `vllm serve` + `vllm bench serve` on a GPU, dummy weights.
+
+    COURSE_GPU_MODEL: a model folder (course_utils.modelfolder) or HF id available offline.
+    """
+    import os
+
+    from course_utils.server import gpu_memory_used_mib
+
+    model = os.environ.get("COURSE_GPU_MODEL")
+    assert model, "set COURSE_GPU_MODEL to a model folder for the GPU tests"
+    out = tmp_path / "real"
+    recs = sweep(model, "max_num_seqs", [128], workload=Workload(num_prompts=100,
+                                                                 request_rate=20),
+                 slo=SLO.parse("ttft:300 tpot:50"), out_dir=out,
+                 base_knobs={"max_model_len": 4096},
+                 server_kwargs={"load_format": "dummy", "startup_timeout_s": 480},
+                 bench_kwargs={"timeout_s": 300}, progress=False)
+    r = recs[0]
+    assert r["status"] == "ok", r.get("reason")
+    assert r["valid"], r["validity_issues"]
+    assert r["bench"]["completed"] == 100
+    assert r["load"]["n_under_load"] > 0
+    assert r["diagnosis"]["constraint"] in ("queue", "prefill", "decode", "kv", "none")
+    used = gpu_memory_used_mib()
+    assert used is None or used < 4096, f"GPU memory still in use after stop: {used} MiB"
+
+
+@pytest.mark.gpu
+def test_real_vllm_failed_start_is_classified(tmp_path: Path) -> None:
+    """0.05 x 140 GiB is less than the 14.3 GiB of bf16 7B weights: a failed point, one line."""
+    import os
+
+    model = os.environ.get("COURSE_GPU_MODEL")
+    assert model, "set COURSE_GPU_MODEL to a model folder for the GPU tests"
+    recs = sweep(model, "gpu_memory_utilization", [0.05], workload=Workload(num_prompts=10),
+                 slo=SLO.parse("ttft:300 tpot:50"), out_dir=tmp_path / "fail",
+                 base_knobs={"max_model_len": 4096},
+                 server_kwargs={"load_format": "dummy", "startup_timeout_s": 300},
+                 progress=False)
+    r = recs[0]
+    assert r["status"] == "failed"
+    print("real failure reason:", r["reason"])
+    assert r["reason"].startswith(("weights do not fit", "CUDA out of memory",
+                                   "not enough KV cache memory")), r["reason"]

@@ -1,0 +1,544 @@
+"""What the two lab notebooks call beyond the harness: the knee scan, replay, plots, files.
+
+- ``knee_scan``: lab 02 step 0. ONE `vllm serve` (server starts are the expensive part),
+  one ``vllm bench serve`` per offered rate with /metrics sampled during each run, a
+  diagnosis per rate; one JSON line per rate in ``knee.jsonl`` (resumable).
+- ``replay_tune``: re-derives the loop's kept configuration from the recorded points with
+  the same rule as ``sweep.tune`` (best valid point that meets the SLO, kept only when its
+  gate goodput beats the current one by the plateau fraction), so replay checks the
+  analysis against what the GPU run chose.
+- plots (matplotlib, Agg), results-folder discovery, and the environment record.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BATCH1_FILE",
+    "KNEE_FILE",
+    "knee_scan",
+    "pick_knee",
+    "load_jsonl",
+    "latest_results",
+    "replay_tune",
+    "tune_summary",
+    "point_files",
+    "environment",
+    "plot_knee",
+    "plot_goodput",
+    "plot_latency_box",
+    "plot_series",
+    "plot_triple",
+    "repo_root",
+    "measured_minutes",
+    "run_label",
+]
+
+KNEE_FILE = "knee.jsonl"
+BATCH1_FILE = "batch1.jsonl"
+
+
+def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Records of a JSONL file; [] when it is missing; a torn last line is ignored."""
+    p = Path(path)
+    if not p.is_file():
+        return []
+    out = []
+    for line in p.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+def _append(path: Path, rec: Mapping[str, Any]) -> None:
+    from course_utils.sweep import _append_jsonl  # one writer for all lab JSONL
+
+    _append_jsonl(path, rec)
+
+
+def _rate_key(rate: float) -> str:
+    return "inf" if math.isinf(rate) else f"{float(rate):g}"
+
+
+# --------------------------------------------------------------------------------------
+# knee scan (lab 02 step 0)
+# --------------------------------------------------------------------------------------
+
+
+def knee_scan(
+    model: str,
+    rates: Sequence[float],
+    *,
+    workload: Any,
+    slo: Any,
+    out_dir: str | Path,
+    base_knobs: Mapping[str, Any] | None = None,
+    server_kwargs: Mapping[str, Any] | None = None,
+    bench_kwargs: Mapping[str, Any] | None = None,
+    warmup_prompts: int = 8,
+    metrics_interval_s: float = 0.5,
+    gpu_memory_gib: float | None = None,
+    batch1_prompts: int = 0,
+    progress: Callable[[str], None] | None = print,
+) -> list[dict[str, Any]]:
+    """Offered-rate scan on one server; returns records in ``rates`` order (resumed ones too).
+
+    With ``batch1_prompts`` > 0 the same server also runs that many requests one at a time
+    (``--max-concurrency 1``): the batch-1 TPOT to hold against the roofline floor
+    (``capacity.tpot_floor_ms``), one line in ``batch1.jsonl``.
+    """
+    from dataclasses import replace
+
+    from course_utils import knobs as knobs_mod
+    from course_utils.bench import BenchError, run_bench, validity_issues, warmup
+    from course_utils.diagnose import diagnose
+    from course_utils.metrics import MetricsSampler, summarize
+    from course_utils.server import ServerStartError, VllmServer
+    from course_utils.server import gpu_memory_gib as _gpu_gib
+    from course_utils.slo import score
+
+    out = Path(out_dir)
+    kdir = out / "knee"
+    kdir.mkdir(parents=True, exist_ok=True)
+    path = out / KNEE_FILE
+    done = {r["rate_key"]: r for r in load_jsonl(path)}
+    todo = [r for r in rates if _rate_key(r) not in done]
+    b1_path = out / BATCH1_FILE
+    need_b1 = batch1_prompts > 0 and not load_jsonl(b1_path)
+    knobs = dict(base_knobs or {})
+    gib = gpu_memory_gib if gpu_memory_gib is not None else (_gpu_gib() or 24.0)
+    mns = knobs.get("max_num_seqs") or knobs_mod.default("max_num_seqs", gpu_memory_gib=gib)
+    say = progress or (lambda _m: None)
+    if todo or need_b1:
+        srv = VllmServer(model, knobs, log_path=kdir / "serve.log", **dict(server_kwargs or {}))
+        try:
+            with srv:
+                say(f"knee: server up in {srv.startup_s:.0f} s; rates {[_rate_key(r) for r in todo]}")
+                warmup(srv.base_url, model, workload, num_prompts=warmup_prompts)
+                for rate in todo:
+                    rk = _rate_key(rate)
+                    w = replace(workload, request_rate=float(rate))
+                    rdir = kdir / f"rate-{rk}"
+                    t0 = time.monotonic()
+                    sampler = MetricsSampler(srv.metrics_url, interval_s=metrics_interval_s)
+                    rec: dict[str, Any] = {"rate": rk, "rate_key": rk, "knobs": knobs,
+                                           "server_startup_s": round(srv.startup_s or 0.0, 2),
+                                           "workload": w.to_dict(), "slo": str(slo),
+                                           "serve_cmd": shlex.join(srv.argv),
+                                           "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+                    try:
+                        with sampler:
+                            res = run_bench(srv.base_url, model, w, slo, rdir, "bench.json",
+                                            **dict(bench_kwargs or {}))
+                    except BenchError as exc:
+                        sampler.save_jsonl(rdir / "metrics.jsonl")
+                        rec.update(status="failed", reason=f"bench failed: {exc.reason}")
+                    else:
+                        sampler.save_jsonl(rdir / "metrics.jsonl")
+                        targets = {}
+                        for pair in slo.goodput_args():
+                            k, _, v = str(pair).partition(":")
+                            targets[k] = float(v)
+                        res.raw["goodput_slo"] = targets
+                        sc = score(res, slo)
+                        diag = diagnose(sampler.samples, res, slo, max_num_seqs=int(mns))
+                        raw = res.raw
+                        rec.update(
+                            status="ok", reason=None,
+                            validity_issues=validity_issues(raw, w),
+                            request_throughput=raw.get("request_throughput"),
+                            request_goodput=sc.request_goodput,
+                            gate_goodput=sc.gate_goodput, meets_slo=sc.meets_slo,
+                            violations=list(sc.violations),
+                            output_throughput=raw.get("output_throughput"),
+                            p99_ttft_ms=res.percentile("ttft", 99),
+                            p99_tpot_ms=res.percentile("tpot", 99),
+                            max_concurrent_requests=raw.get("max_concurrent_requests"),
+                            load=summarize(sampler.samples).as_dict(),
+                            diagnosis={**diag.as_dict(), "why_en": diag.why("en"),
+                                       "why_zh": diag.why("zh")},
+                        )
+                    rec["elapsed_s"] = round(time.monotonic() - t0, 2)
+                    _append(path, rec)
+                    done[rk] = rec
+                    say(f"knee: rate {rk}: " + (
+                        f"{rec['request_throughput']:.2f} req/s done, goodput "
+                        f"{rec['gate_goodput']:.2f}, {rec['diagnosis']['constraint']}"
+                        if rec["status"] == "ok" else rec["reason"]))
+                if need_b1:
+                    w1 = replace(workload, num_prompts=batch1_prompts, request_rate=math.inf,
+                                 max_concurrency=1)
+                    b1: dict[str, Any] = {"workload": w1.to_dict(), "knobs": knobs,
+                                          "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+                    try:
+                        res = run_bench(srv.base_url, model, w1, slo, kdir / "batch1",
+                                        "bench.json", **dict(bench_kwargs or {}))
+                    except BenchError as exc:
+                        b1.update(status="failed", reason=f"bench failed: {exc.reason}")
+                    else:
+                        raw = res.raw
+                        b1.update(status="ok", reason=None,
+                                  **{k: raw.get(k) for k in ("median_tpot_ms", "mean_tpot_ms",
+                                                             "p99_tpot_ms", "median_itl_ms",
+                                                             "completed")})
+                    _append(b1_path, b1)
+                    say(f"batch 1: median TPOT {b1.get('median_tpot_ms')} ms"
+                        if b1["status"] == "ok" else f"batch 1: {b1['reason']}")
+        except ServerStartError as exc:
+            for rate in todo:
+                rk = _rate_key(rate)
+                if rk not in done:
+                    rec = {"rate": rk, "rate_key": rk, "knobs": knobs, "status": "failed",
+                           "reason": exc.reason}
+                    _append(path, rec)
+                    done[rk] = rec
+    return [done[_rate_key(r)] for r in rates if _rate_key(r) in done]
+
+
+def pick_knee(records: Sequence[Mapping[str, Any]], keep_up: float = 0.8) -> dict[str, Any]:
+    """The knee: the highest finite offered rate that met the SLO while keeping up: it
+    completed at least ``keep_up`` of the offered rate (a short Poisson run completes a
+    little under it), or its diagnosis was not a queue. The first rate above it that did
+    not is the overloaded one."""
+    ok = sorted((r for r in records if r.get("status") == "ok" and r["rate"] != "inf"),
+                key=lambda r: float(r["rate"]))
+    knee = None
+    over = None
+    for r in ok:
+        rate = float(r["rate"])
+        keeps = (r.get("request_throughput") or 0) >= keep_up * rate
+        queued = (r.get("diagnosis") or {}).get("constraint") == "queue"
+        if r.get("meets_slo") and (keeps or not queued):
+            knee = rate
+        elif over is None and knee is not None:
+            over = rate
+    if knee is None:
+        why = "no tested rate met the SLO: lower the rates (or the SLO is out of reach)"
+    elif over is None:
+        why = f"every tested rate up to {knee:g} req/s met the SLO: the knee is higher"
+    else:
+        why = f"knee between {knee:g} and {over:g} req/s"
+    return {"knee_rate": knee, "overloaded_rate": over, "why": why}
+
+
+# --------------------------------------------------------------------------------------
+# results folders and replay
+# --------------------------------------------------------------------------------------
+
+
+def latest_results(root: str | Path = "labs/results", prefix: str = "", need: str = "") -> Path | None:
+    """Newest ``<gpu>-<date>`` folder under ``root`` (by name; dates sort), optionally one
+    that contains ``need`` (e.g. "slo/tune.jsonl")."""
+    r = Path(root)
+    if not r.is_dir():
+        return None
+    found = sorted(p for p in r.iterdir() if p.is_dir() and p.name.startswith(prefix)
+                   and (not need or (p / need).exists()))
+    return found[-1] if found else None
+
+
+def point_files(results_dir: str | Path, rec: Mapping[str, Any]) -> dict[str, Path]:
+    """A point's files, found by key under ``results_dir`` (recorded paths are absolute
+    on the machine that ran it)."""
+    pdir = Path(results_dir) / "points" / str(rec.get("key"))
+    return {"server_log": pdir / "serve.log", "bench_json": pdir / "bench.json",
+            "bench_log": pdir / "bench.log", "metrics": pdir / "metrics.jsonl"}
+
+
+def tune_summary(results_dir: str | Path) -> dict[str, Any] | None:
+    recs = [r for r in load_jsonl(Path(results_dir) / "tune.jsonl") if r.get("kind") == "summary"]
+    return recs[-1] if recs else None
+
+
+def replay_tune(results_dir: str | Path, plateau: float = 0.02) -> dict[str, Any]:
+    """Re-derive the kept knobs from tune.jsonl's steps and the recorded points.
+
+    Uses ``sweep.best_point`` on each step's points (looked up by tag and value) and the
+    keep rule of ``sweep.tune``; returns {"knobs", "gate_goodput", "steps": [...]}.
+    """
+    from course_utils.sweep import best_point, load_points
+
+    d = Path(results_dir)
+    points = load_points(d)
+    steps = [s for s in load_jsonl(d / "tune.jsonl") if s.get("kind") in ("baseline", "sweep")]
+    if not steps or steps[0]["kind"] != "baseline":
+        raise ValueError(f"{d}: no baseline step in tune.jsonl")
+    base = next((p for p in points if p["key"] == steps[0].get("point")), None)
+    if base is None or base.get("status") != "ok":
+        raise ValueError(f"{d}: baseline point missing or failed")
+    knobs = dict(base["knobs"])
+    goodput = float(base["score"]["gate_goodput"])
+    trail = [{"step": 0, "knobs": dict(knobs), "gate_goodput": goodput}]
+    for s in steps[1:]:
+        tag = f"tune-step-{s['step']}"
+        recs = [p for p in points if p.get("tag") == tag and p.get("knob") == s["knob"]
+                and p.get("value") in s.get("values_tried", [])]
+        best = best_point(recs)
+        kept = False
+        if best is not None:
+            g = float(best["score"]["gate_goodput"])
+            gain = math.inf if goodput <= 0 else (g - goodput) / goodput
+            kept = g > goodput and gain >= plateau
+            if kept:
+                knobs, goodput = dict(best["knobs"]), g
+        trail.append({"step": s["step"], "knob": s["knob"], "kept": kept,
+                      "best_value": best["value"] if best else None,
+                      "knobs": dict(knobs), "gate_goodput": goodput})
+    return {"knobs": knobs, "gate_goodput": goodput, "steps": trail}
+
+
+def repo_root(start: str | Path | None = None) -> Path | None:
+    """The course repo above ``start`` (default: the cwd), found by labs/data/; else None."""
+    base = Path(start or Path.cwd()).resolve()
+    for d in (base, *base.parents):
+        if (d / "labs" / "data" / "small_eval.jsonl").is_file():
+            return d
+    return None
+
+
+def run_label(run_dir: str | Path) -> str:
+    """'H200, 2026-11-29' from a results folder named ``h200-2026-11-29``."""
+    name = Path(run_dir).name
+    gpu, _, date = name.partition("-")
+    return f"{gpu.upper()}, {date}" if date else name
+
+
+def measured_minutes(run_dir: str | Path) -> dict[str, float | None]:
+    """Device minutes per lab of a recorded run: the wall time of each device command in
+    ``commands.log`` (tools/gpu/run_lab.sh writes it), summed per notebook; without that
+    log, the recorded per-point times (points only: start-ups between them not counted)."""
+    d = Path(run_dir)
+    out: dict[str, float | None] = {"knobs": None, "slo": None}
+    log = d / "commands.log"
+    if log.is_file():
+        current = None
+        for line in log.read_text().splitlines():
+            if " $ " in line:
+                current = ("knobs" if "01_knob_sweep" in line
+                           else "slo" if "02_slo_loop" in line else None)
+            elif current and " wall=" in line:
+                secs = float(line.rsplit("wall=", 1)[1].rstrip("s"))
+                out[current] = (out[current] or 0.0) + secs / 60.0
+    if out["knobs"] is None:
+        recs = load_jsonl(d / "knobs" / "results.jsonl")
+        if recs:
+            out["knobs"] = sum(float(r.get("wall_s") or 0) for r in recs) / 60.0
+    if out["slo"] is None:
+        recs = load_jsonl(d / "slo" / "points.jsonl") + load_jsonl(d / "slo" / KNEE_FILE)
+        if recs:
+            out["slo"] = sum(float(r.get("elapsed_s") or 0) for r in recs) / 60.0
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# environment record
+# --------------------------------------------------------------------------------------
+
+
+def _run(cmd: Sequence[str]) -> str:
+    try:
+        return subprocess.run(list(cmd), capture_output=True, text=True, timeout=60,
+                              check=False).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def environment() -> dict[str, Any]:
+    """Driver, GPU, CUDA, torch and vLLM versions of this machine (no import of vLLM when
+    it is absent; never raises)."""
+    env: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform()}
+    env["nvidia_smi"] = _run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                              "--format=csv,noheader"]) or None
+    for mod in ("torch", "vllm", "transformers"):
+        try:
+            m = __import__(mod)
+            env[mod] = getattr(m, "__version__", "?")
+        except Exception as exc:  # noqa: BLE001 - any import failure is "absent"
+            env[mod] = None
+            env[f"{mod}_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    try:
+        import torch
+
+        env["torch_cuda"] = torch.version.cuda
+        env["cuda_available"] = bool(torch.cuda.is_available())
+        if env["cuda_available"]:
+            env["gpu"] = torch.cuda.get_device_name(0)
+            env["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 2)
+    except Exception:  # noqa: BLE001
+        pass
+    env["env"] = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES", "VLLM_USE_MODELSCOPE",
+                                             "HF_ENDPOINT", "VLLM_USE_FLASHINFER_SAMPLER")
+                  if k in os.environ}
+    return env
+
+
+# --------------------------------------------------------------------------------------
+# plots (each saves a PNG and returns the figure)
+# --------------------------------------------------------------------------------------
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    if not os.environ.get("MPLBACKEND") and "ipykernel" not in sys.modules:
+        matplotlib.use("Agg")  # scripts and tests; a notebook keeps its inline backend
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: str | Path | None) -> Any:
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+    return fig
+
+
+def plot_knee(records: Sequence[Mapping[str, Any]], path: str | Path | None = None) -> Any:
+    """Completed throughput and gate goodput against the offered rate."""
+    plt = _plt()
+    ok = sorted((r for r in records if r.get("status") == "ok" and r["rate"] != "inf"),
+                key=lambda r: float(r["rate"]))
+    x = [float(r["rate"]) for r in ok]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.plot(x, [r["request_throughput"] for r in ok], "o-", label="throughput (req/s)")
+    ax.plot(x, [r["gate_goodput"] for r in ok], "s--", label="gate goodput (req/s)")
+    ax.plot(x, [r.get("request_goodput") or 0 for r in ok], "^:", label="vLLM request_goodput")
+    if x:
+        ax.plot([0, max(x)], [0, max(x)], color="grey", lw=0.8, label="offered = completed")
+    ax.set_xlabel("offered rate (req/s)")
+    ax.set_ylabel("req/s")
+    ax.set_title("Step 0: where is the knee?")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def _by_value(points: Sequence[Mapping[str, Any]], knob: str) -> list[Mapping[str, Any]]:
+    rows = [p for p in points if p.get("knob") == knob and p.get("status") == "ok"]
+    best: dict[Any, Mapping[str, Any]] = {}
+    for p in rows:  # one point per value (the last recorded)
+        best[p["value"]] = p
+    return sorted(best.values(), key=lambda p: float(p["value"]))
+
+
+def plot_goodput(points: Sequence[Mapping[str, Any]], knob: str,
+                 path: str | Path | None = None) -> Any:
+    """Both goodput scores (gate and vLLM's per-request) and throughput against the knob."""
+    plt = _plt()
+    rows = _by_value(points, knob)
+    x = [float(p["value"]) for p in rows]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.plot(x, [p["score"]["request_throughput"] for p in rows], "o-", label="throughput")
+    ax.plot(x, [p["score"]["gate_goodput"] for p in rows], "s--", label="gate goodput")
+    ax.plot(x, [p["score"].get("request_goodput") or 0 for p in rows], "^:",
+            label="request goodput (vLLM)")
+    ax.set_xlabel(knob)
+    ax.set_ylabel("req/s")
+    ax.set_title(f"Goodput vs {knob}")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_latency_box(points: Sequence[Mapping[str, Any]], knob: str, slo: Any,
+                     path: str | Path | None = None) -> Any:
+    """p99 TTFT and p99 TPOT against the knob; the SLO drawn as the box to stay inside."""
+    plt = _plt()
+    rows = _by_value(points, knob)
+    fig, ax = plt.subplots(figsize=(5.2, 4))
+    ttft = [p["bench"].get("p99_ttft_ms") for p in rows]
+    tpot = [p["bench"].get("p99_tpot_ms") for p in rows]
+    ax.plot(tpot, ttft, "o-")
+    for p, x, y in zip(rows, tpot, ttft, strict=True):
+        if x is not None and y is not None:
+            ax.annotate(f"{p['value']}", (x, y), textcoords="offset points", xytext=(4, 4),
+                        fontsize=8)
+    if getattr(slo, "ttft_ms", None) and getattr(slo, "tpot_ms", None):
+        from matplotlib.patches import Rectangle
+
+        ax.add_patch(Rectangle((0, 0), slo.tpot_ms, slo.ttft_ms, fill=True, alpha=0.12,
+                               color="green", label=f"SLO: {slo}"))
+        ax.axhline(slo.ttft_ms, color="green", lw=0.8)
+        ax.axvline(slo.tpot_ms, color="green", lw=0.8)
+    ax.set_xscale("symlog", linthresh=10)
+    ax.set_yscale("symlog", linthresh=100)
+    ax.set_xlabel("p99 TPOT (ms)")
+    ax.set_ylabel("p99 TTFT (ms)")
+    ax.set_title(f"p99 latency vs {knob} (labels: value)")
+    ax.legend(fontsize=8, loc="upper right")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_series(samples: Sequence[Any], path: str | Path | None = None, title: str = "") -> Any:
+    """The /metrics series sampled during a load: waiting, running, KV usage."""
+    from course_utils import metrics as m
+
+    plt = _plt()
+    if not samples:
+        fig, ax = plt.subplots(figsize=(6, 3))
+        ax.text(0.5, 0.5, "no samples", ha="center")
+        return _save(fig, path)
+    t0 = samples[0].t
+    t = [s.t - t0 for s in samples]
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    ax.plot(t, [s.gauge(m.WAITING) or 0 for s in samples], label="waiting")
+    ax.plot(t, [s.gauge(m.RUNNING) or 0 for s in samples], label="running")
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("requests")
+    ax2 = ax.twinx()
+    ax2.plot(t, [100 * (s.gauge(m.KV_USAGE) or 0) for s in samples], color="tab:red",
+             lw=0.8, label="KV usage %")
+    ax2.set_ylim(0, 105)
+    ax2.set_ylabel("KV usage %")
+    ax.set_title(title or "/metrics under load")
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_triple(records: Sequence[Mapping[str, Any]], knob: str,
+                path: str | Path | None = None) -> Any:
+    """Lab 01: accuracy, output tok/s, p50/p99 latency and KV tokens against the knob."""
+    plt = _plt()
+    rows = sorted((r for r in records if r.get("status") == "ok"), key=lambda r: float(r["value"]))
+    x = [float(r["value"]) for r in rows]
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3.2))
+    acc = [r.get("accuracy") for r in rows]
+    if rows and all(a is not None for a in acc) and rows[0].get("load_format") != "dummy":
+        axes[0].plot(x, [100 * a for a in acc], "o-")
+        axes[0].set_ylim(0, 105)
+    else:
+        axes[0].text(0.5, 0.5, "accuracy: n/a\n(dummy weights)", ha="center", va="center",
+                     transform=axes[0].transAxes)
+    axes[0].set_title("quality: accuracy %")
+    axes[1].plot(x, [r.get("output_tok_s") for r in rows], "o-")
+    axes[1].set_title("output tok/s")
+    axes[2].plot(x, [r.get("latency_p50_s") for r in rows], "o-", label="p50")
+    axes[2].plot(x, [r.get("latency_p99_s") for r in rows], "s--", label="p99")
+    axes[2].set_title("per-request latency (s)")
+    axes[2].legend(fontsize=8)
+    axes[3].plot(x, [r.get("kv_cache_tokens") for r in rows], "o-")
+    axes[3].set_title("GPU KV cache (tokens)")
+    for ax in axes:
+        ax.set_xlabel(knob)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path)

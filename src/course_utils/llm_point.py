@@ -1,0 +1,496 @@
+"""Lab 01's sweep point: ``LLM(...)`` in a fresh subprocess, measuring the triple.
+
+One point = one knob setting. The parent starts ``python -m course_utils.llm_point``
+(its own process group, so the engine's GPU memory goes back when it exits: one Python
+process does not reliably free an engine), waits, reads the child's result JSON and its
+log, and appends ONE JSON line per point to ``results.jsonl`` right away. A point already
+in that file (ok or failed) is not run again, so an interrupted sweep resumes.
+
+The child measures, with fixed sampling (temperature, seed):
+1. quality: ``LLM.chat`` over the eval set, scored by ``course_utils.evalset``; with
+   ``load_format="dummy"`` (random weights) accuracy is not measured and stays ``None``;
+2. speed: ``load_prompts`` chat requests submitted at once with ``ignore_eos=True`` and
+   ``max_tokens`` each: output tokens/s over the wall time, and per-request latency
+   p50/p99 from vLLM's request timestamps (``RequestOutput.metrics``, present when
+   ``disable_log_stats=False``; ``last_token_ts - queued_ts``, both engine-core monotonic:
+   vllm/v1/metrics/stats.py RequestStateStats);
+3. capacity: the KV-cache size vLLM logs at start-up.
+
+vLLM 0.26.0 log lines parsed (quoted from the source):
+- v1/core/kv_cache_utils.py: ``"GPU KV cache size: %s tokens"`` (``f"{num_tokens:,}"``) and
+  ``"Maximum concurrency for %s tokens per request: %.2fx"``;
+- v1/worker/gpu_worker.py: ``"Available KV cache memory: %s GiB"``;
+- v1/worker/gpu_model_runner.py: ``"Model loading took %s GiB memory and %.6f seconds"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import hashlib
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "LLM_STARTUP_S_H200",
+    "PointSpec",
+    "point_key",
+    "parse_startup_log",
+    "run_point",
+    "sweep_llm",
+    "load_results",
+    "write_csv",
+    "estimate_minutes",
+    "verdict",
+    "fmt_accuracy",
+]
+
+# measured: `LLM(...)` of a Qwen2.5-7B-shaped model, constructor to ready, on one H200
+# (shared/offline-gpu/README.md, 2026-11-29); used only until a point of this sweep finishes
+LLM_STARTUP_S_H200 = 115.0
+RUN_S_GUESS = 30.0  # eval + load passes, before any point has been measured
+
+_KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
+_MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+_KV_GIB = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
+_WEIGHTS = re.compile(r"Model loading took ([\d.]+) GiB")
+
+
+# --------------------------------------------------------------------------------------
+# the spec of one point and its key
+# --------------------------------------------------------------------------------------
+
+PointSpec = dict[str, Any]
+
+
+def point_key(spec: Mapping[str, Any]) -> str:
+    """Stable id of a point: everything that changes what is measured."""
+    keep = {k: spec[k] for k in sorted(spec) if k not in {"result_path", "label"}}
+    blob = json.dumps(keep, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def parse_startup_log(text: str) -> dict[str, float | int | None]:
+    """KV-cache size, max concurrency, KV memory and weight memory from a vLLM log."""
+
+    def last(rx: re.Pattern[str]) -> re.Match[str] | None:
+        found = None
+        for found in rx.finditer(text):  # noqa: B007 - the last one wins
+            pass
+        return found
+
+    kv = last(_KV_TOKENS)
+    conc = last(_MAX_CONC)
+    gib = last(_KV_GIB)
+    weights = last(_WEIGHTS)
+    return {
+        "kv_cache_tokens": int(kv.group(1).replace(",", "")) if kv else None,
+        "max_concurrency": float(conc.group(2)) if conc else None,
+        "kv_cache_gib": float(gib.group(1)) if gib else None,
+        "weights_gib": float(weights.group(1)) if weights else None,
+    }
+
+
+def _percentiles(values: Sequence[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    import numpy as np
+
+    arr = np.asarray(values, dtype=float)
+    return float(np.percentile(arr, 50)), float(np.percentile(arr, 99))
+
+
+# --------------------------------------------------------------------------------------
+# the child: runs inside the fresh process
+# --------------------------------------------------------------------------------------
+
+
+def _child(spec: Mapping[str, Any]) -> dict[str, Any]:
+    from vllm import LLM, SamplingParams
+
+    from course_utils import evalset
+
+    knobs = dict(spec.get("knobs") or {})
+    t0 = time.monotonic()
+    llm = LLM(
+        model=spec["model"],
+        tokenizer=spec.get("tokenizer") or None,
+        load_format=spec.get("load_format") or "auto",
+        max_model_len=spec.get("max_model_len"),
+        seed=spec.get("seed", 0),
+        disable_log_stats=False,  # keeps RequestOutput.metrics (per-request timestamps)
+        **knobs,
+    )
+    startup_s = time.monotonic() - t0
+
+    items = evalset.load_items(spec["eval_set"])
+    convos = [evalset.messages(it) for it in items]
+    temperature = float(spec.get("temperature", 0.0))
+    max_tokens = int(spec.get("max_tokens", 128))
+    seed = int(spec.get("seed", 0))
+    dummy = spec.get("load_format") == "dummy"
+
+    # 1) quality on the eval set
+    sp = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed)
+    t1 = time.monotonic()
+    outs = llm.chat(convos, sp, use_tqdm=False)
+    eval_s = time.monotonic() - t1
+    texts = [o.outputs[0].text for o in outs]
+    scored = None if dummy else evalset.score(items, texts)
+
+    # 2) speed: a fixed batch, every request generates exactly max_tokens
+    n = int(spec.get("load_prompts", 256))
+    load_convos = []
+    for i in range(n):
+        msgs = [dict(m) for m in convos[i % len(convos)]]
+        msgs[-1]["content"] = f"({i}) {msgs[-1]['content']}"  # no two prompts identical
+        load_convos.append(msgs)
+    sp_load = SamplingParams(
+        temperature=temperature, max_tokens=max_tokens, seed=seed, ignore_eos=True
+    )
+    t2 = time.monotonic()
+    louts = llm.chat(load_convos, sp_load, use_tqdm=False)
+    load_s = time.monotonic() - t2
+    gen = sum(len(o.outputs[0].token_ids) for o in louts)
+    lat, ttft = [], []
+    for o in louts:
+        m = getattr(o, "metrics", None)
+        if m is None or not getattr(m, "queued_ts", 0) or not getattr(m, "last_token_ts", 0):
+            continue
+        lat.append(m.last_token_ts - m.queued_ts)
+        if getattr(m, "first_token_ts", 0):
+            ttft.append(m.first_token_ts - m.queued_ts)
+    p50, p99 = _percentiles(lat)
+    t50, t99 = _percentiles(ttft)
+
+    import vllm
+
+    return {
+        "status": "ok",
+        "vllm_version": getattr(vllm, "__version__", None),
+        "startup_s": startup_s,
+        "eval_s": eval_s,
+        "eval_n": len(items),
+        "eval_correct": None if scored is None else scored["correct"],
+        "accuracy": None if scored is None else scored["accuracy"],
+        "accuracy_note": "n/a: dummy weights, quality not measured" if dummy else "",
+        "eval_outputs": {it.id: t for it, t in zip(items, texts, strict=True)},
+        "load_prompts": n,
+        "load_s": load_s,
+        "output_tokens": gen,
+        "output_tok_s": gen / load_s if load_s > 0 else None,
+        "latency_p50_s": p50,
+        "latency_p99_s": p99,
+        "ttft_p50_s": t50,
+        "ttft_p99_s": t99,
+        "latency_n": len(lat),
+    }
+
+
+def _child_main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m course_utils.llm_point")
+    ap.add_argument("spec", help="point spec JSON (written by run_point)")
+    args = ap.parse_args(argv)
+    spec = json.loads(Path(args.spec).read_text())
+    result = _child(spec)
+    Path(spec["result_path"]).write_text(json.dumps(result, indent=1, ensure_ascii=False))
+    return 0
+
+
+# --------------------------------------------------------------------------------------
+# the parent
+# --------------------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _failure_reason(log_text: str, returncode: int | None) -> str:
+    from course_utils.server import classify_failure  # same engine, same messages
+
+    return classify_failure(log_text, returncode)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    for sig, wait in ((signal.SIGINT, 20), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        if proc.poll() is not None:
+            break
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=wait)
+    # the engine core is a child in the same group: make sure nothing is left behind
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def run_point(
+    knobs: Mapping[str, Any],
+    *,
+    model: str,
+    out_dir: str | Path,
+    eval_set: str | Path,
+    load_format: str = "auto",
+    max_model_len: int | None = 4096,
+    max_tokens: int = 128,
+    temperature: float = 0.0,
+    seed: int = 0,
+    load_prompts: int = 256,
+    tokenizer: str | None = None,
+    timeout_s: float = 900.0,
+    python: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Run one point in a fresh process; return its record (never raises for a bad point)."""
+    spec: dict[str, Any] = {
+        "knobs": dict(knobs),
+        "model": model,
+        "tokenizer": tokenizer,
+        "load_format": load_format,
+        "max_model_len": max_model_len,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "seed": seed,
+        "load_prompts": load_prompts,
+        "eval_set": str(Path(eval_set).resolve()),
+    }
+    key = _key_for(knobs, {**spec, "eval_set": eval_set})
+    pdir = Path(out_dir) / "points" / key
+    pdir.mkdir(parents=True, exist_ok=True)
+    result_path = pdir / "result.json"
+    result_path.unlink(missing_ok=True)
+    spec["result_path"] = str(result_path.resolve())
+    spec_path = pdir / "spec.json"
+    spec_path.write_text(json.dumps(spec, indent=1))
+    log_path = pdir / "llm.log"
+    cmd = [*(python or [sys.executable]), "-m", "course_utils.llm_point", str(spec_path)]
+    record: dict[str, Any] = {
+        "key": key,
+        "knobs": dict(knobs),
+        "model": model,
+        "load_format": load_format,
+        "max_model_len": max_model_len,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "seed": seed,
+        "started_at": _now(),
+    }
+    full_env = {**os.environ, **(env or {})}
+    src = str(Path(__file__).resolve().parents[1])  # the child must import course_utils
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (full_env.get("PYTHONPATH", ""), src) if p
+    )
+    t0 = time.monotonic()
+    rc: int | None = None
+    timed_out = False
+    with open(log_path, "ab") as log:
+        log.write(f"$ {cmd}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(  # noqa: S603 - argv list
+            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, env=full_env,
+        )
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _kill_group(proc)  # also on KeyboardInterrupt: never leave an engine behind
+    log_text = log_path.read_text(errors="replace")
+    record.update(parse_startup_log(log_text))
+    record["wall_s"] = time.monotonic() - t0
+    record["log"] = str(log_path)
+    if rc == 0 and result_path.is_file():
+        result = json.loads(result_path.read_text())
+        outputs = result.pop("eval_outputs", {})
+        (pdir / "eval_outputs.json").write_text(json.dumps(outputs, indent=1, ensure_ascii=False))
+        record.update(result)
+        record["reason"] = None
+    else:
+        record["status"] = "failed"
+        record["reason"] = (
+            f"no result within {timeout_s:.0f} s" if timed_out else _failure_reason(log_text, rc)
+        )
+        record["accuracy"] = None
+    return record
+
+
+# --------------------------------------------------------------------------------------
+# the sweep: one knob, results as they come, resumable
+# --------------------------------------------------------------------------------------
+
+
+def load_results(path: str | Path) -> list[dict[str, Any]]:
+    """Records of results.jsonl (a torn last line from a kill is ignored)."""
+    p = Path(path)
+    if not p.is_file():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            if line.strip():
+                out.append(json.loads(line))
+    return out
+
+
+def _append(path: Path, record: Mapping[str, Any]) -> None:
+    with open(path, "a") as fh:
+        fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def estimate_minutes(n_points: int, done: Iterable[Mapping[str, Any]] = ()) -> float:
+    """GPU minutes for ``n_points``: the mean wall time of finished ok points, else the
+    H200-measured LLM start-up plus a guess for the two passes."""
+    walls = [float(r["wall_s"]) for r in done if r.get("status") == "ok" and r.get("wall_s")]
+    per = sum(walls) / len(walls) if walls else LLM_STARTUP_S_H200 + RUN_S_GUESS
+    return n_points * per / 60.0
+
+
+def sweep_llm(
+    knob: str,
+    values: Sequence[Any],
+    *,
+    out_dir: str | Path,
+    base_knobs: Mapping[str, Any] | None = None,
+    retry_failed: bool = False,
+    progress: Callable[[str], None] | None = print,
+    **point_kw: Any,
+) -> list[dict[str, Any]]:
+    """Run ``knob`` over ``values``; append each record to ``out_dir/results.jsonl`` at once.
+
+    Points whose key is already in the file are skipped (resume); failed ones too unless
+    ``retry_failed``. Returns this sweep's records in ``values`` order.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "results.jsonl"
+    done = {r["key"]: r for r in load_results(results) if "key" in r}
+    if retry_failed:
+        done = {k: r for k, r in done.items() if r.get("status") == "ok"}
+    records = []
+    for i, value in enumerate(values, 1):
+        knobs = {**dict(base_knobs or {}), knob: value}
+        key = _key_for(knobs, point_kw)
+        if key in done:
+            rec = done[key]
+            if progress:
+                progress(f"[{i}/{len(values)}] {knob}={value}: done before ({rec['status']})")
+            records.append(rec)
+            continue
+        if progress:
+            left = estimate_minutes(len(values) - i + 1, done.values())
+            progress(f"[{i}/{len(values)}] {knob}={value}: running (~{left:.0f} GPU min left)")
+        rec = run_point(knobs, out_dir=out, **point_kw)
+        rec["knob"] = knob
+        rec["value"] = value
+        _append(results, rec)
+        done[rec["key"]] = rec
+        records.append(rec)
+        if progress:
+            what = (
+                f"{rec.get('output_tok_s') or 0:.0f} tok/s, KV {rec.get('kv_cache_tokens')} tokens"
+                if rec["status"] == "ok" else f"FAILED: {rec['reason']}"
+            )
+            progress(f"[{i}/{len(values)}] {knob}={value}: {what} ({rec['wall_s']:.0f} s)")
+    return records
+
+
+def _key_for(knobs: Mapping[str, Any], point_kw: Mapping[str, Any]) -> str:
+    spec = {
+        "knobs": dict(knobs),
+        "model": point_kw["model"],
+        "tokenizer": point_kw.get("tokenizer"),
+        "load_format": point_kw.get("load_format", "auto"),
+        "max_model_len": point_kw.get("max_model_len", 4096),
+        "max_tokens": point_kw.get("max_tokens", 128),
+        "temperature": point_kw.get("temperature", 0.0),
+        "seed": point_kw.get("seed", 0),
+        "load_prompts": point_kw.get("load_prompts", 256),
+        "eval_set": Path(point_kw["eval_set"]).name,
+    }
+    return point_key(spec)
+
+
+CSV_FIELDS = [
+    "knob", "value", "status", "accuracy", "eval_correct", "eval_n", "output_tok_s",
+    "latency_p50_s", "latency_p99_s", "ttft_p50_s", "ttft_p99_s", "kv_cache_tokens",
+    "kv_cache_gib", "max_concurrency", "weights_gib", "startup_s", "wall_s", "reason",
+]
+
+
+def write_csv(records: Iterable[Mapping[str, Any]], path: str | Path) -> Path:
+    p = Path(path)
+    with open(p, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in records:
+            w.writerow({k: r.get(k) for k in CSV_FIELDS})
+    return p
+
+
+def fmt_accuracy(record: Mapping[str, Any]) -> str:
+    """Accuracy for display: a percentage, or "n/a" when not measured (dummy weights)."""
+    acc = record.get("accuracy")
+    if acc is None or record.get("load_format") == "dummy":
+        return "n/a"
+    return f"{float(acc):.1%}"
+
+
+def verdict(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    baseline: Any,
+    p99_latency_slo_s: float | None = None,
+    min_gain: float = 0.05,
+    max_accuracy_drop: float = 0.02,
+) -> dict[str, Any]:
+    """Keep or revert: the fastest point that meets the SLO and keeps quality, if it beats
+    ``baseline`` by at least ``min_gain`` in output tokens/s; otherwise keep the baseline.
+
+    SLO: per-request p99 latency <= ``p99_latency_slo_s`` (None: no latency limit).
+    Quality: accuracy may not drop more than ``max_accuracy_drop`` below the baseline's
+    (ignored when not measured, i.e. dummy weights).
+    """
+    ok = [r for r in records if r.get("status") == "ok" and r.get("output_tok_s")]
+    base = next((r for r in ok if r.get("value") == baseline), None)
+    if base is None:
+        return {"decision": "none", "value": None,
+                "why": f"baseline {baseline!r} has no successful measurement"}
+
+    def meets(r: Mapping[str, Any]) -> tuple[bool, str]:
+        if p99_latency_slo_s is not None and (r.get("latency_p99_s") or math.inf) > p99_latency_slo_s:
+            return False, f"p99 latency {r.get('latency_p99_s')} s > {p99_latency_slo_s} s"
+        a, b = r.get("accuracy"), base.get("accuracy")
+        if a is not None and b is not None and a < b - max_accuracy_drop:
+            return False, f"accuracy {a:.1%} < baseline {b:.1%}"
+        return True, ""
+
+    candidates = [r for r in ok if meets(r)[0]]
+    best = max(candidates, key=lambda r: r["output_tok_s"], default=None)
+    if best is None or best.get("value") == baseline:
+        why = "no other setting meets the SLO and beats the baseline"
+        return {"decision": "revert", "value": baseline, "why": why, "gain": 0.0}
+    gain = best["output_tok_s"] / base["output_tok_s"] - 1.0
+    if gain < min_gain:
+        return {"decision": "revert", "value": baseline, "gain": gain,
+                "why": f"best gain {gain:+.1%} < {min_gain:.0%}: not worth the change"}
+    return {"decision": "keep", "value": best["value"], "gain": gain,
+            "why": f"{gain:+.1%} output tok/s over baseline within the SLO"}
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main())

@@ -1,0 +1,397 @@
+"""Both labs through papermill: GPU mode against fakes, resume, and replay.
+
+Two kinds of data:
+- FAKE (always runs, CPU only): results produced here, in a tmp dir, by running the labs
+  with backend="vllm" against the fake `vllm` CLI (tests/fakes/fake_vllm.py, lab 02) and a
+  fake `vllm` Python package (FAKE_VLLM_PY below, lab 01). They test the notebooks' code
+  paths, resume and replay; they are never committed and are not course data.
+- REAL (needs labs/results/h200-<date>/ from the H200 run, issue 6): replay of the recorded
+  run must choose what the run chose. Skipped, with the reason, until that folder exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from course_utils import labtools, llm_point
+
+pm = pytest.importorskip("papermill")
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB01 = ROOT / "labs" / "01_knob_sweep.ipynb"
+LAB02 = ROOT / "labs" / "02_slo_loop.ipynb"
+FAKES = ROOT / "tests" / "fakes"
+EVAL = ROOT / "labs" / "data" / "small_eval.jsonl"
+
+FAKE_VLLM_PY = '''\
+"""A fake `vllm` Python package for lab 01 tests: LLM + SamplingParams, no GPU.
+
+Prints the start-up lines lab 01 parses, in vLLM 0.26.0's wording; fails like vLLM when
+gpu_memory_utilization leaves no KV memory; answers eval questions from FAKE_EVAL_ANSWERS.
+"""
+import json
+import math
+import os
+import sys
+import time
+
+__version__ = "0.26.0"
+GIB = 1024**3
+
+
+class SamplingParams:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+class _Metrics:
+    def __init__(self, queued, first, last):
+        self.queued_ts, self.first_token_ts, self.last_token_ts = queued, first, last
+        self.scheduled_ts = queued
+
+
+class _Completion:
+    def __init__(self, text, n):
+        self.text, self.token_ids = text, list(range(n))
+
+
+class _Output:
+    def __init__(self, text, n, metrics):
+        self.outputs, self.metrics = [_Completion(text, n)], metrics
+
+
+class LLM:
+    def __init__(self, model, **kw):
+        starts = os.environ.get("FAKE_LLM_STARTS")
+        if starts:
+            with open(starts, "a") as fh:
+                fh.write(json.dumps({"model": model, **{k: str(v) for k, v in kw.items()}}) + "\\n")
+        gmu = float(kw.get("gpu_memory_utilization", 0.92))
+        self.max_model_len = int(kw.get("max_model_len") or 4096)
+        kv_gib = round(gmu * 23.99 - 5.2 - 1.9, 2)
+        print(f"INFO 11-29 10:00:01 [gpu_model_runner.py:1] Model loading took 5.2 GiB "
+              "memory and 3.100000 seconds", file=sys.stderr, flush=True)
+        if kv_gib <= 0:
+            raise ValueError("No available memory for the cache blocks. Try increasing "
+                             "`gpu_memory_utilization` when initializing the engine.")
+        print(f"INFO 11-29 10:00:02 [gpu_worker.py:1] Available KV cache memory: {kv_gib} GiB",
+              file=sys.stderr, flush=True)
+        page = 2 * 16 * 4 * 128 * 2  # K and V, block 16, 4 KV heads x 128, bf16
+        blocks = int(kv_gib * GIB) // page // 28
+        self.kv_tokens = blocks * 16
+        print(f"INFO 11-29 10:00:03 [kv_cache_utils.py:1] GPU KV cache size: "
+              f"{self.kv_tokens:,} tokens", file=sys.stderr, flush=True)
+        conc = blocks / math.ceil(self.max_model_len / 16)
+        print(f"INFO 11-29 10:00:03 [kv_cache_utils.py:1] Maximum concurrency for "
+              f"{self.max_model_len:,} tokens per request: {conc:.2f}x", file=sys.stderr, flush=True)
+        path = os.environ.get("FAKE_EVAL_ANSWERS")
+        self.answers = {}
+        if path:
+            for line in open(path, encoding="utf-8"):
+                if line.strip():
+                    it = json.loads(line)
+                    self.answers[it["question"]] = it["answer"]
+
+    def chat(self, convos, sp, use_tqdm=False):
+        outs = []
+        t0 = time.monotonic()
+        # a bigger KV pool runs more requests at once: faster per batch, up to a point
+        width = min(len(convos), max(1, self.kv_tokens // 20000))
+        per_token = 0.0004
+        for i, msgs in enumerate(convos):
+            q = msgs[-1]["content"]
+            text = self.answers.get(q, "I do not know")
+            if i % 10 == 9:
+                text = "I do not know"  # the fake is right 90 % of the time
+            n = sp.max_tokens if getattr(sp, "ignore_eos", False) else min(4, sp.max_tokens)
+            wave = i // width
+            first = t0 + 0.01 * (wave + 1)
+            last = first + per_token * n * (wave + 1)
+            outs.append(_Output(text, n, _Metrics(t0, first, last)))
+        time.sleep(0.01 * (len(convos) // width + 1))
+        return outs
+'''
+
+
+def _run(nb: Path, out_dir: Path, params: dict) -> dict:
+    out_nb = out_dir.parent / f"{out_dir.name}-{nb.name}"
+    pm.execute_notebook(str(nb), str(out_nb), parameters={"output_dir": str(out_dir), **params},
+                        kernel_name="python3", cwd=str(ROOT), progress_bar=False)
+    return json.loads(out_nb.read_text())
+
+
+def _text(nb: dict) -> str:
+    parts = []
+    for c in nb["cells"]:
+        for o in c.get("outputs", []):
+            parts.append("".join(o.get("text", "")))
+    return "\n".join(parts)
+
+
+# ----------------------------------------------------------------------------- lab 02
+
+
+SLO_PARAMS = {
+    "model": "fake/qwen2.5-7b-instruct", "slo": "ttft:800 tpot:100", "knee_rates": [5, 60], "rate": 25,
+    "num_prompts": 50, "input_len": 128, "output_len": 64, "batch1_prompts": 4, "base_knobs": {"max_num_seqs": 2},
+    "candidates": [2, 8, 32], "second_candidates": [2048, 4096], "gpu": "h200",
+    "startup_timeout_s": 30,
+}
+
+
+@pytest.fixture(scope="module")
+def fake_env(tmp_path_factory: pytest.TempPathFactory):
+    """PATH with the fake `vllm` CLI, PYTHONPATH with the fake `vllm` package."""
+    base = tmp_path_factory.mktemp("fakes")
+    bindir = base / "bin"
+    bindir.mkdir()
+    exe = bindir / "vllm"
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKES / "fake_vllm.py"}" "$@"\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    pkg = base / "py" / "vllm"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(FAKE_VLLM_PY)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+        mp.setenv("PYTHONPATH", os.pathsep.join(
+            p for p in (str(base / "py"), os.environ.get("PYTHONPATH", "")) if p))
+        mp.setenv("FAKE_VLLM_STARTS", str(base / "serve-starts.jsonl"))
+        mp.setenv("FAKE_LLM_STARTS", str(base / "llm-starts.jsonl"))
+        mp.setenv("FAKE_EVAL_ANSWERS", str(EVAL))
+        for var in ("FAKE_VLLM_FAIL", "FAKE_VLLM_DIE_AFTER", "FAKE_VLLM_STARTUP_S"):
+            mp.delenv(var, raising=False)
+        yield base
+
+
+def _count(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+@pytest.fixture(scope="module")
+def slo_run(fake_env: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("slo") / "recorded"
+    _run(LAB02, out, {"backend": "vllm", **SLO_PARAMS})
+    return out
+
+
+def test_slo_lab_records_the_loop(slo_run: Path) -> None:
+    knee = labtools.load_jsonl(slo_run / "knee.jsonl")
+    assert [k["rate"] for k in knee] == ["5", "60"]
+    (b1,) = labtools.load_jsonl(slo_run / labtools.BATCH1_FILE)
+    assert b1["status"] == "ok" and b1["median_tpot_ms"] > 0 and b1["completed"] == 4
+    assert all(k["status"] == "ok" and k["diagnosis"]["constraint"] for k in knee)
+    steps = labtools.load_jsonl(slo_run / "tune.jsonl")
+    assert steps[0]["kind"] == "baseline"
+    assert steps[0]["diagnosis"]["constraint"] == "queue"  # max_num_seqs 2 at 25 req/s
+    summary = labtools.tune_summary(slo_run)
+    assert summary is not None and summary["serve_command"].startswith("vllm serve fake/qwen2.5-7b-instruct")
+    assert summary["knobs"]["max_num_seqs"] > 2  # the loop kept a wider batch
+    assert json.loads((slo_run / "params.json").read_text())["rate"] == 25
+    for png in ("knee.png", "series-baseline.png", "goodput-max_num_seqs.png",
+                "latency-max_num_seqs.png"):
+        assert (slo_run / png).stat().st_size > 1000, png
+
+
+def test_slo_lab_resumes_without_repeating_points(slo_run: Path, fake_env: Path) -> None:
+    starts = fake_env / "serve-starts.jsonl"
+    before = _count(starts)
+    n_points = len(labtools.load_jsonl(slo_run / "points.jsonl"))
+    _run(LAB02, slo_run, {"backend": "vllm", **SLO_PARAMS})
+    assert _count(starts) == before  # knee rates and every point came from the files
+    assert len(labtools.load_jsonl(slo_run / "points.jsonl")) == n_points
+
+
+def test_slo_lab_replay_chooses_what_the_run_chose(slo_run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "replay"
+    nb = _run(LAB02, out, {"backend": "replay", "replay_dir": str(slo_run)})
+    chosen = json.loads((out / "chosen.json").read_text())
+    assert chosen["knobs"] == labtools.tune_summary(slo_run)["knobs"]
+    assert "replaying with the recorded parameters" in _text(nb)
+    assert "x the floor" in _text(nb)  # batch-1 TPOT against the roofline
+    for png in ("knee.png", "series-baseline.png", "goodput-max_num_seqs.png",
+                "latency-max_num_seqs.png"):
+        assert (out / png).is_file(), png
+    assert not (out / "points.jsonl").exists()  # replay never measures
+
+
+def test_replay_tune_detects_a_wrong_record(slo_run: Path, tmp_path: Path) -> None:
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(slo_run, bad)
+    lines = (bad / "tune.jsonl").read_text().splitlines()
+    summary = json.loads(lines[-1])
+    summary["knobs"] = {**summary["knobs"], "max_num_seqs": 999}
+    (bad / "tune.jsonl").write_text("\n".join([*lines[:-1], json.dumps(summary)]) + "\n")
+    with pytest.raises(pm.PapermillExecutionError, match="AssertionError"):
+        _run(LAB02, tmp_path / "out", {"backend": "replay", "replay_dir": str(bad)})
+
+
+# ----------------------------------------------------------------------------- lab 01
+
+
+KNOB_PARAMS = {"model": "fake/qwen2.5-7b-instruct-awq", "values": [0.1, 0.5, 0.8],
+               "baseline": 0.5, "load_prompts": 40, "gpu": "rtx4090", "point_timeout_s": 60}
+
+
+@pytest.fixture(scope="module")
+def knob_run(fake_env: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("knobs") / "recorded"
+    _run(LAB01, out, {"backend": "vllm", **KNOB_PARAMS})
+    return out
+
+
+def test_knob_lab_records_the_triple_and_the_fault(knob_run: Path) -> None:
+    recs = {r["value"]: r for r in llm_point.load_results(knob_run / "results.jsonl")}
+    assert set(recs) == {0.1, 0.5, 0.8}
+    assert recs[0.1]["status"] == "failed"
+    assert "No available memory for the cache blocks" in recs[0.1]["reason"]
+    for v in (0.5, 0.8):
+        r = recs[v]
+        assert r["status"] == "ok", r.get("reason")
+        assert r["accuracy"] == pytest.approx(47 / 52)  # the fake misses every 10th
+        assert r["output_tok_s"] > 0 and r["latency_p99_s"] >= r["latency_p50_s"] > 0
+        assert r["kv_cache_tokens"] > 0 and r["kv_cache_gib"] > 0
+    assert recs[0.8]["kv_cache_tokens"] > recs[0.5]["kv_cache_tokens"]
+    for name in ("results.csv", "triple.png", "verdict.json", "params.json"):
+        assert (knob_run / name).is_file(), name
+
+
+def test_knob_lab_resumes_after_an_interruption(knob_run: Path, fake_env: Path) -> None:
+    # an interruption during the last point: its line never reached results.jsonl
+    res = knob_run / "results.jsonl"
+    lines = res.read_text().splitlines()
+    res.write_text("\n".join(lines[:-1]) + "\n")
+    starts = fake_env / "llm-starts.jsonl"
+    before = _count(starts)
+    _run(LAB01, knob_run, {"backend": "vllm", **KNOB_PARAMS})
+    assert _count(starts) == before + 1  # only the lost point ran again
+    assert len(llm_point.load_results(res)) == 3
+
+
+def test_knob_lab_replay_gives_the_recorded_verdict(knob_run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "replay"
+    nb = _run(LAB01, out, {"backend": "replay", "replay_dir": str(knob_run)})
+    assert json.loads((out / "verdict.json").read_text()) == json.loads(
+        (knob_run / "verdict.json").read_text())
+    assert (out / "triple.png").stat().st_size > 1000
+    assert "FAILED" in _text(nb) and "90.4%" in _text(nb)
+
+
+def test_dummy_weights_show_accuracy_as_na(fake_env: Path, tmp_path: Path) -> None:
+    rec = llm_point.run_point({"gpu_memory_utilization": 0.8}, model="fake", out_dir=tmp_path,
+                              eval_set=EVAL, load_format="dummy", load_prompts=8, timeout_s=60)
+    assert rec["status"] == "ok", rec.get("reason")
+    assert rec["accuracy"] is None and "dummy" in rec["accuracy_note"]
+    assert llm_point.fmt_accuracy(rec) == "n/a"
+
+
+# ----------------------------------------------------------------------------- llm_point units
+
+
+def test_parse_startup_log_reads_vllm_0_26_lines() -> None:
+    log = (
+        "(EngineCore pid=1) INFO 11-29 [gpu_model_runner.py:5348] Model loading took 14.29 GiB "
+        "memory and 3.5 seconds\n"
+        "(EngineCore pid=1) INFO 11-29 [gpu_worker.py:561] Available KV cache memory: 110.18 GiB\n"
+        "(EngineCore pid=1) INFO 11-29 [kv_cache_utils.py:2177] GPU KV cache size: 2,063,088 tokens\n"
+        "(EngineCore pid=1) INFO 11-29 [kv_cache_utils.py:2178] Maximum concurrency for 4,096 "
+        "tokens per request: 503.68x\n"
+    )
+    assert llm_point.parse_startup_log(log) == {
+        "kv_cache_tokens": 2063088, "max_concurrency": 503.68, "kv_cache_gib": 110.18,
+        "weights_gib": 14.29,
+    }
+    assert llm_point.parse_startup_log("nothing") == {
+        "kv_cache_tokens": None, "max_concurrency": None, "kv_cache_gib": None,
+        "weights_gib": None,
+    }
+
+
+def _rec(value: float, tok_s: float, p99: float, acc: float | None = 0.9) -> dict:
+    return {"value": value, "status": "ok", "output_tok_s": tok_s, "latency_p99_s": p99,
+            "accuracy": acc}
+
+
+def test_verdict_keeps_only_a_worthwhile_gain_inside_the_slo() -> None:
+    recs = [_rec(0.8, 1000, 5), _rec(0.9, 1200, 6), _rec(0.94, 1500, 50)]
+    v = llm_point.verdict(recs, baseline=0.8, p99_latency_slo_s=10)
+    assert (v["decision"], v["value"]) == ("keep", 0.9)  # 0.94 breaks the SLO
+    v = llm_point.verdict(recs, baseline=0.8, p99_latency_slo_s=10, min_gain=0.3)
+    assert (v["decision"], v["value"]) == ("revert", 0.8)
+    worse_quality = [_rec(0.8, 1000, 5), _rec(0.9, 1500, 5, acc=0.5)]
+    assert llm_point.verdict(worse_quality, baseline=0.8)["decision"] == "revert"
+    failed_base = [{"value": 0.8, "status": "failed"}, _rec(0.9, 1500, 5)]
+    assert llm_point.verdict(failed_base, baseline=0.8)["decision"] == "none"
+
+
+def test_estimate_uses_measured_points_when_there_are_some() -> None:
+    assert llm_point.estimate_minutes(2) == pytest.approx(
+        2 * (llm_point.LLM_STARTUP_S_H200 + llm_point.RUN_S_GUESS) / 60)
+    done = [{"status": "ok", "wall_s": 60}, {"status": "ok", "wall_s": 180},
+            {"status": "failed", "wall_s": 5}]
+    assert llm_point.estimate_minutes(3, done) == pytest.approx(6.0)
+
+
+def test_pick_knee() -> None:
+    def k(rate: str, done: float, meets: bool) -> dict:
+        return {"rate": rate, "status": "ok", "request_throughput": done, "meets_slo": meets}
+
+    recs = [k("10", 9.8, True), k("20", 19.0, True), k("40", 25.0, False), k("inf", 26, False)]
+    assert labtools.pick_knee(recs)["knee_rate"] == 20
+    assert labtools.pick_knee(recs)["overloaded_rate"] == 40
+    assert labtools.pick_knee([k("10", 3.0, False)])["knee_rate"] is None
+    # a short run completes under the offered rate; without a queue it still kept up
+    short = {**k("10", 7.0, True), "diagnosis": {"constraint": "none"}}
+    assert labtools.pick_knee([short])["knee_rate"] == 10
+    queued = {**k("10", 7.0, True), "diagnosis": {"constraint": "queue"}}
+    assert labtools.pick_knee([queued])["knee_rate"] is None
+
+
+def test_measured_minutes_reads_the_device_commands(tmp_path: Path) -> None:
+    run = tmp_path / "h200-2026-11-29"
+    run.mkdir()
+    (run / "commands.log").write_text(
+        "2026-11-29T10:00:00Z $ python3 -m papermill labs/01_knob_sweep.ipynb a\n"
+        "2026-11-29T10:05:00Z rc=0 wall=300s\n"
+        "2026-11-29T10:06:00Z $ python3 -m papermill labs/02_slo_loop.ipynb b\n"
+        "2026-11-29T10:10:00Z rc=124 wall=240s\n"
+        "2026-11-29T10:11:00Z $ python3 -m papermill labs/02_slo_loop.ipynb b\n"
+        "2026-11-29T10:15:00Z rc=0 wall=120s\n")
+    assert labtools.measured_minutes(run) == {"knobs": 5.0, "slo": 6.0}
+    assert labtools.run_label(run) == "H200, 2026-11-29"
+
+
+# ----------------------------------------------------------------------------- real data
+
+
+def _real(sub: str, need: str) -> Path:
+    found = labtools.latest_results(ROOT / "labs" / "results", prefix="h200-", need=f"{sub}/{need}")
+    if found is None:
+        pytest.skip("needs the recorded H200 run in labs/results/h200-<date>/ (issue 6)")
+    return found / sub
+
+
+def test_real_slo_run_replays_to_the_recorded_choice(tmp_path: Path) -> None:
+    rec = _real("slo", "tune.jsonl")
+    out = tmp_path / "replay"
+    _run(LAB02, out, {"backend": "replay", "replay_dir": str(rec)})
+    assert json.loads((out / "chosen.json").read_text())["knobs"] == \
+        labtools.tune_summary(rec)["knobs"]
+    assert (out / "knee.png").is_file() and (out / "series-baseline.png").is_file()
+
+
+def test_real_knob_run_replays_to_the_recorded_verdict(tmp_path: Path) -> None:
+    rec = _real("knobs", "results.jsonl")
+    out = tmp_path / "replay"
+    _run(LAB01, out, {"backend": "replay", "replay_dir": str(rec)})
+    if (rec / "verdict.json").is_file():
+        assert json.loads((out / "verdict.json").read_text()) == json.loads(
+            (rec / "verdict.json").read_text())
+    assert (out / "triple.png").is_file()

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Copy a lab run fetched from the GPU host into labs/results/<gpu>-<date>/, small files only.
+
+    python tools/gpu/collect.py FETCHED/labrun labs/results/h200-2026-11-29
+
+Keeps every JSONL/JSON/CSV/PNG, the executed notebooks, `environment` and the logs. Shrinks
+what is large: in a `vllm bench serve` result JSON, the per-request lists (`ttfts`, `itls`,
+`output_lens`, `start_times`, ... written by --save-detailed) larger than --max-list-kb are
+replaced by their summary (n, min, max, mean over all numbers); logs longer than
+--max-log-kb keep their head and tail. Replay reads points.jsonl, tune.jsonl, knee.jsonl, results.jsonl,
+params.json and the metrics series, which are never shrunk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _flat(values: Any) -> list[float]:
+    if isinstance(values, list):
+        return [x for v in values for x in _flat(v)]
+    return [float(values)] if isinstance(values, int | float) else []
+
+
+def _summarise(values: list[Any]) -> dict[str, Any]:
+    nums = _flat(values)
+    out: dict[str, Any] = {"stripped_list": True, "n": len(values)}
+    if nums:
+        out.update(min=min(nums), max=max(nums), mean=sum(nums) / len(nums))
+    return out
+
+
+def shrink_bench(path: Path, max_kb: int) -> bool:
+    raw = json.loads(path.read_text())
+    changed = False
+    for k, v in list(raw.items()):
+        if isinstance(v, list) and len(json.dumps(v)) > max_kb * 1024:
+            raw[k] = _summarise(v)
+            changed = True
+    if changed:
+        raw["_note"] = f"per-request lists over {max_kb} KB summarised by tools/gpu/collect.py"
+        path.write_text(json.dumps(raw))
+    return changed
+
+
+def shrink_log(path: Path, max_kb: int) -> bool:
+    data = path.read_bytes()
+    if len(data) <= max_kb * 1024:
+        return False
+    half = max_kb * 512
+    cut = len(data) - 2 * half
+    path.write_bytes(data[:half] + f"\n[... {cut} bytes cut by collect.py ...]\n".encode()
+                     + data[-half:])
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("src", type=Path, help="the fetched run folder (labrun)")
+    ap.add_argument("dest", type=Path, help="labs/results/<gpu>-<date>")
+    ap.add_argument("--max-list-kb", type=int, default=16)
+    ap.add_argument("--max-log-kb", type=int, default=256)
+    args = ap.parse_args(argv)
+    if not args.src.is_dir():
+        ap.error(f"{args.src} is not a folder")
+    args.dest.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(args.src, args.dest, dirs_exist_ok=True)
+    for p in args.dest.rglob("*"):
+        if p.is_file():
+            p.chmod(0o644)  # fetched files are read-only
+    shrunk = 0
+    for p in args.dest.rglob("bench.json"):
+        shrunk += shrink_bench(p, args.max_list_kb)
+    for p in args.dest.rglob("*.log"):
+        shrunk += shrink_log(p, args.max_log_kb)
+    total = sum(p.stat().st_size for p in args.dest.rglob("*") if p.is_file())
+    print(f"{args.dest}: {total / 1e6:.1f} MB, {shrunk} file(s) shrunk")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

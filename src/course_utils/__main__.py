@@ -185,11 +185,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
     try:
-        a.func(a)
+        rc = a.func(a)
     except (ValueError, OSError, TypeError) as e:  # KnobError, SLOError, BenchResultError...
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    return 0
+    return int(rc or 0)
 
 
 if __name__ == "__main__":

@@ -62,3 +62,14 @@ def test_bad_input_one_line_and_nonzero_exit(tmp_path, args, msg):
     p = run(*args)
     assert p.returncode == 2
     assert msg in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_goodput_on_the_real_h200_result_shows_both_scores_differ():
+    from course_utils import examples
+
+    bench = examples.folder("queue_cap") / "bench.json"
+    p = run("goodput", "--bench", str(bench), "--slo", "ttft:300 tpot:50", "--format", "json")
+    d = json.loads(p.stdout)
+    assert d["gate_goodput"] == 0 and not d["meets_slo"]
+    assert d["request_goodput"] > 0 and d["request_goodput_source"] == "vllm"
+    assert "p99 TTFT" in d["violations"][0]

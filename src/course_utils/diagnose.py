@@ -132,8 +132,8 @@ TREE: dict[str, Question | Leaf] = {n.id: n for n in [
     Leaf("prefill", "prefill", {"en": "prefill binds", "zh": "prefill 在卡"}, "prefill"),
     Leaf("decode", "decode", {"en": "decode binds", "zh": "decode 在卡"}, "decode"),
     Leaf("kv", "kv", {"en": "KV capacity binds", "zh": "KV 容量在卡"}, "kv"),
-    Leaf("none", "none", {"en": "nothing binds inside the SLO: at the limit, stop tuning",
-                          "zh": "SLO 内无约束在卡：已到极限，停止调参"}, None,
+    Leaf("none", "none", {"en": "nothing binds inside the SLO: stop tuning here",
+                          "zh": "SLO 内没有约束在卡：调参到此为止"}, None,
          {"en": "stop, or raise the offered rate to find the knee",
           "zh": "停下，或提高压测速率去找拐点"}),
 ]}

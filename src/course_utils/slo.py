@@ -158,7 +158,8 @@ class BenchResult:
     def per_request(self) -> dict[str, np.ndarray] | None:
         """Per-request TTFT/TPOT/E2EL in ms, when the result was saved with --save-detailed."""
         ttfts, itls, olens = (self.raw.get(k) for k in ("ttfts", "itls", "output_lens"))
-        if not ttfts or itls is None or olens is None:
+        # lists summarised to keep recorded files small are dicts: nothing per request then
+        if not all(isinstance(x, list) and x for x in (ttfts, itls, olens)):
             return None
         ok = [i for i, n in enumerate(olens) if n]  # failed requests have output_len 0
         ttft = np.array([ttfts[i] for i in ok]) * 1000
@@ -222,8 +223,8 @@ def request_goodput(result: BenchResult, slo: SLO) -> float | None:
     if saved is not None and _same_goodput_targets(result, slo):
         return float(saved)
     per = result.per_request()
-    if per is None:
-        return None if saved is None else float(saved)
+    if per is None:  # saved for other targets (or not at all) and nothing to recompute from
+        return None
     good = np.ones(len(per["ttft"]), dtype=bool)
     for key, target in slo.targets().items():
         if key in VLLM_GOODPUT_KEYS:

@@ -58,3 +58,14 @@ def test_recomputes_per_request_goodput_for_another_slo():
     assert sc.request_goodput_source == "recomputed"
     assert sc.request_goodput == pytest.approx(5.0)  # only the 100 ms half are good
     assert slo.score(r, slo.SLO.parse("ttft:300 tpot:50")).gate_goodput == pytest.approx(10)
+
+
+def test_summarised_per_request_lists_give_none_not_a_crash():
+    r = slo.BenchResult.from_json(make_result([0.1] * 10, tpot_s=0.02,
+                                              goodput_slo={"ttft": 300, "tpot": 50}))
+    r.raw["itls"] = {"stripped_list": True, "n": 10}
+    r.raw["goodput_slo"] = {"ttft": 300.0, "tpot": 50.0}
+    assert r.per_request() is None
+    sc = slo.score(r, slo.SLO.parse("ttft:200"))  # other targets: cannot recompute
+    assert sc.request_goodput is None and sc.request_goodput_source == "none"
+    assert slo.score(r, slo.SLO.parse("ttft:300 tpot:50")).request_goodput == pytest.approx(1.0)

@@ -176,7 +176,11 @@ class Diagnosis:
 def _fmt(v: float | None) -> str:
     if v is None:
         return "n/a"
-    return f"{v:.3g}" if isinstance(v, float) else str(v)
+    if isinstance(v, float):
+        if v.is_integer():
+            return str(int(v))
+        return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
+    return str(v)
 
 
 def gather(samples: Sequence[Snapshot], bench: BenchResult | None, slo: SLO,

@@ -119,13 +119,14 @@ _KNOBS: list[Knob] = [
         config="CacheConfig.cache_dtype", source="vllm/config/cache.py",
         group="capacity", value_type="str",
         move={"en": "fp8", "zh": "改成 fp8"},
-        throughput="better", ttft="neutral", itl="neutral",
+        throughput="better", ttft="better", itl="neutral",
         relieves={"kv": "fp8"},
         label={"en": "KV cache data type", "zh": "KV cache 数据类型"},
         trade={"en": "some KV precision (check quality)", "zh": "一点 KV 精度（检查质量）"},
         note={"en": "Half the bytes per KV token, so about twice the KV tokens in the same memory. "
+                    "Like every capacity knob it helps TTFT only when requests wait for KV. "
                     "The config field is cache_dtype; the flag is --kv-cache-dtype.",
-              "zh": "每个 KV token 的字节减半，同样显存约能装两倍 KV token。config 字段叫 cache_dtype，flag 叫 --kv-cache-dtype。"},
+              "zh": "每个 KV token 的字节减半，同样显存约能装两倍 KV token。和所有容量旋钮一样，只有请求在等 KV 时才改善 TTFT。config 字段叫 cache_dtype，flag 叫 --kv-cache-dtype。"},
         choices=CACHE_DTYPES,
     ),
     _k(

@@ -99,4 +99,4 @@ def test_tree_is_well_formed_and_mermaid_follows_it():
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_why_mentions_evidence(lang):
     d = diagnose.diagnose(series(waiting=0, running=8, kv=0.2), bench(0.6, 0.02), SLO)
-    assert "p99_ttft_ms=600" in d.why(lang)
+    assert "p99_ttft_ms=600" in d.why(lang) and "e+" not in d.why(lang)

@@ -1,0 +1,644 @@
+"""Self-check quizzes: grading, content consistency with course_utils, renderers, CLI."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from course_utils import capacity, diagnose, knobs, metrics, quiz, slo
+
+ROOT = Path(__file__).resolve().parents[1]
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def _q(**fields: Any) -> quiz.Question:
+    base = {"id": "t", "prompt": {"zh": "题", "en": "q"}, "explain": {"zh": "因为", "en": "because"}}
+    return quiz.expand({**base, **fields})
+
+
+SINGLE = dict(type="single", choices=[
+    {"text": {"zh": "甲", "en": "A"}}, {"text": {"zh": "乙", "en": "B"}, "correct": True},
+    {"text": {"zh": "丙", "en": "C"}}])
+MULTI = dict(type="multiple", choices=[
+    {"text": {"zh": "甲", "en": "A"}, "correct": True}, {"text": {"zh": "乙", "en": "B"}},
+    {"text": {"zh": "丙", "en": "C"}, "correct": True}])
+
+
+def _num(answer: float, **tol: float) -> quiz.Question:
+    return _q(type="numeric", answer=answer, tolerance=tol, unit={"zh": "个", "en": "things"})
+
+
+# ---------------------------------------------------------------- grading
+
+def test_single_choice() -> None:
+    q = _q(**SINGLE)
+    assert q.correct_ids == {"b"}
+    for right in ("b", "B", " b ", ["b"], ("b",)):
+        r = quiz.grade(q, right)
+        assert r.correct and r.valid, right
+        assert r.explanation.startswith("Correct.") and r.explanation.endswith("because")
+    wrong = quiz.grade(q, "a", "zh")
+    assert not wrong.correct and wrong.valid
+    assert wrong.explanation == "不对。答案：b。因为"
+
+
+def test_multiple_choice_needs_the_exact_set() -> None:
+    q = _q(**MULTI)
+    assert quiz.grade(q, ["a", "c"]).correct
+    assert quiz.grade(q, "c,a").correct
+    assert quiz.grade(q, "a c a").correct  # repeats do not matter
+    assert not quiz.grade(q, ["a"]).correct  # a subset is wrong
+    assert not quiz.grade(q, ["a", "b", "c"]).correct  # a superset is wrong
+    assert "Answer: a, c." in quiz.grade(q, ["a"]).explanation
+
+
+def test_numeric_shows_answer_even_when_right() -> None:
+    q = _num(2063072, rel=0.01)
+    r = quiz.grade(q, "2,063,088")
+    assert r.correct
+    assert r.explanation == "Correct. Answer: 2,063,072 things (within ±1%). because"
+
+
+@pytest.mark.parametrize(("answer", "tol", "given", "ok"), [
+    (10, {"abs": 0.5}, 10.5, True), (10, {"abs": 0.5}, 9.5, True),
+    (10, {"abs": 0.5}, 10.5001, False), (10, {"abs": 0.5}, 9.4999, False),
+    (0.3, {"abs": 0.1}, 0.4, True), (0.3, {"abs": 0.1}, 0.2, True),  # float edges inclusive
+    (200, {"rel": 0.01}, 202, True), (200, {"rel": 0.01}, 198, True),
+    (200, {"rel": 0.01}, 202.01, False), (-200, {"rel": 0.01}, -202, True),
+    (0.92, {"abs": 0}, 0.92, True), (0.92, {"abs": 0}, 0.9201, False),
+    (0.92, {}, 0.92, True), (0.92, {}, 0.93, False),
+    (100, {"abs": 1, "rel": 0.05}, 104.9, True),  # either tolerance passes
+    (100, {"abs": 1, "rel": 0.05}, 105.1, False),
+    (1000, {"abs": 10, "rel": 0.001}, 1010, True),
+])
+def test_tolerance_edges_are_inclusive(answer: float, tol: dict[str, float], given: float,
+                                       ok: bool) -> None:
+    q = _num(answer, **tol)
+    assert quiz.grade(q, given).correct is ok
+    assert quiz.grade(q, str(given)).correct is ok
+
+
+@pytest.mark.parametrize(("raw", "value"), [
+    ("12.5", 12.5), (" 12.5 ", 12.5), ("2,048", 2048.0), ("2_048", 2048.0), ("1e3", 1000.0),
+    ("-.5", -0.5), ("+3", 3.0), ("1\u3000000", 1000.0), (7, 7.0), (0.25, 0.25),
+])
+def test_parse_number(raw: Any, value: float) -> None:
+    assert quiz.parse_number(raw) == value
+
+
+@pytest.mark.parametrize("raw", ["abc", "1.2.3", "12ms", "--1", "nan", "inf", "1e999",
+                                 True, float("nan"), "0x10", "½"])
+def test_bad_numbers_are_reported_not_raised(raw: Any) -> None:
+    r = quiz.grade(_num(1.0, abs=0.1), raw)
+    assert not r.correct and not r.valid
+    assert r.error == r.explanation and r.error.startswith("Not a number")
+
+
+@pytest.mark.parametrize("raw", [None, "", "   ", ",", []])
+def test_empty_answers(raw: Any) -> None:
+    for q, key in ((_num(1.0), "empty_number"), (_q(**SINGLE), "empty_choice"),
+                   (_q(**MULTI), "empty_choice")):
+        if q.type == "numeric" and raw == []:
+            continue
+        for lang in quiz.LANGS:
+            r = quiz.grade(q, raw, lang)
+            assert not r.valid and r.error == quiz.STRINGS[lang][key], (q.type, raw)
+
+
+def test_unknown_and_too_many_choices() -> None:
+    single, multi = _q(**SINGLE), _q(**MULTI)
+    r = quiz.grade(single, "z")
+    assert not r.valid and r.error == "Unknown choice: z."
+    assert quiz.grade(multi, ["a", "q"], "zh").error == "没有这个选项：q。"
+    assert quiz.grade(single, ["a", "b"]).error == "Pick exactly one option."
+    assert quiz.grade(single, 3).error == "Unknown choice: 3."
+
+
+# ---------------------------------------------------------------- file format
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"type": "single", "choices": SINGLE["choices"][:1]}, "at least two choices"),
+    ({"type": "single", "choices": MULTI["choices"]}, "exactly one correct"),
+    ({"type": "numeric", "answer": "1"}, "numeric answer must be a number"),
+    ({"type": "numeric", "answer": 1, "tolerance": {"abs": -1}}, "tolerance must be"),
+    ({"type": "essay"}, "type must be one of"),
+    ({"type": "single", "choices": SINGLE["choices"], "prompt": {"en": "only"}},
+     "needs exactly zh and en"),
+    ({"type": "single", "choices": SINGLE["choices"], "id": "Bad Id"}, "id must be"),
+    ({"generator": "nope"}, "unknown generator"),
+    ({"generator": "knob_direction", "params": {"knob": "max_num_seqs", "axis": "cost"}},
+     "axis must be"),
+    ({"generator": "knob_direction", "params": {"knob": "warp_speed", "axis": "ttft"}},
+     "unknown knob"),
+])
+def test_bad_entries_fail_with_one_line(entry: dict[str, Any], message: str) -> None:
+    base = {"id": "t", "prompt": {"zh": "题", "en": "q"}, "explain": {"zh": "因", "en": "b"}}
+    with pytest.raises(quiz.QuizError, match=message) as e:
+        quiz.expand({**base, **entry})
+    assert "\n" not in str(e.value)
+
+
+def test_bad_files(tmp_path: Path) -> None:
+    q = {"id": "a", "prompt": {"zh": "题", "en": "q"}, "explain": {"zh": "因", "en": "b"}, **SINGLE}
+    p = tmp_path / "x.yaml"
+    p.write_text(yaml.safe_dump({"lesson": "knobs", "questions": [q, q]}))
+    with pytest.raises(quiz.QuizError, match="duplicate ids a"):
+        quiz.load("knobs", p)
+    p.write_text(yaml.safe_dump({"lesson": "slo-loop", "questions": [q]}))
+    with pytest.raises(quiz.QuizError, match="lesson: knobs"):
+        quiz.load("knobs", p)
+    p.write_text("questions: [")
+    with pytest.raises(quiz.QuizError, match="not YAML"):
+        quiz.load("knobs", p)
+    with pytest.raises(quiz.QuizError, match="unknown lesson"):
+        quiz.load("tuning")
+    with pytest.raises(quiz.QuizError, match="language"):
+        quiz.html("knobs", "fr")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- shipped content
+
+@pytest.fixture(scope="module", params=quiz.LESSONS)
+def lesson(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def test_seed_questions_are_present(lesson: str) -> None:
+    qs = {q.id: q for q in quiz.load(lesson)}
+    for n in (1, 2, 3):  # each seed's §9 has three questions
+        assert qs[f"seed-{n}"].seed == n
+    assert sorted(q.seed for q in qs.values() if q.seed) == [1, 2, 3]
+
+
+def test_enough_new_and_generated_questions(lesson: str) -> None:
+    qs = quiz.load(lesson)
+    assert sum(q.seed is None for q in qs) >= 8
+    assert sum(q.generator is not None for q in qs) >= 8
+    assert {q.type for q in qs} == set(quiz.TYPES)
+
+
+def test_both_languages_have_the_same_questions(lesson: str) -> None:
+    zh = [q.to_dict("zh") for q in quiz.load(lesson)]
+    en = [q.to_dict("en") for q in quiz.load(lesson)]
+    assert [(q["id"], q["type"]) for q in zh] == [(q["id"], q["type"]) for q in en]
+    for a, b in zip(zh, en, strict=True):
+        assert a.get("answer") == b.get("answer")
+        assert [c["correct"] for c in a.get("choices", [])] == \
+            [c["correct"] for c in b.get("choices", [])]
+        assert CJK.search(a["prompt"]) and CJK.search(a["explain"]), a["id"]
+        assert not CJK.search(b["prompt"] + b["explain"]), b["id"]
+        for c in b.get("choices", []):
+            assert not CJK.search(c["text"]), (b["id"], c)
+    assert re.findall(r'data-qid="([^"]+)"', quiz.html(lesson, "zh")) == \
+        re.findall(r'data-qid="([^"]+)"', quiz.html(lesson, "en"))
+
+
+def test_every_right_answer_grades_correct(lesson: str) -> None:
+    for q in quiz.load(lesson):
+        answer = q.answer if q.type == "numeric" else sorted(q.correct_ids)
+        for lang in quiz.LANGS:
+            r = quiz.grade(q, answer, lang)
+            assert r.correct and r.explanation.endswith(q.explain[lang]), q.id
+
+
+# ---- every data-driven answer, recomputed through the course_utils API
+
+def _keys(q: quiz.Question) -> set[str]:
+    return {c.key for c in q.choices if c.correct}
+
+
+def _shown(q: quiz.Question) -> set[str]:
+    return {c.key for c in q.choices}
+
+
+def _series(spec: dict[str, Any]) -> list[metrics.Snapshot]:
+    """The same series as the quiz builds, made directly as Snapshot values (another path)."""
+    n = len(spec["waiting"])
+    cols = {metrics.WAITING: spec["waiting"], metrics.RUNNING: spec.get("running", [0] * n),
+            metrics.KV_USAGE: spec.get("kv_usage", [0] * n),
+            metrics.PREEMPTIONS: spec.get("preemptions", [0] * n)}
+    return [metrics.Snapshot(t=i * 0.5, values={k: float(v[i]) for k, v in cols.items()})
+            for i in range(n)]
+
+
+def _bench(d: dict[str, Any]) -> slo.BenchResult:
+    return slo.BenchResult.from_json({**{k: 0 for k in slo.REQUIRED_KEYS}, **d})
+
+
+def _load_bench(p: dict[str, Any]) -> slo.BenchResult:
+    rec = quiz.recorded_point(p)  # which file or inline dict the entry points at
+    src = rec["bench"] if rec else quiz._data(p, "bench")
+    return slo.BenchResult.from_json(src) if isinstance(src, Path) else _bench(src)
+
+
+def _load_series(p: dict[str, Any]) -> list[metrics.Snapshot]:
+    rec = quiz.recorded_point(p)
+    src = rec["series"] if rec else quiz._data(p, "series")
+    return metrics.load_series(src) if isinstance(src, Path) else _series(src)
+
+
+def _check_diagnosis(q: quiz.Question, p: dict[str, Any]) -> diagnose.Diagnosis:
+    rec = quiz.recorded_point(p)
+    mns = rec["knobs"].get("max_num_seqs") if rec else p.get("max_num_seqs")
+    d = diagnose.diagnose(_load_series(p), _load_bench(p), slo.SLO.parse(p["slo"]),
+                          max_num_seqs=mns)
+    why = quiz._bi({lg: d.why(lg) for lg in quiz.LANGS}, "why")  # same whitespace rules
+    assert why["en"] in q.explain["en"] and why["zh"] in q.explain["zh"]
+    return d
+
+
+def _requests(p: dict[str, Any]) -> tuple[int, int, float]:
+    """vLLM's rule counted by hand from the YAML: good when every value <= its target."""
+    r, s = p["requests"], slo.SLO.parse(p["slo"])
+    good = sum(t <= (s.ttft_ms or np.inf) and d <= (s.tpot_ms or np.inf)
+               for t, d in zip(r["ttft_ms"], r["tpot_ms"], strict=True))
+    return good, len(r["ttft_ms"]), float(r["duration_s"])
+
+
+def check_generated(q: quiz.Question) -> None:
+    p, g = q.params, q.generator
+    if g == "knob_direction":
+        assert _keys(q) == {getattr(knobs.KNOBS[p["knob"]], p["axis"])}
+    elif g == "knob_recommend":
+        assert _keys(q) == {k.name for k in knobs.recommend(p["goal"])} & _shown(q)
+    elif g == "knob_free_wins":
+        assert _keys(q) == {k.name for k in knobs.free_wins()} & _shown(q)
+    elif g == "knob_constraint":
+        assert _keys(q) == {k.name for k, _ in knobs.for_constraint(p["constraint"])}
+    elif g == "knob_default":
+        gpu = capacity.get_gpu(p["gpu"]) if "gpu" in p else None
+        v = knobs.default(p["knob"], gpu_memory_gib=gpu.memory_gib if gpu else
+                          p.get("gpu_memory_gib", 24.0), entry=p.get("entry", "serve"),
+                          gpu_name=gpu.name if gpu else p.get("gpu_name", ""))
+        assert (_keys(q) == {str(v)}) if isinstance(v, bool) else q.answer == v
+    elif g == "knob_config":
+        assert _keys(q) == {knobs.KNOBS[p["knob"]].config.split(".")[0].split(" ")[0]}
+    elif g == "knob_validate":
+        try:
+            knobs.validate(p["values"], gpu_memory_gib=p.get("gpu_memory_gib"))
+            assert _keys(q) == {"starts"}
+        except knobs.KnobError as e:
+            assert _keys(q) == {"rejected"} and str(e) in q.explain["en"]
+    elif g == "kv_bytes_per_token":
+        m = capacity.load_model(p["model"])
+        assert q.answer == m.kv_bytes_per_token(p.get("kv_dtype", "auto"))
+    elif g == "kv_tokens":
+        m = capacity.load_model(p["model"])
+        facts, _ = quiz._logged(p)  # the recorded log's numbers, or the params' fallback
+        assert q.answer == m.kv_tokens(facts["kv_memory_gib"], p.get("kv_dtype", "auto"))
+        if "kv_tokens" in facts:  # vLLM's own count must grade as correct
+            assert quiz.grade(q, facts["kv_tokens"]).correct
+    elif g == "kv_dtype_gain":
+        m = capacity.load_model(p["model"])
+        assert q.answer == pytest.approx(m.kv_tokens(p["kv_memory_gib"], "fp8")
+                                         / m.kv_tokens(p["kv_memory_gib"]), abs=1e-3)
+    elif g == "max_concurrency":
+        m = capacity.load_model(p["model"])
+        facts, _ = quiz._logged(p)
+        assert q.answer == pytest.approx(
+            m.max_concurrency(facts["kv_memory_gib"], p["max_model_len"]), abs=0.01)
+        if "concurrency" in facts:
+            assert quiz.grade(q, facts["concurrency"]).correct
+    elif g == "tpot_floor":
+        assert q.answer == pytest.approx(capacity.tpot_floor_ms(
+            p["model"], p["gpu"], batch=p.get("batch", 1)), abs=0.01)
+    elif g == "request_goodput":
+        good, n, dur = _requests(p)
+        assert q.answer == pytest.approx(good / dur, abs=1e-4)
+        assert q.answer == pytest.approx(slo.request_goodput(quiz.requests_bench(p),
+                                                             slo.SLO.parse(p["slo"])), abs=1e-4)
+    elif g == "p99_gate":
+        s = slo.SLO.parse(p["slo"])
+        if "requests" in p:
+            r = p["requests"]
+            b = _bench({"request_throughput": len(r["ttft_ms"]) / r["duration_s"],
+                        "p99_ttft_ms": float(np.percentile(r["ttft_ms"], 99)),
+                        "p99_tpot_ms": float(np.percentile(r["tpot_ms"], 99))})
+        else:
+            b = _load_bench(p)
+        sc = slo.score(b, s)
+        over = {k for k in s.targets() if b.percentile(k) > s.targets()[k]}
+        want = "pass" if sc.meets_slo else (f"fail-{next(iter(over))}" if len(over) == 1
+                                            else "fail-several")
+        assert _keys(q) == {want}
+    elif g == "slo_compare":
+        s = slo.SLO.parse(p["slo"])
+        scores = {c["name"]: slo.gate_goodput(_bench(c), s) for c in p["configs"]}
+        best = max(scores.values())
+        winners = [n for n, v in scores.items() if v == best]
+        assert _keys(q) == ({winners[0]} if len(winners) == 1 and best > 0 else {"tie"})
+    elif g == "sweep_best":
+        s = slo.SLO.parse(p["slo"])
+        fn = slo.gate_goodput if p.get("score", "gate") == "gate" else slo.request_goodput
+        scores = {pt["value"]: fn(pt["bench"], s) or 0.0 for pt in quiz.recorded_sweep(p)}
+        best = max(scores.values())
+        winners = [str(v) for v, sc in scores.items() if sc == best]
+        assert _keys(q) == ({winners[0]} if best > 0 and len(winners) == 1 else {"none"})
+    elif g == "goodput_args":
+        assert _keys(q) == {" ".join(slo.SLO.parse(p["slo"]).goodput_args())}
+    elif g == "diagnose_constraint":
+        assert _keys(q) == {_check_diagnosis(q, p).constraint}
+    elif g == "diagnose_knobs":
+        d = _check_diagnosis(q, p)
+        assert _keys(q) == (set(d.knobs) or {"none"})
+    elif g == "metric_name":
+        want = {"kv_usage": metrics.KV_USAGE, "waiting": metrics.WAITING,
+                "running": metrics.RUNNING}[p.get("what", "kv_usage")]
+        assert _keys(q) == {want}
+    else:
+        raise AssertionError(f"no independent check for generator {g}")
+
+
+def test_generated_answers_agree_with_course_utils(lesson: str) -> None:
+    used = set()
+    for q in quiz.load(lesson):
+        if q.generator:
+            used.add(q.generator)
+            check_generated(q)
+    assert used <= set(quiz.GENERATORS)
+
+
+def test_every_generator_is_used_and_checked() -> None:
+    used = {q.generator for lesson in quiz.LESSONS for q in quiz.load(lesson) if q.generator}
+    assert used == set(quiz.GENERATORS)
+
+
+def test_written_choice_questions_have_no_duplicate_texts(lesson: str) -> None:
+    for q in quiz.load(lesson):
+        for lang in quiz.LANGS:
+            texts = [c.text[lang] for c in q.choices]
+            assert len(texts) == len(set(texts)), (q.id, lang)
+
+
+def test_answers_follow_the_direction_map(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generated answers are read at load time: change the map and the quiz follows."""
+    entry = {"id": "d", "generator": "knob_direction",
+             "params": {"knob": "max_num_seqs", "axis": "itl"}}
+    assert _keys(quiz.expand(entry)) == {knobs.KNOBS["max_num_seqs"].itl}
+    flipped = dataclasses.replace(knobs.KNOBS["max_num_seqs"], itl="neutral")
+    monkeypatch.setitem(knobs.KNOBS, "max_num_seqs", flipped)
+    assert _keys(quiz.expand(entry)) == {"neutral"}
+
+
+def test_data_paths_switch_to_recorded_files(tmp_path: Path) -> None:
+    """A series/bench path is used when it exists; the fallback only when it does not."""
+    series = tmp_path / "m.jsonl"
+    metrics.save_series(_series({"waiting": [0, 0, 0], "running": [10, 12, 11],
+                                 "kv_usage": [0.2, 0.3, 0.2]}), series)
+    bench = tmp_path / "b.json"
+    bench.write_text(json.dumps({**{k: 1 for k in slo.REQUIRED_KEYS}, "p99_ttft_ms": 100,
+                                 "p99_tpot_ms": 90}))
+    entry = {"id": "d", "generator": "diagnose_constraint",
+             "params": {"slo": "ttft:300 tpot:50", "series": str(series), "bench": str(bench)}}
+    assert _keys(quiz.expand(entry)) == {"decode"}
+    missing = {**entry["params"], "bench": str(tmp_path / "h200-*" / "nope.json"),
+               "bench_fallback": {"p99_ttft_ms": 900, "p99_tpot_ms": 20}}
+    assert _keys(quiz.expand({**entry, "params": missing})) == {"prefill"}
+    del missing["bench_fallback"]
+    with pytest.raises(quiz.QuizError, match="bench: none of .*nope.json found"):
+        quiz.expand({**entry, "params": missing})
+    listed = {**entry["params"], "bench": [str(tmp_path / "h200-*" / "nope.json"), str(bench)]}
+    assert _keys(quiz.expand({**entry, "params": listed})) == {"decode"}
+    (tmp_path / "h200-2026-11-30").mkdir()
+    (tmp_path / "h200-2026-11-30" / "nope.json").write_text(json.dumps(
+        {**{k: 1 for k in slo.REQUIRED_KEYS}, "p99_ttft_ms": 900, "p99_tpot_ms": 20}))
+    assert _keys(quiz.expand({**entry, "params": listed})) == {"prefill"}  # recorded file wins
+
+
+def test_recorded_points_are_found_by_knobs(tmp_path: Path) -> None:
+    root = tmp_path / "h200-2026-12-01" / "slo"
+    for key, seqs, ttft in (("aaa", 64, 4000), ("bbb", 256, 100)):
+        d = root / "points" / key
+        d.mkdir(parents=True)
+        metrics.save_series(_series({"waiting": [0, 0], "running": [5, 6],
+                                     "kv_usage": [0.1, 0.1]}), d / "metrics.jsonl")
+        (d / "bench.json").write_text(json.dumps(
+            {**{k: 1 for k in slo.REQUIRED_KEYS}, "p99_ttft_ms": ttft, "p99_tpot_ms": 80}))
+        with (root / "points.jsonl").open("a") as f:
+            f.write(json.dumps({"key": key, "knobs": {"max_model_len": 4096,
+                                                      "max_num_seqs": seqs}}) + "\n")
+    params = {"slo": "ttft:300 tpot:50", "series": {"waiting": [0], "running": [1]},
+              "bench": {"p99_ttft_ms": 10, "p99_tpot_ms": 10},
+              "point": {"results": str(tmp_path / "h200-*" / "slo"),
+                        "knobs": {"max_num_seqs": 256}}}
+    rec = quiz.recorded_point(params)
+    assert rec and rec["bench"].parent.name == "bbb" and rec["knobs"]["max_num_seqs"] == 256
+    entry = {"id": "d", "generator": "diagnose_constraint", "params": params}
+    assert _keys(quiz.expand(entry)) == {"decode"}  # the recorded point, not the inline data
+    params["point"]["knobs"] = {"max_num_seqs": 64}
+    assert _keys(quiz.expand(entry)) == {"prefill"}
+    params["point"]["knobs"] = {"max_num_seqs": 999}
+    assert quiz.recorded_point(params) is None
+    assert _keys(quiz.expand(entry)) == {"none"}  # falls back to the inline series/bench
+
+
+def test_startup_facts_from_a_vllm_log(tmp_path: Path) -> None:
+    log = ("(EngineCore pid=9) INFO [gpu_worker.py:560] Available KV cache memory: 5.98 GiB\n"
+           "(EngineCore pid=9) INFO [kv_cache_utils.py:2177] GPU KV cache size: 112,048 tokens\n"
+           "(EngineCore pid=9) INFO [kv_cache_utils.py:2178] Maximum concurrency for 4,096 "
+           "tokens per request: 27.36x\n")
+    assert quiz.startup_facts(log) == {"kv_memory_gib": 5.98, "kv_tokens": 112048.0,
+                                       "concurrency_len": 4096.0, "concurrency": 27.36}
+    (tmp_path / "serve.log").write_text(log)
+    q = quiz.expand({"id": "k", "generator": "kv_tokens",
+                     "params": {"model": "qwen2.5-7b-instruct", "kv_memory_gib": 99,
+                                "log": [str(tmp_path / "nope.log"), str(tmp_path / "serve.log")]}})
+    assert q.answer == capacity.load_model().kv_tokens(5.98)
+    assert quiz.grade(q, 112048).correct and "112,048 tokens" in q.explain["en"]
+    missing = {"model": "qwen2.5-7b-instruct", "kv_memory_gib": 99, "log": "nope/*.log"}
+    q = quiz.expand({"id": "k", "generator": "kv_tokens", "params": missing})
+    assert q.answer == capacity.load_model().kv_tokens(99)
+
+
+def test_synthetic_series_uses_real_metric_names() -> None:
+    snaps = quiz.synthetic_series({"waiting": [1, 2], "running": [3, 4], "kv_usage": [0.5, 0.6],
+                                   "preemptions": [0, 5]})
+    assert snaps[1].gauge(metrics.WAITING) == 2 and snaps[1].gauge(metrics.KV_USAGE) == 0.6
+    assert metrics.summarize(snaps).preemptions == 5
+
+
+# ---------------------------------------------------------------- static renderer
+
+def _data(page: str) -> dict[str, Any]:
+    m = re.search(r'<script type="application/json" class="cu-quiz-data">(.*?)</script>', page,
+                  re.S)
+    assert m
+    return json.loads(m.group(1).replace("<\\/", "</"))
+
+
+def test_html_is_deterministic_self_contained_and_matches_grade(lesson: str) -> None:
+    for lang in quiz.LANGS:
+        page = quiz.html(lesson, lang)
+        assert page == quiz.html(lesson, lang)
+        qs = quiz.load(lesson)
+        ids = re.findall(r'<li class="cu-q" id="([^"]+)"', page)
+        assert ids == [f"q-{lesson}-{lang}-{n}" for n in range(1, len(qs) + 1)]
+        assert not re.search(r'(src|href)=["\']?(https?:)?//', page)
+        assert "<script>" in page and "<style>" in page
+        assert page.count("<script") == 2  # the data and the grader, nothing loaded
+        data = _data(page)
+        assert data["strings"] == quiz.STRINGS[lang]
+        for dom, q in zip(ids, qs, strict=True):
+            rec = data["questions"][dom]
+            assert rec["explain"] == q.explain[lang] and rec["expected"] == q.expected(lang)
+            if q.type == "numeric":
+                assert (rec["answer"], rec["abs_tol"], rec["rel_tol"]) == \
+                    (q.answer, q.abs_tol, q.rel_tol)
+            else:
+                assert set(rec["correct"]) == q.correct_ids
+
+
+def test_html_escapes_text() -> None:
+    q = _q(**{**SINGLE, "prompt": {"zh": "<b>题</b> `x<y`", "en": "<script>alert(1)</script>"}})
+    page = quiz.html("knobs", "en", questions=[q])
+    assert "<script>alert" not in page and "&lt;script&gt;" in page
+    assert "<code>x&lt;y</code>" in quiz.html("knobs", "zh", questions=[q])
+
+
+NODE = shutil.which("node")
+
+
+@pytest.mark.skipif(NODE is None, reason="node not installed")
+def test_browser_grader_matches_python() -> None:
+    """quiz.js's grade() gives the same verdicts and texts as quiz.grade()."""
+    cases = []
+    qs = [q for lesson in quiz.LESSONS for q in quiz.load(lesson)]
+    qs += [_num(0.3, abs=0.1), _num(200, rel=0.01), _num(100, abs=1, rel=0.05), _q(**MULTI)]
+    for q in qs:
+        if q.type == "numeric":
+            a = q.answer
+            answers: list[Any] = [str(a), f"{a:,}", str(a * 1.02), str(a + (q.abs_tol or 0)),
+                                  "", "abc", "1e999", str(-a), " 1 2 ", "12ms"]
+        else:
+            ids = [c.id for c in q.choices]
+            answers = [sorted(q.correct_ids), [ids[0]], [], ids, [ids[-1], ids[0]]]
+            if q.type == "single":
+                answers = [a for a in answers if len(a) <= 1]
+        for lang in quiz.LANGS:
+            rec = {"type": q.type, "explain": q.explain[lang], "expected": q.expected(lang),
+                   "answer": q.answer, "abs_tol": q.abs_tol, "rel_tol": q.rel_tol,
+                   "correct": sorted(q.correct_ids)}
+            for a in answers:
+                r = quiz.grade(q, a, lang)
+                cases.append({"q": rec, "a": a, "lang": lang, "ok": r.correct,
+                              "text": r.error or r.explanation, "err": not r.valid})
+    js = quiz._asset("quiz.js")
+    harness = ("const document = {currentScript: null, querySelectorAll: () => []};"
+               "const window = {};" + js +
+               "const S = " + json.dumps(quiz.STRINGS, ensure_ascii=False) + ";"
+               "const cases = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+               "const bad = [];"
+               "for (const c of cases) { const r = window.cuQuiz.grade(c.q, c.a, S[c.lang]);"
+               "  const text = r.error || r.text;"
+               "  if (!!r.error !== c.err || (!r.error && r.correct !== c.ok) || text !== c.text)"
+               "    bad.push({c, r}); }"
+               "console.log(JSON.stringify({n: cases.length, bad: bad.slice(0, 5)}));")
+    out = subprocess.run([NODE, "-e", harness], input=json.dumps(cases), capture_output=True,
+                         text=True, timeout=60, check=True)
+    res = json.loads(out.stdout)
+    assert res["n"] == len(cases) > 300
+    assert res["bad"] == []
+
+
+# ---------------------------------------------------------------- live renderer, show()
+
+def test_widgets_grade_like_python() -> None:
+    pytest.importorskip("ipywidgets")
+    qs = quiz.load("knobs")
+    box = quiz.widget("knobs", "zh")
+    assert len(box.children) == len(qs)
+    for q, item in zip(qs, box.children, strict=True):
+        _, inp, button, out = item.children
+        if q.type == "single":
+            inp.value = sorted(q.correct_ids)[0]
+        elif q.type == "multiple":
+            for cb, c in zip(inp.children, q.choices, strict=True):
+                cb.value = c.correct
+        else:
+            inp.value = q.answer
+        button.click()
+        assert 'class="cu-ok"' in out.value and out.value.count("正确。") == 1, q.id
+    first = box.children[0]
+    for cb in first.children[1].children:
+        cb.value = False
+    first.children[2].click()
+    assert 'class="cu-err"' in first.children[3].value
+
+
+def test_show_static_unless_live(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("IPython")
+    shown: list[Any] = []
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    monkeypatch.delenv("COURSE_UTILS_QUIZ_LIVE", raising=False)
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    assert quiz.live_frontend() is False  # no kernel here
+    quiz.show("slo-loop", "en")
+    assert shown[-1].data == quiz.html("slo-loop", "en")
+    quiz.show("slo-loop", "zh", live=True)
+    bundle = shown[-1]._repr_mimebundle_()
+    assert bundle["text/html"] == quiz.html("slo-loop", "zh")
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    monkeypatch.setenv("COURSE_UTILS_QUIZ_LIVE", "1")
+    assert quiz.live_frontend() is True
+    monkeypatch.setenv("COURSE_UTILS_QUIZ_LIVE", "0")
+    monkeypatch.setenv("JPY_SESSION_NAME", "/x.ipynb")
+    assert quiz.live_frontend() is False
+
+
+# ---------------------------------------------------------------- CLI
+
+def _run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    parser = argparse.ArgumentParser()
+    quiz.add_cli(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(list(argv))
+    rc = args.func(args)
+    return rc, capsys.readouterr().out
+
+
+def test_cli_json_and_text(capsys: pytest.CaptureFixture[str], lesson: str) -> None:
+    rc, out = _run_cli(capsys, "quiz", "--lesson", lesson, "--lang", "zh", "--format", "json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["lesson"] == lesson and doc["lang"] == "zh"
+    assert [q["id"] for q in doc["questions"]] == [q.id for q in quiz.load(lesson)]
+    assert all("expected" in q and "explain" in q for q in doc["questions"])
+    rc, out = _run_cli(capsys, "quiz", "--lesson", lesson, "--format", "text")
+    assert rc == 0 and "[seed-1] (§9.1," in out and "-> " in out
+
+
+def test_cli_via_main(capsys: pytest.CaptureFixture[str]) -> None:
+    from course_utils import __main__ as cli
+
+    assert cli.main(["quiz", "--lesson", "knobs", "--lang", "en", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["questions"]
+
+
+def test_fallback_data_gives_the_recorded_answer(lesson: str) -> None:
+    """Entries reading a recorded run (labs/results) also name data that ships with the
+    package or inline; without the recorded run they give the same answer."""
+    def recorded(c: Any) -> bool:
+        return isinstance(c, str) and c.startswith("labs/results")
+
+    raw = yaml.safe_load(quiz.quiz_path(lesson).read_text(encoding="utf-8"))["questions"]
+    checked = 0
+    for entry in raw:
+        p = dict(entry.get("params") or {})
+        if not ({"point", "results"} & set(p) or any(
+                isinstance(v, list) and any(map(recorded, v)) for v in p.values())):
+            continue
+        fallback = {k: ([c for c in v if not recorded(c)] if isinstance(v, list)
+                        and k in ("series", "bench", "log") else v)
+                    for k, v in p.items() if k not in ("point", "results")}
+        with_run, without = quiz.expand(entry), quiz.expand({**entry, "params": fallback})
+        assert _keys(with_run) == _keys(without), entry["id"]
+        checked += 1
+    assert checked >= (6 if lesson == "slo-loop" else 0)

@@ -42,7 +42,7 @@ vendor: $(NPM_STAMP)
 	$(PY) tools/book/vendor.py
 
 book: setup book-deps vendor
-	$(VENV)/bin/jupyter-book build . $(BOOK_FLAGS)
+	COURSE_UTILS_QUIZ_LIVE=0 $(VENV)/bin/jupyter-book build . $(BOOK_FLAGS)
 
 # ---- tests ---------------------------------------------------------------
 # The book tests (build output, links, nbval, headless Chromium) read _build/html: build once here.

@@ -16,8 +16,10 @@ from course_utils.sweep import (
     _early_stop,
     add_cli,
     best_point,
+    choose,
     couple_knobs,
     load_points,
+    objective_value,
     sweep,
     tune,
 )
@@ -146,21 +148,55 @@ def test_interrupted_sweep_resumes_without_loss_or_repeat(tmp_path: Path, fake_v
     assert len(_starts(tmp_path)) == 5
 
 
-def _rec(value: int, goodput: float, meets: bool = True, status: str = "ok") -> dict:
-    return {"knob": "max_num_seqs", "value": value, "status": status,
+def _rec(value: int, goodput: float, meets: bool = True, status: str = "ok",
+         request_goodput: float | None = None, valid: bool = True) -> dict:
+    return {"knob": "max_num_seqs", "value": value, "status": status, "valid": valid,
+            "knobs": {"max_num_seqs": value},
             "score": {"gate_goodput": goodput if meets else 0.0, "meets_slo": meets,
+                      "request_goodput": goodput if request_goodput is None else request_goodput,
                       "violations": [] if meets else ["p99 TPOT 60.0 ms > 50 ms"]}}
 
 
 def test_early_stop_rules() -> None:
-    assert _early_stop([_rec(1, 5), _rec(2, 6), _rec(3, 7)], patience=2, min_gain=0) is None
-    assert "stopped improving" in _early_stop([_rec(1, 5), _rec(2, 4), _rec(3, 5)], 2, 0)
-    assert _early_stop([_rec(1, 5), _rec(2, 4)], 2, 0) is None
-    assert "stopped improving" in _early_stop([_rec(1, 5), _rec(2, 5.1)], 1, 0.05)
-    broke = _early_stop([_rec(1, 0, meets=False), _rec(2, 5), _rec(3, 0, meets=False)], 9, 0)
+    gate = {"objective": "gate"}
+    assert _early_stop([_rec(1, 5), _rec(2, 6), _rec(3, 7)], 2, 0, **gate) is None
+    assert "gate goodput stopped improving" in _early_stop(
+        [_rec(1, 5), _rec(2, 4), _rec(3, 5)], 2, 0, **gate)
+    assert _early_stop([_rec(1, 5), _rec(2, 4)], 2, 0, **gate) is None
+    assert "stopped improving" in _early_stop([_rec(1, 5), _rec(2, 5.1)], 1, 0.05, **gate)
+    broke = _early_stop([_rec(1, 0, meets=False), _rec(2, 5), _rec(3, 0, meets=False)], 9, 0,
+                        **gate)
     assert broke.startswith("SLO broke at max_num_seqs=3 (p99 TPOT")
     # nothing met the SLO yet: keep going
-    assert _early_stop([_rec(1, 0, meets=False), _rec(2, 0, meets=False)], 1, 0) is None
+    assert _early_stop([_rec(1, 0, meets=False), _rec(2, 0, meets=False)], 1, 0, **gate) is None
+    # request goodput: the gate is 0 everywhere (H200, 55 req/s) yet the score climbs
+    climb = [_rec(64, 0, False, request_goodput=4.13), _rec(128, 0, False, request_goodput=10.1),
+             _rec(256, 0, False, request_goodput=28.16)]
+    assert _early_stop(climb, 1, 0.02) is None
+    assert "request goodput stopped improving for 1 point(s) (best 28.16)" == _early_stop(
+        [*climb, _rec(1024, 0, False, request_goodput=28.2)], 1, 0.02)
+    # under request goodput a point that breaks the p99 SLO does not stop the sweep by itself
+    assert _early_stop([_rec(1, 5), _rec(2, 0, meets=False, request_goodput=6)], 9, 0) is None
+
+
+def test_keep_rule_by_objective_on_the_h200_numbers() -> None:
+    """labs/results/h200-2026-11-29: max_num_seqs at 55 req/s, every p99 TTFT over 300 ms."""
+    recs = [_rec(128, 0, False, request_goodput=10.10), _rec(256, 0, False, request_goodput=28.16),
+            _rec(1024, 0, False, request_goodput=35.92)]
+    best, gain, kept = choose(recs, 4.13, objective="request_goodput", plateau=0.02)
+    assert kept and best["value"] == 1024 and gain == pytest.approx(35.92 / 4.13 - 1)
+    assert choose(recs, 0.0, objective="gate", plateau=0.02) == (None, None, False)
+    assert objective_value(recs[0], "gate") == 0.0
+    assert objective_value(recs[0], "request_goodput") == 10.10
+    # the plateau: a further move must beat the nearer one by more than the plateau
+    assert best_point(recs, plateau=0.30)["value"] == 256  # 35.92 / 28.16 = +27.6 %
+    assert best_point(recs, plateau=0.02)["value"] == 1024
+    # only valid points count; a gain of exactly the plateau is not "more than"
+    assert best_point([*recs[:2], {**recs[2], "valid": False}])["value"] == 256
+    assert choose([_rec(8, 0, False, request_goodput=10.0)], 8.0, plateau=0.25)[2] is False
+    assert choose([_rec(8, 0, False, request_goodput=10.5)], 8.0, plateau=0.25)[2] is True
+    with pytest.raises(ValueError, match="objective"):
+        best_point(recs, objective="throughput")
 
 
 def test_early_stop_in_a_sweep(tmp_path: Path, fake_vllm: Path) -> None:
@@ -194,6 +230,64 @@ def test_tune_keeps_a_value_that_lifts_goodput(tmp_path: Path, fake_vllm: Path) 
                  out_dir=tmp_path / "t", base_knobs={"max_num_seqs": 1}, max_steps=2, **FAST)
     assert len(_starts(tmp_path)) == n
     assert again["serve_command"] == summary["serve_command"]
+
+
+def test_tune_request_goodput_keeps_a_value_while_the_gate_stays_zero(
+        tmp_path: Path, fake_vllm: Path) -> None:
+    # 16 requests at once, ~90 ms each at batch 1: TTFT 150 ms lets ~2 requests through with
+    # one slot, ~8 with four; p99 TTFT breaks 150 ms either way: the gate reads 0 for both
+    w = Workload(input_len=16, output_len=40, num_prompts=16)
+    slo = SLO.parse("ttft:150 tpot:1000")
+    out = tmp_path / "t"
+    summary = tune("fake-model", {"max_num_seqs": [1, 4]}, workload=w, slo=slo, out_dir=out,
+                   base_knobs={"max_num_seqs": 1}, max_steps=1, **FAST)
+    steps = [json.loads(x) for x in (out / "tune.jsonl").read_text().splitlines()]
+    base, step = steps[0], steps[1]
+    assert base["objective"] == "request_goodput" and base["gate_goodput"] == 0.0
+    assert base["diagnosis"]["leaf"] == "queue_cap"
+    (r4,) = step["results"]
+    assert r4["value"] == 4 and r4["gate_goodput"] == 0.0 and r4["meets_slo"] is False
+    assert r4["request_goodput"] > 1.5 * base["request_goodput"] > 0
+    assert step["kept"] is True and step["best_value"] == 4
+    assert step["score_before"] == base["request_goodput"]  # both scores in every step
+    assert step["goodput_before"] == 0.0 and step["goodput_best"] == 0.0
+    assert summary["knobs"]["max_num_seqs"] == 4 and summary["objective"] == "request_goodput"
+    assert summary["gate_goodput"] == 0.0 and summary["request_goodput"] == r4["request_goodput"]
+    # the same points under lesson 000's gate: nothing to keep (all resumed, no new server)
+    n = len(_starts(tmp_path))
+    gate = tune("fake-model", {"max_num_seqs": [1, 4]}, workload=w, slo=slo, out_dir=out,
+                base_knobs={"max_num_seqs": 1}, max_steps=1, objective="gate", **FAST)
+    assert len(_starts(tmp_path)) == n
+    assert gate["knobs"]["max_num_seqs"] == 1
+    assert json.loads((out / "tune.jsonl").read_text().splitlines()[1])["reverted"] is True
+
+
+def test_a_budget_stop_is_a_normal_end_and_resumed_points_are_free(
+        tmp_path: Path, fake_vllm: Path) -> None:
+    """lab02d.log of the H200 run: budget 2.4 min < 2.5 min per point (estimated from the
+    recorded points) stopped tune before its baseline although every point was recorded."""
+    w = Workload(input_len=16, output_len=40, num_prompts=12)  # ~0.6 s of queueing on 2 slots
+    out = tmp_path / "t"
+    first = tune("fake-model", {"max_num_seqs": [2, 4]}, workload=w, slo=SLO_LOOSE, out_dir=out,
+                 base_knobs={"max_num_seqs": 2}, max_steps=2, **FAST)
+    assert first["diagnosis"] is not None
+    n = len(_starts(tmp_path))
+    pts = load_points(out)
+    for p in pts:  # pretend each point took 2.5 min on the GPU
+        p["elapsed_s"] = 150.0
+    (out / "points.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pts))
+    again = tune("fake-model", {"max_num_seqs": [2, 4]}, workload=w, slo=SLO_LOOSE, out_dir=out,
+                 base_knobs={"max_num_seqs": 2}, max_steps=2, gpu_minutes=2.4, **FAST)
+    assert len(_starts(tmp_path)) == n  # nothing new had to run
+    assert again["knobs"] == first["knobs"] and not again["stopped_on_budget"]
+    # a new point that does not fit: a normal stop, recorded in the summary
+    more = tune("fake-model", {"max_num_seqs": [2, 4, 8]}, workload=w, slo=SLO_LOOSE,
+                out_dir=out, base_knobs={"max_num_seqs": 2}, max_steps=2, gpu_minutes=2.4,
+                **FAST)
+    assert len(_starts(tmp_path)) == n
+    assert more["stop_reason"].startswith("GPU budget: 2.4 min left"), more["stop_reason"]
+    assert more["stopped_on_budget"] is True
+    assert json.loads((out / "tune.jsonl").read_text().splitlines()[-1])["kind"] == "summary"
 
 
 def test_tune_respects_the_gpu_budget(tmp_path: Path, fake_vllm: Path) -> None:
@@ -279,3 +373,95 @@ def test_real_vllm_failed_start_is_classified(tmp_path: Path) -> None:
     print("real failure reason:", r["reason"])
     assert r["reason"].startswith(("weights do not fit", "CUDA out of memory",
                                    "not enough KV cache memory")), r["reason"]
+
+
+# ---------------------------------------------------------------- knee scan: seeds, replay check
+
+KNEE_W = Workload(input_len=64, output_len=4, num_prompts=20, seed=7)
+KNEE_FAST = dict(server_kwargs={"startup_timeout_s": 20, "stop_timeout_s": 5},
+                 bench_kwargs={"timeout_s": 60}, warmup_prompts=2, metrics_interval_s=0.05,
+                 gpu_memory_gib=24.0, progress=None)
+
+
+def _bench_argvs(path: Path) -> list[list[str]]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def _flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_knee_scan_sends_fresh_prompts_at_every_rate(tmp_path: Path, fake_vllm: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from course_utils import labtools
+
+    log = tmp_path / "bench-argv.jsonl"
+    monkeypatch.setenv("FAKE_VLLM_BENCH_ARGV", str(log))
+    recs = labtools.knee_scan("fake-model", [50, 100, 200], workload=KNEE_W, slo=SLO_LOOSE,
+                              out_dir=tmp_path / "k", batch1_prompts=2, **KNEE_FAST)
+    argvs = _bench_argvs(log)
+    assert len(_starts(tmp_path)) == 1  # one server for every rate
+    assert [(_flag(a, "--request-rate"), _flag(a, "--seed")) for a in argvs] == [
+        ("50", "7"), ("100", "8"), ("200", "9"), ("inf", "10")]  # the last: batch 1
+    assert [r["workload"]["seed"] for r in recs] == [7, 8, 9]
+    for r in recs:
+        assert r["status"] == "ok" and r["valid"] is True, r.get("validity_issues")
+        assert r["prefix_cache_hit_rate"] is not None and r["prefix_cache_hit_rate"] < 0.1
+    assert all(r["valid"] for r in labtools.load_knee(tmp_path / "k"))
+
+
+def test_a_replayed_knee_rate_is_flagged_and_ignored(tmp_path: Path, fake_vllm: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The H200 bug, reproduced: one seed for every rate on one server."""
+    from course_utils import labtools
+
+    log = tmp_path / "bench-argv.jsonl"
+    monkeypatch.setenv("FAKE_VLLM_BENCH_ARGV", str(log))
+    monkeypatch.setattr(labtools, "knee_seed", lambda seed, rates, rate: seed)
+    out = tmp_path / "k"
+    recs = labtools.knee_scan("fake-model", [50, 100], workload=KNEE_W, slo=SLO_LOOSE,
+                              out_dir=out, **KNEE_FAST)
+    assert {_flag(a, "--seed") for a in _bench_argvs(log)} == {"7"}
+    first, second = recs
+    assert first["valid"] is True and first["prefix_cache_hit_rate"] < 0.1
+    assert second["valid"] is False and second["prefix_cache_hit_rate"] > 0.9
+    pct = f"{second['prefix_cache_hit_rate']:.0%}"
+    assert second["validity_issues"] == [
+        f"prefix cache hit rate {pct} on a workload without a shared prefix: prompts were "
+        "replayed, results are inflated"]
+    # replay re-derives it from the recorded series, even for a record written without it
+    lines = [json.loads(x) for x in (out / "knee.jsonl").read_text().splitlines()]
+    for r in lines:
+        r.pop("valid"), r.pop("prefix_cache_hit_rate")
+        r["validity_issues"] = []
+    (out / "knee.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    again = labtools.load_knee(out)
+    assert [r["valid"] for r in again] == [True, False]
+    assert again[1]["validity_issues"] == second["validity_issues"]
+    kn = labtools.pick_knee(again)
+    assert kn["knee_rate"] == 50 and [i["rate"] for i in kn["invalid"]] == [100]
+    assert "ignored invalid rate(s) 100 (prefix cache hit rate" in kn["why"]
+
+
+def test_prefix_cache_check_needs_no_shared_prefix(tmp_path: Path) -> None:
+    from course_utils.bench import prefix_cache_hit_rate, prefix_cache_issue, validity_issues
+    from course_utils.metrics import Snapshot
+
+    def snap(t: float, q: float, h: float) -> Snapshot:
+        return Snapshot(t=t, values={"vllm:prefix_cache_queries": q, "vllm:prefix_cache_hits": h})
+
+    # the H200 knee rate 60: 297600 of 307200 prompt tokens hit during the load
+    series = [snap(0, 311296, 1488), snap(1, 500000, 150000), snap(2, 618496, 299088)]
+    assert prefix_cache_hit_rate(series) == pytest.approx(0.96875)
+    w = Workload(input_len=512, output_len=128, num_prompts=600, request_rate=60)
+    assert prefix_cache_issue(0.96875, w) == (
+        "prefix cache hit rate 97% on a workload without a shared prefix: prompts were "
+        "replayed, results are inflated")
+    assert prefix_cache_issue(0.005, w) is None and prefix_cache_issue(None, w) is None
+    shared = Workload(input_len=512, output_len=128, num_prompts=600, prefix_len=448)
+    assert prefix_cache_issue(0.9, shared) is None  # a shared prefix is meant to hit
+    raw = {"completed": 600, "failed": 0, "total_output_tokens": 600 * 128}
+    assert validity_issues(raw, w, prefix_cache_hit_rate=0.96875)[-1].startswith(
+        "prefix cache hit rate 97%")
+    assert prefix_cache_hit_rate(series[:1]) is None
+    assert prefix_cache_hit_rate([Snapshot(t=0), Snapshot(t=1)]) is None  # caching off

@@ -36,6 +36,9 @@ __all__ = [
     "run_bench",
     "warmup",
     "validity_issues",
+    "prefix_cache_hit_rate",
+    "prefix_cache_issue",
+    "REPLAY_HIT_RATE",
 ]
 
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
@@ -299,13 +302,55 @@ def warmup(
 # --------------------------------------------------------------------------------------
 
 
-def validity_issues(raw: Mapping[str, Any], workload: Workload) -> list[str]:
+# A workload without a shared prefix hits the prefix cache only by chance (block-aligned
+# repeats of random tokens: ~0.5 % on the H200 run). Far above that, the prompts were sent
+# before on the same server: `vllm bench serve --dataset-name random` draws its prompts
+# from `--seed` (vllm/benchmarks/datasets/datasets.py RandomDataset: np.random.default_rng
+# (random_seed)), so two runs with the same seed replay the same prompts. vLLM's own
+# `vllm bench sweep serve` resets the caches between runs instead
+# (vllm/benchmarks/sweep/server.py `ServerProcess.reset_caches`: POST /reset_prefix_cache,
+# a dev route, vllm/entrypoints/serve/dev/cache/api_router.py, mounted only with
+# VLLM_SERVER_DEV_MODE=1, vllm/entrypoints/openai/api_server.py). The course varies the seed.
+REPLAY_HIT_RATE = 0.5
+
+
+def prefix_cache_hit_rate(samples: Sequence[Any]) -> float | None:
+    """Prefix-cache hit rate during a measured load: the delta of `vllm:prefix_cache_hits`
+    over the delta of `vllm:prefix_cache_queries` (both counted in tokens; 0.26.0
+    vllm/v1/metrics/loggers.py) from the first to the last /metrics sample.
+    None without samples, without the counters (prefix caching off) or without queries."""
+    from course_utils.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
+
+    if len(samples) < 2:
+        return None
+    first, last = samples[0], samples[-1]
+    q1, h1 = last.counter(PREFIX_CACHE_QUERIES), last.counter(PREFIX_CACHE_HITS)
+    if q1 is None or h1 is None:
+        return None
+    dq = q1 - (first.counter(PREFIX_CACHE_QUERIES) or 0.0)
+    dh = h1 - (first.counter(PREFIX_CACHE_HITS) or 0.0)
+    return dh / dq if dq > 0 else None
+
+
+def prefix_cache_issue(hit_rate: float | None, workload: Workload) -> str | None:
+    """The validity issue of a replayed workload, or None."""
+    if hit_rate is None or workload.prefix_len > 0 or hit_rate <= REPLAY_HIT_RATE:
+        return None
+    return (f"prefix cache hit rate {hit_rate:.0%} on a workload without a shared prefix: "
+            "prompts were replayed, results are inflated")
+
+
+def validity_issues(raw: Mapping[str, Any], workload: Workload, *,
+                    prefix_cache_hit_rate: float | None = None) -> list[str]:
     """Checks that a bench result measured what the workload asked for.
 
     - achieved vs offered request rate: the arrival rate the client really produced
       (from `start_times`, needs --save-detailed), within max(10 %, 3/sqrt(n)) for Poisson;
     - completed vs failed requests; completed + failed == num_prompts;
-    - mean output tokens per completed request vs the requested output_len (>= 95 %).
+    - mean output tokens per completed request vs the requested output_len (>= 95 %);
+    - with `prefix_cache_hit_rate` (from the /metrics samples of the run, see
+      `prefix_cache_hit_rate()`): a workload without a shared prefix must not hit the
+      prefix cache (> REPLAY_HIT_RATE means its prompts were replayed).
     """
     issues: list[str] = []
     n = int(workload.num_prompts)
@@ -338,4 +383,7 @@ def validity_issues(raw: Mapping[str, Any], workload: Workload) -> list[str]:
                 f"offered rate {achieved:.2f} req/s vs requested {workload.request_rate:g} "
                 f"(tolerance {tol:.0%}): the client could not keep the schedule"
             )
+    replayed = prefix_cache_issue(prefix_cache_hit_rate, workload)
+    if replayed:
+        issues.append(replayed)
     return issues

@@ -2,11 +2,17 @@
 
 - ``knee_scan``: lab 02 step 0. ONE `vllm serve` (server starts are the expensive part),
   one ``vllm bench serve`` per offered rate with /metrics sampled during each run, a
-  diagnosis per rate; one JSON line per rate in ``knee.jsonl`` (resumable).
+  diagnosis per rate; one JSON line per rate in ``knee.jsonl`` (resumable). Each rate gets
+  its own bench seed (seed + its index in ``rates``): with one seed every rate replayed the
+  same prompts into the prefix cache of the same server (97 % hits at rates 60/75/90 of
+  the H200 run, which made them look far better than fresh servers).
+- ``load_knee`` / ``load_points_checked``: recorded records with the measurement-validity
+  checks re-run from the recorded /metrics series (so old records are judged by today's
+  rules, e.g. the prefix-cache replay check).
 - ``replay_tune``: re-derives the loop's kept configuration from the recorded points with
-  the same rule as ``sweep.tune`` (best valid point that meets the SLO, kept only when its
-  gate goodput beats the current one by the plateau fraction), so replay checks the
-  analysis against what the GPU run chose.
+  ``sweep.choose``, the keep rule of ``sweep.tune``, under either objective, so replay
+  checks the analysis against what the GPU run chose and can say what another objective
+  would have chosen on the same points.
 - plots (matplotlib, Agg), results-folder discovery, and the environment record.
 """
 
@@ -28,9 +34,13 @@ __all__ = [
     "BATCH1_FILE",
     "KNEE_FILE",
     "knee_scan",
+    "knee_seed",
+    "load_knee",
+    "load_points_checked",
     "pick_knee",
     "load_jsonl",
     "latest_results",
+    "recorded_objective",
     "replay_tune",
     "tune_summary",
     "point_files",
@@ -100,11 +110,25 @@ def knee_scan(
     With ``batch1_prompts`` > 0 the same server also runs that many requests one at a time
     (``--max-concurrency 1``): the batch-1 TPOT to hold against the roofline floor
     (``capacity.tpot_floor_ms``), one line in ``batch1.jsonl``.
+
+    Rate i is measured with bench seed ``workload.seed + i`` (``knee_seed``), the batch-1
+    run with ``workload.seed + len(rates)``: all of them share one server and its prefix
+    cache, so they must not send the same prompts. (vLLM's own ``vllm bench sweep serve``
+    instead resets the caches between runs: vllm/benchmarks/sweep/server.py
+    ``ServerProcess.reset_caches`` -> POST /reset_prefix_cache, which needs the server to
+    run with VLLM_SERVER_DEV_MODE=1, a development mode this course does not turn on.)
+    Every rate is checked for a prefix-cache replay anyway (``bench.prefix_cache_hit_rate``).
     """
     from dataclasses import replace
 
     from course_utils import knobs as knobs_mod
-    from course_utils.bench import BenchError, run_bench, validity_issues, warmup
+    from course_utils.bench import (
+        BenchError,
+        prefix_cache_hit_rate,
+        run_bench,
+        validity_issues,
+        warmup,
+    )
     from course_utils.diagnose import diagnose
     from course_utils.metrics import MetricsSampler, summarize
     from course_utils.server import ServerStartError, VllmServer
@@ -131,7 +155,8 @@ def knee_scan(
                 warmup(srv.base_url, model, workload, num_prompts=warmup_prompts)
                 for rate in todo:
                     rk = _rate_key(rate)
-                    w = replace(workload, request_rate=float(rate))
+                    w = replace(workload, request_rate=float(rate),
+                                seed=knee_seed(workload.seed, rates, rate))
                     rdir = kdir / f"rate-{rk}"
                     t0 = time.monotonic()
                     sampler = MetricsSampler(srv.metrics_url, interval_s=metrics_interval_s)
@@ -157,9 +182,11 @@ def knee_scan(
                         sc = score(res, slo)
                         diag = diagnose(sampler.samples, res, slo, max_num_seqs=int(mns))
                         raw = res.raw
+                        hit = prefix_cache_hit_rate(sampler.samples)
+                        issues = validity_issues(raw, w, prefix_cache_hit_rate=hit)
                         rec.update(
-                            status="ok", reason=None,
-                            validity_issues=validity_issues(raw, w),
+                            status="ok", reason=None, valid=not issues,
+                            validity_issues=issues, prefix_cache_hit_rate=hit,
                             request_throughput=raw.get("request_throughput"),
                             request_goodput=sc.request_goodput,
                             gate_goodput=sc.gate_goodput, meets_slo=sc.meets_slo,
@@ -175,13 +202,15 @@ def knee_scan(
                     rec["elapsed_s"] = round(time.monotonic() - t0, 2)
                     _append(path, rec)
                     done[rk] = rec
-                    say(f"knee: rate {rk}: " + (
-                        f"{rec['request_throughput']:.2f} req/s done, goodput "
-                        f"{rec['gate_goodput']:.2f}, {rec['diagnosis']['constraint']}"
+                    say(f"knee: rate {rk} (seed {w.seed}): " + (
+                        f"{rec['request_throughput']:.2f} req/s done, vLLM goodput "
+                        f"{(rec['request_goodput'] or 0):.2f}, gate {rec['gate_goodput']:.2f}, "
+                        f"{rec['diagnosis']['constraint']}"
+                        + ("" if rec["valid"] else f" INVALID: {'; '.join(rec['validity_issues'])}")
                         if rec["status"] == "ok" else rec["reason"]))
                 if need_b1:
                     w1 = replace(workload, num_prompts=batch1_prompts, request_rate=math.inf,
-                                 max_concurrency=1)
+                                 max_concurrency=1, seed=workload.seed + len(rates))
                     b1: dict[str, Any] = {"workload": w1.to_dict(), "knobs": knobs,
                                           "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
                     try:
@@ -209,13 +238,79 @@ def knee_scan(
     return [done[_rate_key(r)] for r in rates if _rate_key(r) in done]
 
 
-def pick_knee(records: Sequence[Mapping[str, Any]], keep_up: float = 0.8) -> dict[str, Any]:
+def knee_seed(seed: int, rates: Sequence[float], rate: float) -> int:
+    """The bench seed of ``rate`` in a knee scan: ``seed`` + its index in ``rates``."""
+    keys = [_rate_key(r) for r in rates]
+    return int(seed) + keys.index(_rate_key(rate))
+
+
+def _recheck(rec: dict[str, Any], metrics_path: Path) -> dict[str, Any]:
+    """``rec`` with ``valid``/``validity_issues``/``prefix_cache_hit_rate`` re-derived: the
+    recorded issues plus the prefix-cache replay check computed from the recorded series."""
+    from course_utils.bench import Workload, prefix_cache_hit_rate, prefix_cache_issue
+    from course_utils.metrics import load_series
+
+    out = dict(rec)
+    if out.get("status") != "ok":
+        out["valid"] = False
+        return out
+    issues = [i for i in (out.get("validity_issues") or [])
+              if not str(i).startswith("prefix cache hit rate")]
+    hit = out.get("prefix_cache_hit_rate")
+    if metrics_path.is_file():
+        hit = prefix_cache_hit_rate(load_series(metrics_path))
+    wl = out.get("workload")
+    if wl:
+        why = prefix_cache_issue(hit, Workload.from_dict(wl))
+        if why:
+            issues.append(why)
+    out.update(valid=not issues, validity_issues=issues, prefix_cache_hit_rate=hit)
+    return out
+
+
+def load_knee(results_dir: str | Path, rates: Sequence[float] | None = None
+              ) -> list[dict[str, Any]]:
+    """knee.jsonl records (only ``rates`` when given), validity re-checked from each rate's
+    recorded /metrics series (``knee/rate-<r>/metrics.jsonl``)."""
+    d = Path(results_dir)
+    want = None if rates is None else {_rate_key(r) for r in rates}
+    return [_recheck(r, d / "knee" / f"rate-{r['rate_key']}" / "metrics.jsonl")
+            for r in load_jsonl(d / KNEE_FILE) if want is None or r["rate_key"] in want]
+
+
+def load_points_checked(results_dir: str | Path) -> list[dict[str, Any]]:
+    """points.jsonl records, validity re-checked from each point's recorded series."""
+    from course_utils.sweep import load_points
+
+    d = Path(results_dir)
+    return [_recheck(p, point_files(d, p)["metrics"]) for p in load_points(d)]
+
+
+def _is_valid(r: Mapping[str, Any]) -> bool:
+    return bool(r.get("valid", not r.get("validity_issues")))
+
+
+def _point_label(p: Mapping[str, Any]) -> str:
+    return "baseline" if p.get("knob") in (None, "baseline") else f"{p['knob']}={p['value']}"
+
+
+def pick_knee(records: Sequence[Mapping[str, Any]], keep_up: float = 0.8,
+              points: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The knee: the highest finite offered rate that met the SLO while keeping up: it
     completed at least ``keep_up`` of the offered rate (a short Poisson run completes a
     little under it), or its diagnosis was not a queue. The first rate above it that did
-    not is the overloaded one."""
-    ok = sorted((r for r in records if r.get("status") == "ok" and r["rate"] != "inf"),
-                key=lambda r: float(r["rate"]))
+    not is the overloaded one.
+
+    Invalid rates (``valid: false``, e.g. a prefix-cache replay) are ignored and listed in
+    ``invalid``. ``points`` (the loop's points, each at its workload's rate on a fresh
+    server) are evidence for the upper bound: a rate above the knee at which every valid
+    loop point broke the SLO is overloaded for every configuration the loop tried (which
+    includes vLLM's defaults when the loop swept max_num_seqs up to the default).
+    """
+    fin = [r for r in records if r.get("status") == "ok" and r["rate"] != "inf"]
+    invalid = [{"rate": float(r["rate"]), "issues": list(r.get("validity_issues") or [])}
+               for r in fin if not _is_valid(r)]
+    ok = sorted((r for r in fin if _is_valid(r)), key=lambda r: float(r["rate"]))
     knee = None
     over = None
     for r in ok:
@@ -226,13 +321,34 @@ def pick_knee(records: Sequence[Mapping[str, Any]], keep_up: float = 0.8) -> dic
             knee = rate
         elif over is None and knee is not None:
             over = rate
+    over_by = "knee scan" if over is not None else None
+    evidence = ""
+    by_rate: dict[float, list[Mapping[str, Any]]] = {}
+    for p in points:
+        rr = (p.get("workload") or {}).get("request_rate")
+        if p.get("status") == "ok" and _is_valid(p) and rr not in (None, "inf"):
+            by_rate.setdefault(float(rr), []).append(p)
+    for rate in sorted(by_rate):
+        ps = by_rate[rate]
+        if knee is not None and rate > knee and (over is None or rate < over) and not any(
+                p["score"]["meets_slo"] for p in ps):
+            over, over_by = rate, "loop points"
+            evidence = (f"; {rate:g} req/s: all {len(ps)} valid loop point(s) "
+                        f"({', '.join(_point_label(p) for p in ps)}; fresh servers) broke the SLO")
+            break
     if knee is None:
-        why = "no tested rate met the SLO: lower the rates (or the SLO is out of reach)"
+        why = "no valid tested rate met the SLO: lower the rates (or the SLO is out of reach)"
     elif over is None:
-        why = f"every tested rate up to {knee:g} req/s met the SLO: the knee is higher"
+        why = f"every valid tested rate up to {knee:g} req/s met the SLO: the knee is higher"
     else:
-        why = f"knee between {knee:g} and {over:g} req/s"
-    return {"knee_rate": knee, "overloaded_rate": over, "why": why}
+        why = (f"knee between {knee:g} req/s (the highest valid rate that met the SLO) and "
+               f"{over:g} req/s ({over_by}){evidence}")
+    if invalid:
+        first = next((i["issues"][0] for i in invalid if i["issues"]), "invalid")
+        names = ", ".join(f"{i['rate']:g}" for i in invalid)
+        why += f"; ignored invalid rate(s) {names} ({first})"
+    return {"knee_rate": knee, "overloaded_rate": over, "overloaded_by": over_by,
+            "invalid": invalid, "why": why}
 
 
 # --------------------------------------------------------------------------------------
@@ -264,41 +380,88 @@ def tune_summary(results_dir: str | Path) -> dict[str, Any] | None:
     return recs[-1] if recs else None
 
 
-def replay_tune(results_dir: str | Path, plateau: float = 0.02) -> dict[str, Any]:
+def recorded_objective(results_dir: str | Path) -> str:
+    """The objective a recorded loop ran under: the summary's, else params.json's, else
+    "gate" (runs before the `objective` parameter existed kept values by the p99 gate)."""
+    d = Path(results_dir)
+    s = tune_summary(d) or {}
+    if s.get("objective"):
+        return str(s["objective"])
+    params = d / "params.json"
+    if params.is_file():
+        obj = json.loads(params.read_text()).get("objective")
+        if obj:
+            return str(obj)
+    return "gate"
+
+
+def replay_tune(results_dir: str | Path, plateau: float = 0.02,
+                objective: str = "request_goodput") -> dict[str, Any]:
     """Re-derive the kept knobs from tune.jsonl's steps and the recorded points.
 
-    Uses ``sweep.best_point`` on each step's points (looked up by tag and value) and the
-    keep rule of ``sweep.tune``; returns {"knobs", "gate_goodput", "steps": [...]}.
+    Uses ``sweep.choose`` (the keep rule of ``sweep.tune``) on each step's points (looked
+    up by tag and value, validity re-checked from their recorded series) under
+    ``objective``. Under the objective the run used, this must give what the run chose.
+    Under another one the path can leave the recorded one (a step kept here was reverted
+    there, so the run's later steps were measured from other knobs): the replay stops
+    there and says so in ``diverged``. Returns {"objective", "plateau", "knobs", "score",
+    "gate_goodput", "request_goodput", "diagnosis", "next_knob", "diverged", "steps"}.
     """
-    from course_utils.sweep import best_point, load_points
+    from course_utils.sweep import choose, next_knob, objective_value
 
     d = Path(results_dir)
-    points = load_points(d)
+    points = load_points_checked(d)
     steps = [s for s in load_jsonl(d / "tune.jsonl") if s.get("kind") in ("baseline", "sweep")]
     if not steps or steps[0]["kind"] != "baseline":
         raise ValueError(f"{d}: no baseline step in tune.jsonl")
     base = next((p for p in points if p["key"] == steps[0].get("point")), None)
     if base is None or base.get("status") != "ok":
         raise ValueError(f"{d}: baseline point missing or failed")
+
+    def scores(p: Mapping[str, Any]) -> dict[str, Any]:
+        return {"score": objective_value(p, objective),
+                "gate_goodput": p["score"].get("gate_goodput"),
+                "request_goodput": p["score"].get("request_goodput")}
+
     knobs = dict(base["knobs"])
-    goodput = float(base["score"]["gate_goodput"])
-    trail = [{"step": 0, "knobs": dict(knobs), "gate_goodput": goodput}]
+    kept_rec = base
+    score = objective_value(base, objective)
+    diag = base["diagnosis"]
+    trail = [{"step": 0, "knobs": dict(knobs), **scores(base),
+              "constraint": diag.get("constraint"), "leaf": diag.get("leaf")}]
+    diverged = None
     for s in steps[1:]:
+        knob = s["knob"]
         tag = f"tune-step-{s['step']}"
-        recs = [p for p in points if p.get("tag") == tag and p.get("knob") == s["knob"]
-                and p.get("value") in s.get("values_tried", [])]
-        best = best_point(recs)
-        kept = False
-        if best is not None:
-            g = float(best["score"]["gate_goodput"])
-            gain = math.inf if goodput <= 0 else (g - goodput) / goodput
-            kept = g > goodput and gain >= plateau
-            if kept:
-                knobs, goodput = dict(best["knobs"]), g
-        trail.append({"step": s["step"], "knob": s["knob"], "kept": kept,
+        order = list(s.get("values_tried", []))
+        recs = sorted((p for p in points if p.get("tag") == tag and p.get("knob") == knob
+                       and p.get("value") in order), key=lambda p: order.index(p["value"]))
+        others = {k: v for k, v in knobs.items() if k != knob}
+        measured_from = [{k: v for k, v in (p.get("base_knobs") or {}).items() if k != knob}
+                         for p in recs]
+        if knob not in (diag.get("knobs") or []) or any(m != others for m in measured_from):
+            was = measured_from[0] if measured_from else "?"
+            diverged = (f"step {s['step']} ({knob}) was measured from knobs {was}; this replay "
+                        f"is at {knobs} with diagnosis {diag.get('leaf')}: the recorded run "
+                        "never measured this path further")
+            break
+        best, gain, kept = choose(recs, score, objective=objective, plateau=plateau)
+        if kept and best is not None:
+            knobs, kept_rec, score, diag = dict(best["knobs"]), best, \
+                objective_value(best, objective), best["diagnosis"]
+        trail.append({"step": s["step"], "knob": knob, "kept": kept,
                       "best_value": best["value"] if best else None,
-                      "knobs": dict(knobs), "gate_goodput": goodput})
-    return {"knobs": knobs, "gate_goodput": goodput, "steps": trail}
+                      "gain": None if gain is None else (str(gain) if math.isinf(gain) else gain),
+                      "results": [{"value": p["value"], "valid": p.get("valid"), **scores(p),
+                                   "meets_slo": p["score"].get("meets_slo"),
+                                   "constraint": (p.get("diagnosis") or {}).get("constraint")}
+                                  for p in recs],
+                      "knobs": dict(knobs), **scores(kept_rec),
+                      "constraint": diag.get("constraint"), "leaf": diag.get("leaf")})
+    return {"objective": objective, "plateau": plateau, "knobs": knobs, **scores(kept_rec),
+            "diagnosis": {k: diag.get(k) for k in ("constraint", "leaf", "knobs", "moves",
+                                                   "why_en", "why_zh")},
+            "next_knob": next_knob(diag), "diverged": diverged, "steps": trail}
 
 
 def repo_root(start: str | Path | None = None) -> Path | None:

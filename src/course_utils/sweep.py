@@ -5,8 +5,22 @@ serve` with a /metrics sampler running -> score against the SLO -> diagnose -> s
 server; it appends one JSON line per point to `out_dir/points.jsonl` at once (fsync), so an
 interrupted sweep resumes without losing or repeating a point. `tune()` is the loop:
 baseline -> diagnose -> sweep the knob the diagnosis names -> keep the best value only if it
-raises gate goodput inside the SLO -> diagnose again -> next knob, until a plateau, a
-"not a tuning problem" diagnosis, or the GPU-minute budget.
+raises the objective by more than the plateau -> diagnose again -> next knob, until a
+plateau, a "not a tuning problem" diagnosis, or the GPU-minute budget.
+
+Objectives (`objective=`):
+- "request_goodput" (default): vLLM's per-request goodput, the requests that met every
+  target (ttft/tpot/e2el, `vllm bench serve --goodput`) per second: the goodput inside the
+  SLO. It moves while the tail still breaks the SLO, so the loop can climb towards it.
+- "gate": lesson 000's p99 gate, throughput if every p99 target holds, else 0. On the H200
+  run (labs/results/h200-2026-11-29) every candidate at 55 req/s broke p99 TTFT, the gate was
+  0 everywhere and the loop reverted max_num_seqs 64 -> 1024 although vLLM's goodput rose
+  4.13 -> 10.10 -> 28.16 -> 35.92 req/s.
+Every step records both scores.
+
+Points of one sweep run on fresh servers with the same workload seed (the same prompts, so
+values are compared on equal terms); a fresh server has an empty prefix cache, so nothing is
+replayed. `run_point` still checks it (bench.prefix_cache_hit_rate from /metrics).
 
 Coupling (`couple=True`): vLLM 0.26.0 rejects max_num_batched_tokens < max_num_seqs
 (vllm/config/scheduler.py: "max_num_batched_tokens (..) must be greater than or equal to
@@ -30,15 +44,26 @@ from pathlib import Path
 from typing import Any
 
 from course_utils import knobs as knobs_mod
-from course_utils.bench import BenchError, Workload, run_bench, validity_issues, warmup
+from course_utils.bench import (
+    BenchError,
+    Workload,
+    prefix_cache_hit_rate,
+    run_bench,
+    validity_issues,
+    warmup,
+)
 from course_utils.server import ServerStartError, VllmServer, gpu_memory_gib
 
 __all__ = [
+    "OBJECTIVES",
     "POINTS_FILE",
     "TUNE_FILE",
     "best_point",
+    "choose",
+    "objective_value",
     "couple_knobs",
     "load_points",
+    "next_knob",
     "point_key",
     "run_point",
     "sweep",
@@ -47,6 +72,7 @@ __all__ = [
 ]
 
 POINTS_FILE = "points.jsonl"
+OBJECTIVES = ("request_goodput", "gate")
 TUNE_FILE = "tune.jsonl"
 BASELINE = "baseline"
 
@@ -241,7 +267,8 @@ def run_point(
     sc = score(result, slo)
     mns = int(_effective("max_num_seqs", knob_values, gpu_gib))
     diag = diagnose(sampler.samples, result, slo, max_num_seqs=mns)
-    issues = validity_issues(result.raw, workload)
+    hit_rate = prefix_cache_hit_rate(sampler.samples)
+    issues = validity_issues(result.raw, workload, prefix_cache_hit_rate=hit_rate)
     if not sampler.samples:
         issues.append("no /metrics sample was taken during the bench")
     from course_utils.metrics import summarize
@@ -252,6 +279,7 @@ def run_point(
         "reason": None,
         "valid": not issues,
         "validity_issues": issues,
+        "prefix_cache_hit_rate": hit_rate,
         "score": {"gate_goodput": sc.gate_goodput, "request_goodput": sc.request_goodput,
                   "request_throughput": sc.request_throughput, "meets_slo": sc.meets_slo,
                   "violations": list(sc.violations)},
@@ -293,25 +321,50 @@ def _check_values(
     return out
 
 
-def _early_stop(records: Iterable[Mapping[str, Any]], patience: int, min_gain: float) -> str | None:
+def _check_objective(objective: str) -> str:
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, not {objective!r}")
+    return objective
+
+
+def objective_value(rec: Mapping[str, Any], objective: str = "request_goodput") -> float:
+    """A point's score under `objective` (0 for a failed point or a missing score)."""
+    if rec.get("status") != "ok":
+        return 0.0
+    s = rec.get("score") or {}
+    key = "gate_goodput" if _check_objective(objective) == "gate" else "request_goodput"
+    return float(s.get(key) or 0.0)
+
+
+def _label(objective: str) -> str:
+    return "gate goodput" if objective == "gate" else "request goodput"
+
+
+def _early_stop(records: Iterable[Mapping[str, Any]], patience: int, min_gain: float,
+                objective: str = "request_goodput") -> str | None:
+    """Stop a sweep: `patience` points without an objective gain > `min_gain`; with the gate
+    objective also when a point breaks the SLO after an earlier one met it (request goodput
+    counts SLO attainment per request itself, so patience alone decides there)."""
     best = 0.0
     since = 0
     seen_meet = False
     for r in records:
         if r.get("status") == "ok":
             s = r["score"]
-            g = float(s["gate_goodput"] or 0.0)
-            if s["meets_slo"]:
-                seen_meet = True
-            elif seen_meet:
-                return f"SLO broke at {r['knob']}={r['value']} ({'; '.join(s['violations'])})"
+            g = objective_value(r, objective)
+            if objective == "gate":
+                if s["meets_slo"]:
+                    seen_meet = True
+                elif seen_meet:
+                    return f"SLO broke at {r['knob']}={r['value']} ({'; '.join(s['violations'])})"
             if g > 0 and g > best * (1.0 + min_gain):
                 best, since = g, 0
                 continue
         if best > 0:
             since += 1
             if since >= patience:
-                return f"gate goodput stopped improving for {since} point(s) (best {best:.2f})"
+                return (f"{_label(objective)} stopped improving for {since} point(s) "
+                        f"(best {best:.2f})")
     return None
 
 
@@ -339,18 +392,20 @@ def sweep(
     stop_if: Callable[[], str | None] | None = None,
     progress: bool = True,
     tag: str | None = None,
+    objective: str = "request_goodput",
 ) -> list[dict[str, Any]]:
     """Sweep one knob; return the point records in value order (resumed ones included).
 
     Every value is validated (with the base knobs merged) before any server starts: a bad
     value raises knobs.KnobError. Each point is appended to `out_dir/points.jsonl` at once;
     with `resume`, points already there (same key) are not run again. `early_stop` stops
-    after `patience` points without a gate-goodput gain > `min_gain`, or when a point
-    breaks the SLO after an earlier one met it. `on_point(record)` runs after each new
+    after `patience` points without a gain > `min_gain` in `objective` ("request_goodput"
+    or "gate"), or (gate) when a point breaks the SLO after an earlier one met it. `on_point(record)` runs after each new
     record is written; `stop_if()` is asked before each new point (a reason str stops).
     """
     if isinstance(values, (str, bytes)) or not values:
         raise knobs_mod.KnobError(f"{knob}: give a non-empty list of values")
+    _check_objective(objective)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     gpu_gib = _gpu_gib(gpu_memory_gib)
@@ -399,13 +454,14 @@ def sweep(
                     on_point(rec)
             if bar is not None:
                 last = records[-1]
-                g = (last.get("score") or {}).get("gate_goodput")
                 bar.set_postfix_str(
-                    f"{name}={value} " + (f"goodput={g:.2f}" if g is not None else last["status"])
+                    f"{name}={value} " + (f"{_label(objective)}="
+                                          f"{objective_value(last, objective):.2f}"
+                                          if last["status"] == "ok" else last["status"])
                 )
                 bar.update(1)
             if early_stop:
-                why = _early_stop(records, patience, min_gain)
+                why = _early_stop(records, patience, min_gain, objective)
                 if why:
                     if bar is not None:
                         bar.set_postfix_str(f"early stop: {why}")
@@ -417,17 +473,44 @@ def sweep(
 
 
 def best_point(records: Iterable[Mapping[str, Any]], *, require_valid: bool = True,
+               objective: str = "request_goodput", plateau: float = 0.0,
                ) -> dict[str, Any] | None:
-    """The ok point with the highest gate goodput that meets the SLO (valid ones only)."""
-    best = None
+    """The valid ok point with the highest `objective` score (> 0; "gate": it meets the SLO).
+
+    With `plateau` > 0, the first point in sweep order (the smallest move from the current
+    value) that the best does not beat by more than `plateau` (relative): a further move
+    must earn its keep like a kept value does.
+    """
+    _check_objective(objective)
+    ok = []
     for r in records:
-        if r.get("status") != "ok" or not r["score"]["meets_slo"]:
+        if r.get("status") != "ok" or (require_valid and not r.get("valid", False)):
             continue
-        if require_valid and not r.get("valid", False):
+        if objective == "gate" and not r["score"]["meets_slo"]:
             continue
-        if best is None or r["score"]["gate_goodput"] > best["score"]["gate_goodput"]:
-            best = dict(r)
-    return best
+        if objective_value(r, objective) > 0:
+            ok.append(r)
+    if not ok:
+        return None
+    top = max(objective_value(r, objective) for r in ok)
+    for r in ok:
+        if top <= objective_value(r, objective) * (1.0 + plateau):
+            return dict(r)
+    return None  # pragma: no cover - the max itself always qualifies
+
+
+def choose(records: Sequence[Mapping[str, Any]], current: float, *,
+           objective: str = "request_goodput", plateau: float = 0.02,
+           ) -> tuple[dict[str, Any] | None, float | None, bool]:
+    """The keep rule of `tune` (and of labtools.replay_tune): (best point, relative gain
+    over `current`, kept). Kept only if the best raises the objective by more than
+    `plateau`; any gain over a current score of 0 is infinite."""
+    best = best_point(records, objective=objective, plateau=plateau)
+    if best is None:
+        return None, None, False
+    g = objective_value(best, objective)
+    gain = math.inf if current <= 0 else (g - current) / current
+    return best, gain, g > current and gain > plateau
 
 
 # --------------------------------------------------------------------------------------
@@ -447,6 +530,12 @@ def _order_candidates(name: str, candidates: Sequence[Any], current: Any, move: 
     return vals
 
 
+def _scores(rec: Mapping[str, Any] | None) -> dict[str, Any]:
+    s = (rec or {}).get("score") or {}
+    return {"gate_goodput": s.get("gate_goodput"), "request_goodput": s.get("request_goodput"),
+            "meets_slo": s.get("meets_slo")}
+
+
 def tune(
     model: str,
     candidates: Mapping[str, Sequence[Any]],
@@ -455,6 +544,7 @@ def tune(
     slo: Any,
     out_dir: str | Path,
     base_knobs: Mapping[str, Any] | None = None,
+    objective: str = "request_goodput",
     plateau: float = 0.02,
     gpu_minutes: float | None = None,
     est_point_minutes: float = 3.0,
@@ -473,14 +563,19 @@ def tune(
     """Lesson 000's loop. Returns a summary with the `vllm serve` command to ship.
 
     `candidates`: values to try per knob, e.g. {"max_num_seqs": [64, 128, 256, 384]}; the
-    knob to sweep next is the first one the diagnosis names that has candidates left. A
-    value is kept only if it meets the SLO and raises gate goodput by >= `plateau` (2 %);
-    otherwise the knob is reverted and the next knob the same diagnosis names is tried. The
-    loop stops when the diagnosis names no engine knob ("queue" past the knee: add
-    replicas; "none": at the limit), when no named knob helps (plateau), after `max_steps`,
-    or when the GPU-minute budget would be overspent (minutes per point are measured).
-    Writes `out_dir/tune.jsonl` (one record per step).
+    knob to sweep next is the first one the diagnosis names that has candidates left. The
+    best valid value under `objective` ("request_goodput": vLLM's per-request goodput;
+    "gate": lesson 000's p99 gate, see the module docstring) is kept only if it raises the
+    objective by more than `plateau` (relative, 2 %); otherwise the knob is reverted and the
+    next knob the same diagnosis names is tried. The loop stops when the diagnosis names no
+    engine knob ("queue" past the knee: add replicas; "none": at the limit), when no named
+    knob helps (plateau), after `max_steps`, or when the GPU-minute budget would be
+    overspent by a point that still has to run (minutes per point are measured; points
+    resumed from points.jsonl cost nothing). A stop on the budget is a normal end: the
+    summary says so in `stop_reason` and `tune.jsonl` always ends with it. Every step
+    records both scores. Writes `out_dir/tune.jsonl` (one record per step).
     """
+    _check_objective(objective)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     gpu_gib = _gpu_gib(gpu_memory_gib)
@@ -498,7 +593,7 @@ def tune(
     common = dict(workload=workload, slo=slo, out_dir=out, resume=resume, couple=couple,
                   server_kwargs=server_kwargs, bench_kwargs=bench_kwargs,
                   warmup_prompts=warmup_prompts, metrics_interval_s=metrics_interval_s,
-                  gpu_memory_gib=gpu_gib, progress=False)
+                  gpu_memory_gib=gpu_gib, progress=False, objective=objective)
 
     def per_point_min() -> float:
         xs = measured or earlier
@@ -515,14 +610,19 @@ def tune(
         if on_point is not None:
             on_point(rec)
 
+    budget_hit: list[str] = []  # set when the budget refused a point
+
     def budget_stop() -> str | None:
+        # asked by sweep() only before a point that has to run (not for resumed ones)
         left = left_min()
         if left is not None and left < per_point_min():
-            return (f"GPU budget: {left:.1f} min left < {per_point_min():.1f} min per point")
+            why = f"GPU budget: {left:.1f} min left < {per_point_min():.1f} min per point"
+            budget_hit.append(why)
+            return why
         return None
 
     def log(step: dict[str, Any]) -> None:
-        step = {**step, "gpu_minutes_spent": round(spent_s / 60.0, 2),
+        step = {**step, "objective": objective, "gpu_minutes_spent": round(spent_s / 60.0, 2),
                 "gpu_minutes_left_est": None if left_min() is None else round(left_min(), 2),
                 "minutes_per_point_est": round(per_point_min(), 2)}
         _append_jsonl(tune_path, step)
@@ -537,27 +637,27 @@ def tune(
 
     steps: list[dict[str, Any]] = []
     stop_reason = ""
+    kept_rec: dict[str, Any] | None = None
+    diag: dict[str, Any] | None = None
     try:
-        why = budget_stop()
-        if why:
-            raise _Stop(why)
         base_recs = sweep(model, BASELINE, [None], base_knobs=current, on_point=count,
                           stop_if=budget_stop, early_stop=False, **common)
         if not base_recs:
-            raise _Stop(budget_stop() or "baseline not run")
+            raise _Stop(budget_hit[-1] if budget_hit else "baseline not run")
         baseline = base_recs[0]
         if baseline["status"] != "ok":
             log({"step": 0, "kind": "baseline", "knobs": current, "status": "failed",
                  "reason": baseline["reason"]})
             raise _Stop(f"baseline failed: {baseline['reason']}")
-        goodput = float(baseline["score"]["gate_goodput"])
+        kept_rec = baseline
+        score = objective_value(baseline, objective)
         diag = baseline["diagnosis"]
         step0 = {"step": 0, "kind": "baseline", "knobs": current, "point": baseline["key"],
-                 "gate_goodput": goodput, "meets_slo": baseline["score"]["meets_slo"],
-                 "valid": baseline.get("valid"), "diagnosis": diag}
+                 **_scores(baseline), "score": score, "valid": baseline.get("valid"),
+                 "validity_issues": baseline.get("validity_issues", []), "diagnosis": diag}
         log(step0)
         steps.append(step0)
-        tick(f"baseline goodput {goodput:.2f} [{diag['constraint']}]")
+        tick(f"baseline {_label(objective)} {score:.2f} [{diag['constraint']}]")
         tried: set[str] = set()
         step_no = 0
         while step_no < max_steps:
@@ -581,9 +681,6 @@ def tune(
                 log({"step": step_no, "kind": "skip", "knob": knob, "current": cur_val,
                      "move": move, "reason": f"no candidate to {move} {knob} from {cur_val}"})
                 continue
-            why = budget_stop()
-            if why:
-                raise _Stop(why)
             try:
                 recs = sweep(model, knob, values, base_knobs=current, on_point=count,
                              stop_if=budget_stop, patience=patience,
@@ -591,27 +688,34 @@ def tune(
             except knobs_mod.KnobError as exc:
                 log({"step": step_no, "kind": "skip", "knob": knob, "reason": str(exc)})
                 continue
-            best = best_point(recs)
-            gain = None
-            kept = False
-            if best is not None:
-                g = float(best["score"]["gate_goodput"])
-                gain = math.inf if goodput <= 0 else (g - goodput) / goodput
-                kept = g > goodput and gain >= plateau
+            if not recs:  # the budget stopped the sweep before its first new point
+                raise _Stop(budget_hit[-1] if budget_hit else f"{knob}: no point ran")
+            best, gain, kept = choose(recs, score, objective=objective, plateau=plateau)
+            before = _scores(kept_rec)
             step = {"step": step_no, "kind": "sweep", "knob": knob, "move": move,
                     "from_value": cur_val, "values_tried": [r["value"] for r in recs],
                     "results": [{"value": r["value"], "status": r["status"],
-                                 "reason": r.get("reason"),
-                                 "gate_goodput": (r.get("score") or {}).get("gate_goodput"),
-                                 "meets_slo": (r.get("score") or {}).get("meets_slo"),
-                                 "valid": r.get("valid")} for r in recs],
-                    "goodput_before": goodput, "best_value": best["value"] if best else None,
-                    "goodput_best": best["score"]["gate_goodput"] if best else None,
+                                 "reason": r.get("reason"), **_scores(r),
+                                 "score": objective_value(r, objective),
+                                 "valid": r.get("valid"),
+                                 "validity_issues": r.get("validity_issues", [])}
+                                for r in recs],
+                    "score_before": score,
+                    "goodput_before": before["gate_goodput"],
+                    "request_goodput_before": before["request_goodput"],
+                    "best_value": best["value"] if best else None,
+                    "score_best": objective_value(best, objective) if best else None,
+                    "goodput_best": _scores(best)["gate_goodput"] if best else None,
+                    "request_goodput_best": _scores(best)["request_goodput"] if best else None,
                     "gain": None if gain is None else (str(gain) if math.isinf(gain) else gain),
                     "kept": kept, "diagnosis_before": diag}
+            if len(recs) < len(values):
+                step["values_not_run"] = [v for v in values
+                                          if v not in {r["value"] for r in recs}]
             if kept and best is not None:
                 current = dict(best["knobs"])
-                goodput = float(best["score"]["gate_goodput"])
+                kept_rec = best
+                score = objective_value(best, objective)
                 diag = best["diagnosis"]
                 step["knobs_after"] = current
                 step["diagnosis_after"] = diag
@@ -621,10 +725,9 @@ def tune(
             log(step)
             steps.append(step)
             tick(f"{knob}: {'kept ' + str(best['value']) if kept and best else 'reverted'}"
-                 f" goodput {goodput:.2f}")
-            why = budget_stop()
-            if why:
-                raise _Stop(why)
+                 f" {_label(objective)} {score:.2f}")
+            if budget_hit:  # a sweep cut short: no conclusion from part of it; rerun to resume
+                raise _Stop(budget_hit[-1])
         else:
             raise _Stop(f"max_steps ({max_steps}) reached")
     except _Stop as stop:
@@ -634,18 +737,37 @@ def tune(
             bar.close()
     skw = dict(server_kwargs or {})
     ship = VllmServer(model, current, vllm_cmd=skw.get("vllm_cmd", ("vllm",)), port=0)
+    kept_scores = _scores(kept_rec) if kept_rec else {}
     summary = {
         "kind": "summary",
         "model": model,
+        "objective": objective,
+        "plateau": plateau,
         "knobs": current,
-        "gate_goodput": goodput_of(steps),
+        "score": objective_value(kept_rec, objective) if kept_rec else None,
+        "gate_goodput": kept_scores.get("gate_goodput"),
+        "request_goodput": kept_scores.get("request_goodput"),
+        "diagnosis": diag,
+        "next_knob": next_knob(diag, cand),
         "stop_reason": stop_reason,
+        "stopped_on_budget": stop_reason.startswith("GPU budget"),
         "steps": len(steps),
         "gpu_minutes_spent": round(spent_s / 60.0, 2),
         "serve_command": shlex.join(ship.ship_argv()),
     }
     _append_jsonl(tune_path, summary)
     return summary
+
+
+def next_knob(diag: Mapping[str, Any] | None,
+              candidates: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """The knob the diagnosis names next, with its move: {"knob", "move", "has_candidates"}
+    (the first named knob; None when it names none)."""
+    if not diag or not diag.get("knobs"):
+        return None
+    k = diag["knobs"][0]
+    return {"knob": k, "move": (diag.get("moves") or {}).get(k),
+            "has_candidates": None if candidates is None else k in candidates}
 
 
 def goodput_of(steps: Sequence[Mapping[str, Any]]) -> float | None:
@@ -717,6 +839,8 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vllm-cmd", default="vllm", help="the vllm executable (split like a shell)")
     p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--patience", type=int, default=2)
+    p.add_argument("--objective", choices=OBJECTIVES, default="request_goodput",
+                   help="request_goodput: vLLM's per-request goodput; gate: the p99 gate")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -737,7 +861,7 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
     return dict(workload=workload, slo=slo, out_dir=a.out, base_knobs=_parse_assign(a.base, False),
                 resume=a.resume, patience=a.patience, server_kwargs=server_kwargs,
                 bench_kwargs=bench_kwargs, gpu_memory_gib=a.gpu_memory_gib,
-                progress=not a.no_progress)
+                progress=not a.no_progress, objective=a.objective)
 
 
 def _cmd_sweep(a: argparse.Namespace) -> int:
@@ -747,7 +871,9 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
     for r in recs:
         s = r.get("score") or {}
         print(json.dumps({"value": r["value"], "status": r["status"], "reason": r.get("reason"),
-                          "gate_goodput": s.get("gate_goodput"), "meets_slo": s.get("meets_slo"),
+                          "gate_goodput": s.get("gate_goodput"),
+                          "request_goodput": s.get("request_goodput"),
+                          "meets_slo": s.get("meets_slo"),
                           "valid": r.get("valid"),
                           "constraint": (r.get("diagnosis") or {}).get("constraint")}))
     return 0

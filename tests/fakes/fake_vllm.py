@@ -14,8 +14,11 @@ failure, printed the way vLLM 0.26.0 prints it (texts copied from its source):
   FAKE_VLLM_STARTUP_S=S                          -> bind, then wait S seconds before serving
   FAKE_VLLM_STUBBORN=1                           -> the engine child ignores SIGINT/SIGTERM
   FAKE_VLLM_STARTS=path                          -> append one line per `serve` start
+  --no-enable-prefix-caching                     -> no prefix cache (0.26.0: on by default)
 `vllm bench serve [flags]` is the client: sends the random workload to --base-url and
-writes the result JSON with the keys of vllm/benchmarks/serve.py (0.26.0).
+writes the result JSON with the keys of vllm/benchmarks/serve.py (0.26.0). Its prompts
+depend on --seed like RandomDataset's (same seed, same prompts); FAKE_VLLM_BENCH_ARGV=path
+appends one JSON line per call with its argv.
 """
 
 from __future__ import annotations
@@ -140,6 +143,7 @@ def serve(argv: list[str]) -> int:
         prefill_s_per_token=float(os.environ.get("FAKE_VLLM_PREFILL_S_PER_TOKEN", "2e-5")),
         die_after=int(os.environ["FAKE_VLLM_DIE_AFTER"]) if os.environ.get(
             "FAKE_VLLM_DIE_AFTER") else None,
+        prefix_caching=not a.no_enable_prefix_caching,
     )
     try:
         srv = make_server(host, port, engine)  # vllm binds before starting the engine
@@ -277,6 +281,9 @@ def _request(url: str, model: str, prompt: str, prompt_len: int, max_tokens: int
 def bench_serve(argv: list[str]) -> int:
     a = bench_parser().parse_args(argv)
     print(a, flush=True)
+    if log := os.environ.get("FAKE_VLLM_BENCH_ARGV"):
+        with open(log, "a") as fh:
+            fh.write(json.dumps(argv) + "\n")
     random.seed(a.seed)
     np.random.seed(a.seed)
     if a.dataset_name != "random":
@@ -285,9 +292,11 @@ def bench_serve(argv: list[str]) -> int:
         a.ignore_eos = True  # serve.py: random datasets default to ignoring EOS
     base = a.base_url or f"http://{a.host}:{a.port}"
     url = base + a.endpoint
-    prefix = " ".join(f"p{i}" for i in range(a.random_prefix_len))
+    # like RandomDataset: the prompts are a function of --seed (one shared prefix per run)
+    prefix = " ".join(f"s{a.seed}p{i}" for i in range(a.random_prefix_len))
     prompts = [
-        ((prefix + " ") if prefix else "") + " ".join(f"w{k}_{i}" for i in range(a.random_input_len))
+        ((prefix + " ") if prefix else "")
+        + " ".join(f"s{a.seed}w{k}_{i}" for i in range(a.random_input_len))
         for k in range(a.num_prompts)
     ]
     plen = a.random_prefix_len + a.random_input_len

@@ -34,22 +34,34 @@ case "$LAB" in
     # GPU minutes of new points per call (tune() stops before a point that would not fit):
     # 4 on the first call, which also spends ~4 min on the knee scan; 6 on later calls.
     if [ -s "$RUN/slo/knee.jsonl" ]; then BUDGET=${SLO_BUDGET:-6}; else BUDGET=${SLO_BUDGET:-4}; fi
-    # Step 0 scans 40-90 req/s: measured-h200.md puts the knee of 512 in / 128 out on the
-    # defaults between 60 and 85 req/s. The loop runs at 55 req/s, under that knee, from a
-    # deliberately narrow start (max_num_seqs 64; measured-h200.md: 48 seqs completed 39
-    # req/s, 128 completed 56, so 64 should fall short of 55 and queue) so
-    # the loop has a binding constraint to find on a 141 GB GPU. Candidates are trimmed to
-    # keep the run near 15 GPU minutes: 128 and 256 above the start (the measured table
-    # says 128-256 is where throughput at 75 req/s flattens), and for the second knob one
-    # step above the H200 default of 8192 batched tokens.
-    # num_prompts 600: about 11 s of arrivals per point. The GPU budget per call is small
-    # so each call ends inside 10 minutes; rerun until the stop reason is not the budget.
+    # What the first H200 run (labs/results/h200-2026-11-29, rate 55, gate objective) showed:
+    # - its knee scan sent the same prompts (one bench seed) at every rate on one server, so
+    #   rates 60/75/90 had 97 % prefix-cache hits and looked fine; they are invalid. The only
+    #   valid knee rate, 40 req/s (0.5 % hits, vLLM defaults = max_num_seqs 1024 on an H200),
+    #   met the SLO (p99 TTFT 203 ms, TPOT 14 ms), and at 55 req/s every fresh-server point
+    #   broke p99 TTFT 300 ms (64: 4040 ms, 128: 1537, 256: 689, 1024: 781). The honest knee
+    #   lies between 40 and 55 req/s. The knee scan now uses one seed per rate; these rates
+    #   resolve that interval.
+    # - rate 45: just above the valid 40, under 55; max_num_seqs 64 completed only 38.7 req/s
+    #   at 55, so at 45 the narrow start still queues (the loop has a constraint to find) while
+    #   the defaults have a chance to meet the SLO.
+    # - objective request_goodput: the p99 gate read 0 for every candidate at 55 req/s and
+    #   reverted 64 -> 1024 although vLLM's per-request goodput rose 4.13 -> 10.10 -> 28.16 ->
+    #   35.92 req/s (diagnosis queue_cap at 64/128, prefill at 256/1024).
+    # - candidates 64..1024: 1024 is the H200 default and the best point at 55 req/s.
+    # - second_candidates 8192/16384 for max_num_batched_tokens (the knob the prefill
+    #   diagnosis names, raise). 8192 is the H200 default, so a raise from the default tries
+    #   16384 only; 8192 matters when the loop starts below it. Both scores are printed.
+    # num_prompts 600: about 13 s of arrivals per point. The GPU budget per call is small
+    # so each call ends inside 10 minutes; rerun until the stop reason is not the budget
+    # (a budget stop is a normal end, rc 0; finished points are resumed, not rerun).
     PARAMS=(-p model "$MODEL" -p load_format dummy -p gpu h200 -p max_model_len 4096
-            -p slo 'ttft:300 tpot:50' -y 'knee_rates: [40, 60, 75, 90]' -p rate 55
+            -p slo 'ttft:300 tpot:50' -y 'knee_rates: [40, 45, 50, 55]' -p rate 45
             -p num_prompts 600 -p input_len 512 -p output_len 128
             -y 'base_knobs: {max_num_seqs: 64}' -p knob max_num_seqs
-            -y 'candidates: [64, 128, 256]' -p second_knob max_num_batched_tokens
-            -y 'second_candidates: [16384]' -p budget_gpu_minutes "$BUDGET"
+            -y 'candidates: [64, 128, 256, 1024]' -p objective request_goodput
+            -p second_knob max_num_batched_tokens
+            -y 'second_candidates: [8192, 16384]' -p budget_gpu_minutes "$BUDGET"
             -p startup_timeout_s 300)
     ;;
   *) echo "unknown lab $LAB (knobs|slo)"; exit 2 ;;
@@ -69,6 +81,17 @@ if [ -n "${OUT:-}" ]; then  # small files only: per-request lists and long logs 
   python3 tools/gpu/collect.py "$RUN" "$OUT/labrun"
 fi
 if [ -f "$RUN/$SUB/tune.jsonl" ]; then
-  echo "tune stop reason: $(tail -n 1 "$RUN/$SUB/tune.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("stop_reason"))')"
+  # the last complete line (a run killed by the timeout may leave an empty or torn file)
+  echo "tune stop reason: $(python3 -c '
+import json, sys
+recs = []
+for line in open(sys.argv[1]):
+    try:
+        recs.append(json.loads(line))
+    except ValueError:
+        pass
+s = [r for r in recs if r.get("kind") == "summary"]
+print(s[-1].get("stop_reason") if s else "none (the loop did not finish this call)")
+' "$RUN/$SUB/tune.jsonl")"
 fi
 exit "$rc"

@@ -28,6 +28,14 @@ max_num_seqs (..)"). With couple=True a point whose effective max_num_batched_to
 or the 0.26.0 default for this GPU) is below max_num_seqs gets max_num_batched_tokens raised
 to max_num_seqs; when the swept knob is max_num_batched_tokens itself, max_num_seqs is
 lowered to it instead. The point record says what was coupled (`coupled`).
+
+Pre-validation (`prevalidate=True`, the default): `sweep()` checks every value with
+`knobs.validate` (names, types, ranges and the cross-knob rules of 0.26.0) before any
+server starts, so a bad combination raises KnobError and costs no GPU time. With
+`prevalidate=False` only each knob on its own is checked (name, type, range: a flag must be
+written); the cross-knob rules are left to vLLM, so e.g. max_num_batched_tokens <
+max_num_seqs starts a server that fails with SchedulerConfig's own ValueError, recorded as a
+failed point (tools/gpu/faults.sh records that on the real server).
 """
 
 from __future__ import annotations
@@ -203,6 +211,15 @@ def _bench_summary(raw: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _unchecked_cli_args(values: Mapping[str, Any]) -> list[str]:
+    """`vllm serve` flags knob by knob (knobs.to_cli_args of one knob at a time), so the
+    cross-knob rules of knobs.validate are not applied (prevalidate=False)."""
+    args: list[str] = []
+    for name, value in values.items():
+        args += knobs_mod.to_cli_args({name: value})
+    return args
+
+
 def run_point(
     model: str,
     knob_values: Mapping[str, Any],
@@ -215,6 +232,7 @@ def run_point(
     warmup_prompts: int = 8,
     metrics_interval_s: float = 0.5,
     gpu_gib: float = 24.0,
+    prevalidate: bool = True,
 ) -> dict[str, Any]:
     """Serve `knob_values`, warm up, bench with a sampler, score, diagnose, stop.
 
@@ -235,7 +253,11 @@ def run_point(
              "bench_log": str(pdir / "bench.log"), "metrics": str(pdir / "metrics.jsonl")}
     rec: dict[str, Any] = {"files": files}
     t0 = time.monotonic()
-    srv = VllmServer(model, knob_values, log_path=pdir / "serve.log", **skw)
+    if prevalidate:
+        srv = VllmServer(model, knob_values, log_path=pdir / "serve.log", **skw)
+    else:  # flags written knob by knob: vLLM itself judges the combination
+        extra = [*_unchecked_cli_args(knob_values), *skw.pop("extra_args", ())]
+        srv = VllmServer(model, {}, log_path=pdir / "serve.log", extra_args=extra, **skw)
     rec["serve_cmd"] = shlex.join(srv.argv)
     try:
         with srv:
@@ -295,10 +317,20 @@ def run_point(
 # --------------------------------------------------------------------------------------
 
 
+def _validate_each(values: Mapping[str, Any]) -> dict[str, Any]:
+    """knobs.validate one knob at a time: names, types, ranges; no cross-knob rule."""
+    out: dict[str, Any] = {}
+    for k, v in values.items():
+        out.update(knobs_mod.validate({k: v}, entry="serve"))
+    return out
+
+
 def _check_values(
-    knob: str, values: Sequence[Any], base: Mapping[str, Any], couple: bool, gpu_gib: float
+    knob: str, values: Sequence[Any], base: Mapping[str, Any], couple: bool, gpu_gib: float,
+    prevalidate: bool = True,
 ) -> list[tuple[Any, dict[str, Any], dict[str, Any]]]:
-    """knobs.validate every point before any server starts; raise KnobError (one line)."""
+    """knobs.validate every point before any server starts; raise KnobError (one line).
+    prevalidate=False: each knob on its own only (see the module docstring)."""
     name = knobs_mod.get(knob).name if knob != BASELINE else BASELINE
     out = []
     for v in values:
@@ -307,6 +339,13 @@ def _check_values(
             merged[name] = v
         coupled: dict[str, Any] = {}
         try:
+            if not prevalidate:
+                checked = _validate_each(merged)
+                if couple:
+                    checked, coupled = couple_knobs(checked, name, gpu_gib)
+                out.append((checked.get(name, v) if name != BASELINE else None, checked,
+                            coupled))
+                continue
             checked = knobs_mod.validate(merged, entry="serve")
             if couple:
                 checked, coupled = couple_knobs(checked, name, gpu_gib)
@@ -393,12 +432,14 @@ def sweep(
     progress: bool = True,
     tag: str | None = None,
     objective: str = "request_goodput",
+    prevalidate: bool = True,
 ) -> list[dict[str, Any]]:
     """Sweep one knob; return the point records in value order (resumed ones included).
 
     Every value is validated (with the base knobs merged) before any server starts: a bad
-    value raises knobs.KnobError. Each point is appended to `out_dir/points.jsonl` at once;
-    with `resume`, points already there (same key) are not run again. `early_stop` stops
+    value raises knobs.KnobError. `prevalidate=False` checks each knob on its own only and
+    lets vLLM judge the combination (the point fails with vLLM's own reason). Each point is
+    appended to `out_dir/points.jsonl` at once; with `resume`, points already there (same key) are not run again. `early_stop` stops
     after `patience` points without a gain > `min_gain` in `objective` ("request_goodput"
     or "gate"), or (gate) when a point breaks the SLO after an earlier one met it. `on_point(record)` runs after each new
     record is written; `stop_if()` is asked before each new point (a reason str stops).
@@ -410,8 +451,9 @@ def sweep(
     out.mkdir(parents=True, exist_ok=True)
     gpu_gib = _gpu_gib(gpu_memory_gib)
     name = knobs_mod.get(knob).name if knob != BASELINE else BASELINE
-    base = knobs_mod.validate(dict(base_knobs or {}), entry="serve")
-    planned = _check_values(name, values, base, couple, gpu_gib)
+    base = (knobs_mod.validate(dict(base_knobs or {}), entry="serve") if prevalidate
+            else _validate_each(dict(base_knobs or {})))
+    planned = _check_values(name, values, base, couple, gpu_gib, prevalidate)
     skw = dict(server_kwargs or {})
     server_extra = {"load_format": skw.get("load_format"),
                     "extra_args": list(skw.get("extra_args", ()))}
@@ -440,6 +482,7 @@ def sweep(
                     point_dir=out / "points" / key, server_kwargs=skw,
                     bench_kwargs=bench_kwargs, warmup_prompts=warmup_prompts,
                     metrics_interval_s=metrics_interval_s, gpu_gib=gpu_gib,
+                    prevalidate=prevalidate,
                 )
                 rec = {
                     "key": key, "tag": tag, "model": model, "knob": name, "value": value,

@@ -1,0 +1,555 @@
+"""Side by side: vLLM 0.26.0's own `vllm bench sweep serve` vs our `tune()` (issue 6).
+
+Same model, knob grid and workload on both sides; per tool: server restarts, GPU minutes
+(wall), the best config and its goodput under both scores (vLLM's per-request
+`request_goodput` and lesson 000's p99 gate, course_utils.slo), and the ratios ours/vLLM.
+
+vLLM 0.26.0 facts (vllm/benchmarks/sweep/):
+- serve.py: `vllm bench sweep serve --serve-cmd STR --bench-cmd STR --serve-params JSON
+  -o DIR -e NAME --num-runs N [--resume] [--server-ready-timeout S] [--show-stdout]
+  [--after-bench-cmd STR]`; results go to `DIR/NAME/SERVE--<params>/run=<i>.json` (the
+  bench result JSON plus the serve overrides and `run_number`), `summary.json` per combo
+  (written after its runs) and `DIR/NAME/summary.csv` (pandas) at the end. A combo whose
+  `summary.json` exists starts no server on `--resume`. Printed markers: `[BEGIN SERVER]`,
+  `[END SERVER]`, `[BEGIN BENCHMARK]`, `[SKIPPED BENCHMARK]`, `[END BENCHMARK]`.
+- serve.py `run_benchmark` appends `--percentile-metrics ttft,tpot,itl,e2el --save-result
+  --result-dir D --result-filename F` to the bench command itself: `sweep_bench_cmd` leaves
+  them out of ours.
+- param_sweep.py: `--serve-params` is a list of dicts (or a dict of named dicts); a key may be
+  spelled `max_num_seqs` or `max-num-seqs` (JSON prefers "_", the flag written is
+  `--max-num-seqs`); the combo's folder name is `k=v` pairs joined by "-".
+- server.py: the server starts with `VLLM_SERVER_DEV_MODE=1`, is ready on GET /health 200
+  (`--server-ready-timeout`, default 300 s; a crashed or late server aborts the whole sweep),
+  is stopped with SIGKILL of its process group, and after every bench run the caches are
+  reset (POST /reset_prefix_cache, /reset_mm_cache, /reset_encoder_cache) when the serve
+  command's executable ends with "vllm", else `--after-bench-cmd` runs.
+
+CLI (used by tools/gpu/side_by_side.sh):
+    python -m course_utils.sidebyside params --knob max_num_seqs --values 64,128 OUT.json
+    python -m course_utils.sidebyside bench-cmd --model M --port P --rate 45 ...
+    python -m course_utils.sidebyside timing LOG [--call-wall-s S --rc RC] TIMING.json
+    python -m course_utils.sidebyside compare VLLM_SWEEP_DIR TUNE_DIR --slo "ttft:300 tpot:50"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from course_utils import knobs as knobs_mod
+from course_utils.bench import Workload, bench_args
+from course_utils.slo import SLO, BenchResult, BenchResultError, score
+
+__all__ = [
+    "SideBySideError",
+    "SWEEP_APPENDED_FLAGS",
+    "compare",
+    "load_tune_dir",
+    "load_vllm_sweep",
+    "parse_sweep_log",
+    "serve_params",
+    "shrink_results",
+    "sweep_bench_cmd",
+    "table_markdown",
+]
+
+# flags vllm/benchmarks/sweep/serve.py run_benchmark appends itself (value-taking, or not)
+SWEEP_APPENDED_FLAGS = {"--percentile-metrics": True, "--save-result": False,
+                        "--result-dir": True, "--result-filename": True}
+RUN_FILE = re.compile(r"^run=(\d+)\.json$")
+MARKER = re.compile(r"\[((?:BEGIN|END|SKIPPED) (?:SERVER|BENCHMARK))\]")
+TIMING_FILE = "timing.json"
+
+
+class SideBySideError(ValueError):
+    """A folder that is not what compare() needs (one line)."""
+
+
+# --------------------------------------------------------------------------------------
+# inputs of `vllm bench sweep serve`
+# --------------------------------------------------------------------------------------
+
+
+def serve_params(knob: str, values: Sequence[Any], *, base: Mapping[str, Any] | None = None,
+                 couple: bool = True, gpu_memory_gib: float = 24.0) -> list[dict[str, Any]]:
+    """`--serve-params` records for a one-knob grid, coupled like `tune(couple=True)`:
+    a max_num_seqs above the effective max_num_batched_tokens (set in `base`, or the 0.26.0
+    default for this GPU size) brings max_num_batched_tokens = max_num_seqs along (and the
+    other way round when max_num_batched_tokens is the swept knob). Keys use "_" (the
+    spelling param_sweep.py prefers in JSON); `base` knobs belong in the serve command."""
+    from course_utils.sweep import couple_knobs
+
+    name = knobs_mod.get(knob).name
+    out = []
+    for v in values:
+        merged = knobs_mod.validate({**dict(base or {}), name: v}, entry="serve")
+        if couple:
+            merged, coupled = couple_knobs(merged, name, gpu_memory_gib)
+        else:
+            coupled = {}
+        knobs_mod.validate(merged, gpu_memory_gib=gpu_memory_gib, entry="serve")
+        out.append({name: merged[name], **coupled})
+    return out
+
+
+def sweep_bench_cmd(model: str, workload: Workload, slo: SLO | None, *, base_url: str,
+                    tokenizer: str | None = None, vllm_cmd: Sequence[str] = ("vllm",),
+                    num_warmups: int = 0) -> list[str]:
+    """course_utils.bench.bench_args without the flags the sweep appends itself."""
+    argv = bench_args(base_url, model, workload, slo, tokenizer=tokenizer, vllm_cmd=vllm_cmd,
+                      num_warmups=num_warmups)
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in SWEEP_APPENDED_FLAGS:
+            skip = SWEEP_APPENDED_FLAGS[a]
+            continue
+        out.append(a)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# timing from the sweep's own output (timestamped by side_by_side.sh)
+# --------------------------------------------------------------------------------------
+
+
+def parse_sweep_log(text: str) -> dict[str, Any]:
+    """Server starts and spans from a `vllm bench sweep serve` log whose lines start with a
+    Unix time (side_by_side.sh prefixes bash's $EPOCHREALTIME). One entry per
+    `[BEGIN SERVER]`: its overrides, start, first benchmark start, end (None if the server
+    never ended: crash or interruption) and whether a benchmark finished."""
+    servers: list[dict[str, Any]] = []
+    cur: dict[str, Any] | None = None
+    first = last = None
+    for line in text.splitlines():
+        t_s, _, msg = line.partition(" ")
+        try:
+            t = float(t_s)
+        except ValueError:
+            continue
+        first = t if first is None else first
+        last = t
+        # a marker may follow output that ended without a newline: search, not equality
+        marks = MARKER.findall(msg)
+        if "BEGIN SERVER" in marks:
+            cur = {"overrides": None, "start": t, "bench_start": None, "end": None,
+                   "benchmarks_done": 0}
+            servers.append(cur)
+        elif cur is not None and "Server overrides:" in msg:
+            cur["overrides"] = msg.partition("Server overrides:")[2].strip()
+        if cur is not None and "BEGIN BENCHMARK" in marks and cur["bench_start"] is None:
+            cur["bench_start"] = t
+        if cur is not None and "END BENCHMARK" in marks:
+            cur["benchmarks_done"] += 1
+        if cur is not None and "END SERVER" in marks:
+            cur["end"] = t
+            cur = None
+    for s in servers:
+        s["ready_s"] = (None if s["bench_start"] is None
+                        else round(s["bench_start"] - s["start"], 2))
+        s["span_s"] = None if s["end"] is None else round(s["end"] - s["start"], 2)
+    return {"server_starts": len(servers), "servers": servers,
+            "log_span_s": None if first is None else round(last - first, 2)}
+
+
+def _add_call(timing_path: Path, log_text: str, call_wall_s: float, rc: int) -> dict[str, Any]:
+    """Append one device call's numbers to timing.json (a --resume call adds a second)."""
+    timing = json.loads(timing_path.read_text()) if timing_path.exists() else {"calls": []}
+    call = {"wall_s": round(call_wall_s, 2), "rc": rc, **parse_sweep_log(log_text)}
+    timing["calls"].append(call)
+    timing["wall_s"] = round(sum(c["wall_s"] for c in timing["calls"]), 2)
+    timing["server_starts"] = sum(c["server_starts"] for c in timing["calls"])
+    timing["gpu_minutes"] = round(timing["wall_s"] / 60.0, 2)
+    timing_path.write_text(json.dumps(timing, indent=1))
+    return timing
+
+
+def shrink_results(path: str | Path, max_kb: int = 16) -> int:
+    """Replace per-request lists (--save-detailed) over `max_kb` in every run=N.json and
+    summary.json below `path` by {stripped_list, n, min, max, mean} (like
+    tools/gpu/collect.py does for bench.json) and drop their columns from summary.csv;
+    return how many files changed. For copies only: vLLM's --resume rereads the originals."""
+
+    def shrink(d: dict[str, Any]) -> bool:
+        changed = False
+        for k, v in list(d.items()):
+            if isinstance(v, list) and len(json.dumps(v)) > max_kb * 1024:
+                nums = [float(x) for x in _flat(v)]
+                d[k] = {"stripped_list": True, "n": len(v),
+                        **({"min": min(nums), "max": max(nums),
+                            "mean": sum(nums) / len(nums)} if nums else {})}
+                changed = True
+        return changed
+
+    n = 0
+    for f in sorted(Path(path).rglob("summary.csv")):  # the lists again, one cell each
+        n += _drop_long_columns(f, max_kb * 1024)
+    for f in sorted(Path(path).rglob("*.json")):
+        if not (RUN_FILE.match(f.name) or f.name == "summary.json"):
+            continue
+        data = json.loads(f.read_text())
+        items = data if isinstance(data, list) else [data]
+        if any([shrink(x) for x in items if isinstance(x, dict)]):
+            f.write_text(json.dumps(data, indent=1))
+            n += 1
+    return n
+
+
+def _drop_long_columns(path: Path, max_chars: int) -> bool:
+    """Drop the columns of a CSV with a cell longer than `max_chars`; True if any."""
+    import csv
+
+    csv.field_size_limit(sys.maxsize)
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    if not rows:
+        return False
+    keep = [i for i in range(len(rows[0]))
+            if all(len(r[i]) <= max_chars for r in rows[1:] if i < len(r))]
+    if len(keep) == len(rows[0]):
+        return False
+    with open(path, "w", newline="") as fh:
+        csv.writer(fh).writerows([[r[i] for i in keep if i < len(r)] for r in rows])
+    return True
+
+
+def _flat(v: Any) -> list[Any]:
+    if isinstance(v, list):
+        return [x for e in v for x in _flat(e)]
+    return [v] if isinstance(v, int | float) and not isinstance(v, bool) else []
+
+
+# --------------------------------------------------------------------------------------
+# reading both sides
+# --------------------------------------------------------------------------------------
+
+
+def _experiment_dir(path: Path) -> Path:
+    """`-o DIR` or `DIR/EXPERIMENT`: the folder whose children are the SERVE-* combos."""
+    if not path.is_dir():
+        raise SideBySideError(f"{path}: no such folder")
+
+    def has_combos(p: Path) -> bool:
+        return any(c.is_dir() and c.name.startswith("SERVE-") for c in p.iterdir())
+
+    if has_combos(path):
+        return path
+    exps = [c for c in sorted(path.iterdir()) if c.is_dir() and has_combos(c)]
+    if len(exps) == 1:
+        return exps[0]
+    if len(exps) > 1:
+        raise SideBySideError(f"{path}: several sweep experiments "
+                              f"({', '.join(e.name for e in exps)}); pass one")
+    raise SideBySideError(f"{path} is not a `vllm bench sweep serve` output: no "
+                          "SERVE-*/run=N.json below it")
+
+
+def _row(raw: Mapping[str, Any], slo: SLO, params: Mapping[str, Any], file: str
+         ) -> dict[str, Any]:
+    res = BenchResult.from_json(dict(raw))
+    sc = score(res, slo)
+    return {"params": dict(params), "file": file, "status": "ok",
+            "request_goodput": sc.request_goodput, "gate_goodput": sc.gate_goodput,
+            "meets_slo": sc.meets_slo, "violations": list(sc.violations),
+            "request_throughput": sc.request_throughput,
+            "p99_ttft_ms": res.percentile("ttft", 99), "p99_tpot_ms": res.percentile("tpot", 99),
+            "completed": raw.get("completed"), "failed": raw.get("failed")}
+
+
+def load_vllm_sweep(path: str | Path, slo: SLO) -> list[dict[str, Any]]:
+    """One scored row per `run=N.json` of a `vllm bench sweep serve` output."""
+    exp = _experiment_dir(Path(path))
+    rows = []
+    for combo in sorted(c for c in exp.iterdir() if c.is_dir() and c.name.startswith("SERVE-")):
+        for f in sorted(combo.iterdir()):
+            m = RUN_FILE.match(f.name)
+            if not m:
+                continue
+            try:
+                raw = json.loads(f.read_text())
+                row = _row(raw, slo, {}, str(f.relative_to(exp.parent)))
+            except (json.JSONDecodeError, BenchResultError) as exc:
+                raise SideBySideError(f"{f}: not a vLLM bench result ({exc})") from None
+            # the sweep merges the serve overrides into the result (serve.py _update_run_data)
+            row["params"] = _combo_params(combo.name, raw)
+            row["run_number"] = int(m.group(1))
+            rows.append(row)
+    if not rows:
+        raise SideBySideError(f"{exp} is not a `vllm bench sweep serve` output: no "
+                              "SERVE-*/run=N.json")
+    return rows
+
+
+def _combo_params(dirname: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+    body = dirname.removeprefix("SERVE-").lstrip("-")
+    body = body.split("-BENCH-")[0]
+    params: dict[str, Any] = {}
+    for part in re.split(r"-(?=[A-Za-z_][\w.-]*=)", body):
+        k, sep, v = part.partition("=")
+        if sep:
+            params[k] = raw.get(k, v)
+    return params
+
+
+def load_tune_dir(path: str | Path, slo: SLO) -> dict[str, Any]:
+    """Our side: points.jsonl (each point = one server start; startup_s, elapsed_s) and the
+    summary of tune.jsonl. Points are re-scored from their bench.json when present, else
+    from the scores recorded in the point."""
+    from course_utils.sweep import POINTS_FILE, TUNE_FILE, load_points
+
+    d = Path(path)
+    if not (d / POINTS_FILE).is_file() or not (d / TUNE_FILE).is_file():
+        raise SideBySideError(f"{d} is not a tune() output: needs {POINTS_FILE} and {TUNE_FILE}")
+    points = load_points(d)
+    steps = [json.loads(x) for x in (d / TUNE_FILE).read_text().splitlines() if x.strip()]
+    summary = next((s for s in reversed(steps) if s.get("kind") == "summary"), None)
+    rows = []
+    for p in points:
+        row: dict[str, Any] = {"params": p.get("knobs", {}), "status": p.get("status"),
+                               "reason": p.get("reason"), "startup_s": p.get("startup_s"),
+                               "elapsed_s": p.get("elapsed_s"), "valid": p.get("valid")}
+        bj = _local_file(d, (p.get("files") or {}).get("bench_json"), p.get("key"))
+        if p.get("status") == "ok" and bj is not None:
+            try:
+                row.update({k: v for k, v in _row(json.loads(bj.read_text()), slo, {},
+                                                 str(bj)).items() if k != "params"})
+                row["status"] = p.get("status")
+            except (json.JSONDecodeError, BenchResultError):
+                bj = None
+        if p.get("status") == "ok" and bj is None:
+            s = p.get("score") or {}
+            row.update(request_goodput=s.get("request_goodput"),
+                       gate_goodput=s.get("gate_goodput"), meets_slo=s.get("meets_slo"),
+                       request_throughput=s.get("request_throughput"))
+        rows.append(row)
+    elapsed = [float(p.get("elapsed_s") or 0.0) for p in points]
+    return {"rows": rows, "summary": summary, "server_starts": len(points),
+            "wall_s": round(sum(elapsed), 2), "gpu_minutes": round(sum(elapsed) / 60.0, 2)}
+
+
+def _local_file(d: Path, recorded: str | None, key: str | None) -> Path | None:
+    """A point's bench.json: the recorded path, else points/<key>/bench.json under `d`
+    (a run fetched from the GPU host lives in another folder)."""
+    for cand in ([Path(recorded)] if recorded else []) + (
+            [d / "points" / key / "bench.json"] if key else []):
+        if cand.is_file():
+            return cand
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# compare
+# --------------------------------------------------------------------------------------
+
+
+def _best(rows: Sequence[Mapping[str, Any]], key: str) -> dict[str, Any] | None:
+    ok = [r for r in rows if r.get("status") == "ok" and r.get(key) is not None]
+    return dict(max(ok, key=lambda r: float(r[key]))) if ok else None
+
+
+def _ratio(ours: Any, theirs: Any) -> float | None:
+    if ours is None or theirs is None:
+        return None
+    o, t = float(ours), float(theirs)
+    if t == 0:
+        return None if o == 0 else math.inf
+    return round(o / t, 3)
+
+
+def _find_timing(vdir: Path, timing: str | Path | None) -> dict[str, Any] | None:
+    cands = [Path(timing)] if timing else [vdir / TIMING_FILE, vdir.parent / TIMING_FILE]
+    for c in cands:
+        if c.is_file():
+            return json.loads(c.read_text())
+    if timing:
+        raise SideBySideError(f"{timing}: no such timing file")
+    return None
+
+
+def compare(vllm_sweep_dir: str | Path, tune_dir: str | Path, slo: SLO | str, *,
+            timing: str | Path | None = None) -> dict[str, Any]:
+    """Both tools on one grid and workload: restarts, GPU minutes, best goodputs, ratios.
+
+    `vllm_sweep_dir`: the `-o` folder of `vllm bench sweep serve` (or its experiment
+    folder); its timing.json (side_by_side.sh) sits in it or next to it, else pass
+    `timing=`. Without timing, restarts = combos with results and GPU minutes are None.
+    `tune_dir`: the folder of tune() (points.jsonl + tune.jsonl)."""
+    slo_ = SLO.parse(slo) if isinstance(slo, str) else slo
+    vdir = Path(vllm_sweep_dir)
+    vrows = load_vllm_sweep(vdir, slo_)
+    tim = _find_timing(vdir, timing)
+    ours = load_tune_dir(tune_dir, slo_)
+    v_side = {
+        "tool": "vllm bench sweep serve (0.26.0)",
+        "dir": str(vdir),
+        "server_starts": tim["server_starts"] if tim else len({str(r["params"]) for r in vrows}),
+        "wall_s": tim["wall_s"] if tim else None,
+        "gpu_minutes": tim["gpu_minutes"] if tim else None,
+        "device_calls": len(tim["calls"]) if tim else None,
+        "runs": vrows,
+        "best_request_goodput": _best(vrows, "request_goodput"),
+        "best_gate_goodput": _best(vrows, "gate_goodput"),
+    }
+    summ = ours["summary"] or {}
+    o_side = {
+        "tool": "course_utils tune()",
+        "dir": str(tune_dir),
+        "server_starts": ours["server_starts"],
+        "wall_s": ours["wall_s"],
+        "gpu_minutes": ours["gpu_minutes"],
+        "runs": ours["rows"],
+        "best_request_goodput": _best(ours["rows"], "request_goodput"),
+        "best_gate_goodput": _best(ours["rows"], "gate_goodput"),
+        "kept_knobs": summ.get("knobs"),
+        "kept_request_goodput": summ.get("request_goodput"),
+        "kept_gate_goodput": summ.get("gate_goodput"),
+        "stop_reason": summ.get("stop_reason"),
+        "serve_command": summ.get("serve_command"),
+    }
+
+    def g(side: dict[str, Any], k: str) -> Any:
+        b = side[f"best_{k}"]
+        return None if b is None else b[k]
+
+    return {
+        "slo": str(slo_),
+        "vllm": v_side,
+        "ours": o_side,
+        "ratios_ours_over_vllm": {
+            "server_starts": _ratio(o_side["server_starts"], v_side["server_starts"]),
+            "gpu_minutes": _ratio(o_side["gpu_minutes"], v_side["gpu_minutes"]),
+            "best_request_goodput": _ratio(g(o_side, "request_goodput"),
+                                           g(v_side, "request_goodput")),
+            "best_gate_goodput": _ratio(g(o_side, "gate_goodput"), g(v_side, "gate_goodput")),
+        },
+    }
+
+
+def _fmt(v: Any, nd: int = 2) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return "inf" if math.isinf(v) else f"{v:.{nd}f}"
+    return str(v)
+
+
+def _cfg(best: Mapping[str, Any] | None) -> str:
+    if not best:
+        return "none"
+    return ", ".join(f"{k}={v}" for k, v in best["params"].items()
+                     if k in ("max_num_seqs", "max_num_batched_tokens") or k in knobs_mod.KNOBS)
+
+
+def table_markdown(cmp: Mapping[str, Any]) -> str:
+    """The side-by-side table (Markdown) of compare()'s result."""
+    v, o, r = cmp["vllm"], cmp["ours"], cmp["ratios_ours_over_vllm"]
+
+    def best(side: Mapping[str, Any], k: str) -> str:
+        b = side[f"best_{k}"]
+        return "none" if b is None else f"{_fmt(b[k])} ({_cfg(b)})"
+
+    lines = [
+        f"SLO {cmp['slo']} (p99, ms); both tools on the same grid and workload.",
+        "",
+        "| | vLLM `bench sweep serve` | our `tune()` | ours / vLLM |",
+        "|---|---|---|---|",
+        f"| server restarts | {v['server_starts']} | {o['server_starts']} | "
+        f"{_fmt(r['server_starts'])} |",
+        f"| GPU minutes (wall) | {_fmt(v['gpu_minutes'])} | {_fmt(o['gpu_minutes'])} | "
+        f"{_fmt(r['gpu_minutes'])} |",
+        f"| best vLLM request goodput (req/s) | {best(v, 'request_goodput')} | "
+        f"{best(o, 'request_goodput')} | {_fmt(r['best_request_goodput'])} |",
+        f"| best p99-gate goodput (req/s) | {best(v, 'gate_goodput')} | "
+        f"{best(o, 'gate_goodput')} | {_fmt(r['best_gate_goodput'])} |",
+    ]
+    if o.get("kept_knobs") is not None:
+        lines += ["", f"tune() kept {o['kept_knobs']} (request goodput "
+                      f"{_fmt(o.get('kept_request_goodput'))}); stop: {o.get('stop_reason')}"]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------
+
+
+def _values(s: str) -> list[Any]:
+    from course_utils.sweep import _parse_values
+
+    return _parse_values(s)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m course_utils.sidebyside",
+                                 description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("params", help="write --serve-params JSON for a one-knob grid")
+    p.add_argument("--knob", required=True)
+    p.add_argument("--values", required=True)
+    p.add_argument("--gpu-memory-gib", type=float, default=24.0)
+    p.add_argument("--no-couple", action="store_true")
+    p.add_argument("out")
+    b = sub.add_parser("bench-cmd", help="print the --bench-cmd string")
+    b.add_argument("--model", required=True)
+    b.add_argument("--base-url", required=True)
+    b.add_argument("--tokenizer")
+    b.add_argument("--vllm-cmd", default="vllm")
+    b.add_argument("--rate", type=float, required=True)
+    b.add_argument("--num-prompts", type=int, required=True)
+    b.add_argument("--input-len", type=int, default=512)
+    b.add_argument("--output-len", type=int, default=128)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--slo", required=True)
+    t = sub.add_parser("timing", help="add one call's timing to timing.json")
+    t.add_argument("log")
+    t.add_argument("out")
+    t.add_argument("--call-wall-s", type=float, required=True)
+    t.add_argument("--rc", type=int, default=0)
+    r = sub.add_parser("shrink", help="summarise per-request lists in a copy of the results")
+    r.add_argument("dir")
+    r.add_argument("--max-kb", type=int, default=16)
+    c = sub.add_parser("compare", help="print the side-by-side table (and --json)")
+    c.add_argument("vllm_sweep_dir")
+    c.add_argument("tune_dir")
+    c.add_argument("--slo", required=True)
+    c.add_argument("--timing")
+    c.add_argument("--json", help="also write compare()'s dict here")
+    a = ap.parse_args(argv)
+    if a.cmd == "params":
+        recs = serve_params(a.knob, _values(a.values), couple=not a.no_couple,
+                            gpu_memory_gib=a.gpu_memory_gib)
+        Path(a.out).write_text(json.dumps(recs, indent=1))
+        print(json.dumps(recs))
+    elif a.cmd == "bench-cmd":
+        w = Workload(input_len=a.input_len, output_len=a.output_len, num_prompts=a.num_prompts,
+                     request_rate=a.rate, seed=a.seed, ignore_eos=True)
+        print(shlex.join(sweep_bench_cmd(a.model, w, SLO.parse(a.slo), base_url=a.base_url,
+                                         tokenizer=a.tokenizer,
+                                         vllm_cmd=shlex.split(a.vllm_cmd))))
+    elif a.cmd == "timing":
+        log = Path(a.log).read_text(errors="replace") if Path(a.log).exists() else ""
+        tim = _add_call(Path(a.out), log, a.call_wall_s, a.rc)
+        print(f"timing: {tim['server_starts']} server start(s), {tim['wall_s']:.0f} s wall "
+              f"over {len(tim['calls'])} call(s)")
+    elif a.cmd == "shrink":
+        print(f"{shrink_results(a.dir, a.max_kb)} result file(s) shrunk in {a.dir}")
+    else:
+        cmp = compare(a.vllm_sweep_dir, a.tune_dir, a.slo, timing=a.timing)
+        print(table_markdown(cmp))
+        if a.json:
+            Path(a.json).write_text(json.dumps(cmp, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+"""Side by side (vLLM's `bench sweep serve` vs tune()), sweep(prevalidate=False), faults.sh.
+
+The vLLM side reads tests/fixtures/vllm_sweep_fake: the output of the real 0.26.0
+`vllm bench sweep serve` CLI against the fake server (see its README), not GPU evidence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from course_utils import knobs
+from course_utils.bench import Workload
+from course_utils.sidebyside import (
+    SideBySideError,
+    compare,
+    load_vllm_sweep,
+    main,
+    parse_sweep_log,
+    serve_params,
+    shrink_results,
+    sweep_bench_cmd,
+    table_markdown,
+)
+from course_utils.slo import SLO
+from course_utils.sweep import load_points, sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "vllm_sweep_fake"
+FLAGS = {ln.strip() for ln in (ROOT / "tests" / "fakes" / "vllm_0_26_0_bench_serve_flags.txt")
+         .read_text().splitlines() if ln.startswith("--")}
+SLO_ = SLO.parse("ttft:300 tpot:50")
+W = Workload(input_len=16, output_len=8, num_prompts=12, request_rate=400)
+FAST = dict(server_kwargs={"startup_timeout_s": 20, "stop_timeout_s": 5},
+            bench_kwargs={"timeout_s": 60}, warmup_prompts=2, metrics_interval_s=0.05,
+            gpu_memory_gib=24.0, progress=False)
+
+
+def _vllm_runs() -> dict[int, dict]:
+    out = {}
+    for f in (FIXTURE / "vllm_sweep" / "grid").glob("SERVE-*/run=0.json"):
+        d = json.loads(f.read_text())
+        out[d["max_num_seqs"]] = d
+    return out
+
+
+def _tune_dir(tmp_path: Path) -> Path:
+    """A tune() folder: 3 points (one failed), elapsed 120 + 100 + 20 s = 4 GPU minutes."""
+    d = tmp_path / "slo"
+    d.mkdir()
+    pts = [
+        {"key": "a", "knobs": {"max_model_len": 4096, "max_num_seqs": 64}, "status": "ok",
+         "startup_s": 80.0, "elapsed_s": 120.0,
+         "score": {"request_goodput": 4.0, "gate_goodput": 0.0, "meets_slo": False,
+                   "request_throughput": 9.0}},
+        {"key": "b", "knobs": {"max_model_len": 4096, "max_num_seqs": 128}, "status": "ok",
+         "startup_s": 70.0, "elapsed_s": 100.0,
+         "score": {"request_goodput": 17.0, "gate_goodput": 17.0, "meets_slo": True,
+                   "request_throughput": 17.0}},
+        {"key": "c", "knobs": {"max_model_len": 4096, "max_num_seqs": 256}, "status": "failed",
+         "reason": "CUDA out of memory", "elapsed_s": 20.0},
+    ]
+    (d / "points.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pts))
+    steps = [{"step": 0, "kind": "baseline", "point": "a"},
+             {"kind": "summary", "knobs": {"max_model_len": 4096, "max_num_seqs": 128},
+              "request_goodput": 17.0, "gate_goodput": 17.0, "stop_reason": "plateau: test",
+              "serve_command": "vllm serve m --max-num-seqs 128"}]
+    (d / "tune.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    return d
+
+
+# ---------------------------------------------------------------------------- the vLLM side
+
+
+def test_fixture_is_read_as_vllm_wrote_it() -> None:
+    rows = load_vllm_sweep(FIXTURE / "vllm_sweep", SLO_)
+    assert sorted(r["params"]["max_num_seqs"] for r in rows) == [64, 128]
+    runs = _vllm_runs()
+    for r in rows:
+        raw = runs[r["params"]["max_num_seqs"]]
+        assert r["run_number"] == 0
+        assert r["file"].startswith("grid/SERVE--max_num_seqs=")
+        assert r["file"].endswith("/run=0.json")
+        assert r["request_goodput"] == pytest.approx(raw["request_goodput"])
+        meets = raw["p99_ttft_ms"] <= 300 and raw["p99_tpot_ms"] <= 50
+        assert r["meets_slo"] is meets
+        assert r["gate_goodput"] == pytest.approx(raw["request_throughput"] if meets else 0.0)
+    # the experiment folder itself is accepted too
+    assert len(load_vllm_sweep(FIXTURE / "vllm_sweep" / "grid", SLO_)) == 2
+
+
+def test_parse_sweep_log_counts_servers_and_spans() -> None:
+    text = (FIXTURE / "sweep-1.log").read_text()
+    t = parse_sweep_log(text)
+    assert t["server_starts"] == 2
+    assert [s["overrides"] for s in t["servers"]] == ["{'max_num_seqs': 64}",
+                                                      "{'max_num_seqs': 128}"]
+    for s in t["servers"]:
+        assert s["benchmarks_done"] == 1  # "[END BENCHMARK]" glued to a line without "\n"
+        assert 0 < s["ready_s"] < s["span_s"]
+    # cut inside the second server (a call stopped by its time limit): no end, no bench
+    cut = text[: text.index("[BEGIN BENCHMARK]", text.index("max_num_seqs': 128"))]
+    t2 = parse_sweep_log(cut)
+    assert t2["server_starts"] == 2
+    assert t2["servers"][1]["end"] is None and t2["servers"][1]["benchmarks_done"] == 0
+
+
+def test_timing_accumulates_over_resumed_calls(tmp_path: Path) -> None:
+    log = tmp_path / "l.log"
+    log.write_text((FIXTURE / "sweep-1.log").read_text())
+    out = tmp_path / "timing.json"
+    for wall in (40.0, 20.0):
+        assert main(["timing", str(log), str(out), "--call-wall-s", str(wall), "--rc", "0"]) == 0
+    tim = json.loads(out.read_text())
+    assert len(tim["calls"]) == 2
+    assert tim["wall_s"] == 60.0 and tim["gpu_minutes"] == 1.0 and tim["server_starts"] == 4
+
+
+def test_bench_cmd_leaves_the_sweeps_own_flags_out() -> None:
+    w = Workload(input_len=512, output_len=128, num_prompts=600, request_rate=45, seed=0,
+                 ignore_eos=True)
+    argv = sweep_bench_cmd("/tmp/m", w, SLO_, base_url="http://127.0.0.1:8123")
+    assert argv[:3] == ["vllm", "bench", "serve"]
+    for flag in ("--save-result", "--result-dir", "--result-filename", "--percentile-metrics"):
+        assert flag not in argv  # vllm/benchmarks/sweep/serve.py run_benchmark appends them
+    i = argv.index("--goodput")
+    assert argv[i + 1:i + 3] == ["ttft:300", "tpot:50"]
+    assert argv[argv.index("--request-rate") + 1] == "45"
+    assert argv[argv.index("--num-prompts") + 1] == "600"
+    assert "--save-detailed" in argv and "--ignore-eos" in argv
+    assert {a for a in argv if a.startswith("--")} <= FLAGS
+
+
+def test_serve_params_couple_like_tune() -> None:
+    assert serve_params("max_num_seqs", [64, 4096], gpu_memory_gib=24.0) == [
+        {"max_num_seqs": 64}, {"max_num_seqs": 4096, "max_num_batched_tokens": 4096}]
+    # 0.26.0 default on a >= 70 GiB GPU is 8192 tokens: nothing to couple
+    assert serve_params("max-num-seqs", [64, 4096], gpu_memory_gib=140.0) == [
+        {"max_num_seqs": 64}, {"max_num_seqs": 4096}]
+    with pytest.raises(knobs.KnobError):
+        serve_params("max_num_seqs", [64, 4096], gpu_memory_gib=24.0, couple=False)
+
+
+# ---------------------------------------------------------------------------- compare
+
+
+def test_compare_counts_restarts_minutes_and_ratios(tmp_path: Path) -> None:
+    cmp = compare(FIXTURE / "vllm_sweep", _tune_dir(tmp_path), "ttft:300 tpot:50")
+    v, o, r = cmp["vllm"], cmp["ours"], cmp["ratios_ours_over_vllm"]
+    tim = json.loads((FIXTURE / "timing.json").read_text())
+    assert v["server_starts"] == 2 and v["gpu_minutes"] == tim["gpu_minutes"]
+    assert o["server_starts"] == 3  # a failed start is a restart too
+    assert o["wall_s"] == 240.0 and o["gpu_minutes"] == 4.0
+    best_v = max(d["request_goodput"] for d in _vllm_runs().values())
+    assert v["best_request_goodput"]["request_goodput"] == pytest.approx(best_v)
+    assert o["best_request_goodput"]["params"]["max_num_seqs"] == 128
+    assert r["server_starts"] == 1.5
+    assert r["gpu_minutes"] == round(4.0 / tim["gpu_minutes"], 3)
+    assert r["best_request_goodput"] == round(17.0 / best_v, 3)
+    assert o["kept_knobs"]["max_num_seqs"] == 128 and o["stop_reason"] == "plateau: test"
+    md = table_markdown(cmp)
+    assert "| server restarts | 2 | 3 | 1.50 |" in md
+    assert "17.00 (max_model_len=4096, max_num_seqs=128)" in md
+
+
+def test_compare_without_timing_counts_combos(tmp_path: Path) -> None:
+    vdir = tmp_path / "v"
+    shutil.copytree(FIXTURE / "vllm_sweep", vdir)
+    cmp = compare(vdir, _tune_dir(tmp_path), SLO_)
+    assert cmp["vllm"]["server_starts"] == 2
+    assert cmp["vllm"]["gpu_minutes"] is None and cmp["ratios_ours_over_vllm"]["gpu_minutes"] is None
+
+
+def test_compare_says_clearly_when_a_folder_is_not_a_sweep(tmp_path: Path) -> None:
+    tune = _tune_dir(tmp_path)
+    with pytest.raises(SideBySideError, match="is not a `vllm bench sweep serve` output"):
+        compare(tune, tune, SLO_)
+    with pytest.raises(SideBySideError, match="no such folder"):
+        compare(tmp_path / "missing", tune, SLO_)
+    with pytest.raises(SideBySideError, match="is not a tune\\(\\) output"):
+        compare(FIXTURE / "vllm_sweep", tmp_path, SLO_)
+    bad = tmp_path / "bad" / "SERVE--max_num_seqs=64"
+    bad.mkdir(parents=True)
+    (bad / "run=0.json").write_text(json.dumps({"date": "x"}))
+    with pytest.raises(SideBySideError, match="not a vLLM bench result"):
+        load_vllm_sweep(tmp_path / "bad", SLO_)
+
+
+def test_shrink_keeps_what_compare_reads(tmp_path: Path) -> None:
+    d = tmp_path / "v"
+    shutil.copytree(FIXTURE / "vllm_sweep", d)
+    f = next(d.glob("grid/SERVE-*/run=0.json"))
+    raw = json.loads(f.read_text())
+    raw["ttfts"] = [0.01] * 5000
+    f.write_text(json.dumps(raw))
+    csv_ = d / "grid" / "summary.csv"
+    csv_.write_text('x,ttfts\n1,"' + "0.01," * 5000 + '"\n')
+    assert shrink_results(d, max_kb=16) == 2
+    assert csv_.read_text().splitlines() == ["x", "1"]
+    got = json.loads(f.read_text())
+    assert got["ttfts"]["stripped_list"] is True and got["ttfts"]["n"] == 5000
+    assert got["request_goodput"] == raw["request_goodput"]
+    assert len(load_vllm_sweep(d, SLO_)) == 2
+
+
+def test_cli_compare_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    js = tmp_path / "c.json"
+    assert main(["compare", str(FIXTURE / "vllm_sweep"), str(_tune_dir(tmp_path)),
+                 "--slo", "ttft:300 tpot:50", "--json", str(js)]) == 0
+    assert "| server restarts | 2 | 3 |" in capsys.readouterr().out
+    assert json.loads(js.read_text())["ours"]["server_starts"] == 3
+
+
+# ---------------------------------------------------------------------------- prevalidate
+
+
+def test_prevalidate_false_lets_vllm_reject_the_combination(
+        tmp_path: Path, fake_vllm: Path, server_starts) -> None:
+    base = {"max_num_seqs": 256}
+    with pytest.raises(knobs.KnobError, match="must be >= max_num_seqs"):
+        sweep("fake-model", "max_num_batched_tokens", [128], workload=W, slo=SLO_,
+              out_dir=tmp_path / "o", base_knobs=base, **FAST)
+    assert server_starts() == 0  # the default rejects before any server starts
+    recs = sweep("fake-model", "max_num_batched_tokens", [128, 512], workload=W, slo=SLO_,
+                 out_dir=tmp_path / "o", base_knobs=base, prevalidate=False,
+                 early_stop=False, **FAST)
+    assert server_starts() == 2  # the server judged it, and the sweep went on
+    assert [r["status"] for r in recs] == ["failed", "ok"]
+    assert recs[0]["reason"] == ("invalid knob combination: max_num_batched_tokens (128) must "
+                                 "be >= max_num_seqs (256); raise --max-num-batched-tokens "
+                                 "with it")
+    assert "--max-num-seqs 256 --max-num-batched-tokens 128" in recs[0]["serve_cmd"]
+    log = Path(recs[0]["files"]["server_log"]).read_text()
+    assert "ValueError: max_num_batched_tokens (128) must be greater than or equal to" in log
+    # types are still coerced; a knob on its own is still checked
+    with pytest.raises(knobs.KnobError, match="not a valid int"):
+        sweep("fake-model", "max_num_seqs", ["many"], workload=W, slo=SLO_,
+              out_dir=tmp_path / "o", prevalidate=False, **FAST)
+    recs = sweep("fake-model", "max_num_batched_tokens", ["128"], workload=W, slo=SLO_,
+                 out_dir=tmp_path / "o", base_knobs=base, prevalidate=False, **FAST)
+    assert recs[0]["value"] == 128 and server_starts() == 2  # resumed: same point
+    assert len(load_points(tmp_path / "o")) == 2
+
+
+def test_prevalidate_default_keeps_point_keys(tmp_path: Path, fake_vllm: Path) -> None:
+    a = sweep("fake-model", "max_num_seqs", [4], workload=W, slo=SLO_, out_dir=tmp_path / "a",
+              **FAST)
+    b = sweep("fake-model", "max_num_seqs", [4], workload=W, slo=SLO_, out_dir=tmp_path / "b",
+              prevalidate=False, **FAST)
+    assert a[0]["key"] == b[0]["key"]
+
+    def flags(cmd: str) -> set[tuple[str, str]]:  # unchecked flags come after --host/--port
+        t = cmd.split()
+        return {(t[i], t[i + 1]) for i in range(len(t) - 1)
+                if t[i].startswith("--") and t[i] != "--port"}
+
+    assert flags(a[0]["serve_cmd"]) == flags(b[0]["serve_cmd"])
+    assert ("--max-num-seqs", "4") in flags(b[0]["serve_cmd"])
+
+
+# ---------------------------------------------------------------------------- faults.sh
+
+
+def test_faults_script_records_three_failures_and_goes_on(tmp_path: Path, fake_vllm: Path,
+                                                          server_starts) -> None:
+    run = tmp_path / "run"
+    env = {**os.environ, "VLLM": str(fake_vllm / "vllm"), "PY": sys.executable,
+           "GPU_GIB": "24", "FAULTS_PROMPTS": "12", "FAULTS_RATE": "400",
+           # the fake fails every start below gpu_memory_utilization 0.2 as "weights do not
+           # fit"; on the H200 0.118 reaches vLLM's KV check (see faults.sh)
+           "FAULT_KV_GMU": "0.15", "PYTHONPATH": str(ROOT / "src")}
+    env.pop("OUT", None)
+    p = subprocess.run(["bash", str(ROOT / "tools" / "gpu" / "faults.sh"), str(run)], env=env,
+                       capture_output=True, text=True, timeout=240, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    facts = json.loads((run / "faults" / "faults.json").read_text())
+    assert facts["prevalidate_true"].startswith("KnobError before any server start")
+    assert (facts["failed"], facts["ok"]) == (3, 1)
+    reasons = [pt["reason"] or "" for pt in facts["points"]]
+    assert reasons[0].startswith("invalid knob combination: max_num_batched_tokens (128)")
+    assert reasons[1].startswith("weights do not fit") and reasons[2].startswith("weights do")
+    assert facts["points"][3]["status"] == "ok"
+    assert facts["points"][3]["knobs"] == {"max_model_len": 32768, "gpu_memory_utilization": 0.9}
+    assert server_starts() == 4  # the rerun at the end resumed every point
+    assert [(r["step"], r["points_before"], r["points_after"]) for r in facts["runs"]] == [
+        ("all", 0, 4), ("all", 4, 4)]
+    assert "resumed every point" in (run / "commands.log").read_text()
+
+
+def test_coupled_combo_params_come_from_the_folder_and_the_json(tmp_path: Path) -> None:
+    d = tmp_path / "v" / "grid"
+    shutil.copytree(FIXTURE / "vllm_sweep" / "grid" / "SERVE--max_num_seqs=64",
+                    d / "SERVE--max_num_seqs=4096-max_num_batched_tokens=4096")
+    f = d / "SERVE--max_num_seqs=4096-max_num_batched_tokens=4096" / "run=0.json"
+    raw = json.loads(f.read_text())
+    raw.update(max_num_seqs=4096, max_num_batched_tokens=4096)
+    f.write_text(json.dumps(raw))
+    (rows,) = load_vllm_sweep(tmp_path / "v", SLO_)
+    assert rows["params"] == {"max_num_seqs": 4096, "max_num_batched_tokens": 4096}

@@ -145,8 +145,11 @@ def _alive(pid: int) -> bool:
 def _fails(tmp_path: Path, knobs: dict | None = None, **kw) -> ServerStartError:
     srv = _start(tmp_path, knobs, **kw)
     t0 = time.monotonic()
-    with pytest.raises(ServerStartError) as ei:
-        srv.start()
+    try:
+        with pytest.raises(ServerStartError) as ei:
+            srv.start()
+    finally:  # a start that unexpectedly succeeds must not outlive the test
+        srv.stop()
     assert time.monotonic() - t0 < 15  # returned when the process died, not at the timeout
     assert group_pids(srv.pgid) == []
     assert "\n" not in ei.value.reason

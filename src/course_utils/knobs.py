@@ -367,10 +367,20 @@ def validate(values: Mapping[str, Any], *, gpu_memory_gib: float | None = None,
     return out
 
 
-def to_cli_args(values: Mapping[str, Any]) -> list[str]:
-    """``vllm serve`` arguments for validated knob values (an argv list, never a string)."""
+def to_cli_args(values: Mapping[str, Any], *, check: bool = True) -> list[str]:
+    """``vllm serve`` arguments for validated knob values (an argv list, never a string).
+
+    ``check=False`` checks each knob on its own (name, type, range) but not the cross-knob
+    rules, so vLLM itself judges the combination (to record its own error on purpose).
+    """
+    if check:
+        checked = validate(values)
+    else:
+        checked = {}
+        for name, value in values.items():
+            checked.update(validate({name: value}))
     args: list[str] = []
-    for name, value in validate(values).items():
+    for name, value in checked.items():
         knob = KNOBS[name]
         if value is None:
             continue

@@ -312,11 +312,13 @@ class VllmServer:
         poll_interval_s: float = 0.5,
         stop_timeout_s: float = 30.0,
         gpu_release_timeout_s: float = 60.0,
+        check_knobs: bool = True,
     ) -> None:
         if isinstance(extra_args, str):
             raise TypeError("extra_args must be a list of strings, not one shell string")
         self.model = model
         self.knobs = dict(knobs or {})
+        self.check_knobs = check_knobs  # False: vLLM judges the knob combination itself
         self.host = host
         self.port = int(port) if port is not None else free_port(host)
         self.load_format = load_format
@@ -340,7 +342,9 @@ class VllmServer:
     def knob_args(self) -> list[str]:
         from course_utils import knobs as _knobs
 
-        return [str(a) for a in _knobs.to_cli_args(self.knobs)] if self.knobs else []
+        if not self.knobs:
+            return []
+        return [str(a) for a in _knobs.to_cli_args(self.knobs, check=self.check_knobs)]
 
     @property
     def argv(self) -> list[str]:

@@ -211,15 +211,6 @@ def _bench_summary(raw: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _unchecked_cli_args(values: Mapping[str, Any]) -> list[str]:
-    """`vllm serve` flags knob by knob (knobs.to_cli_args of one knob at a time), so the
-    cross-knob rules of knobs.validate are not applied (prevalidate=False)."""
-    args: list[str] = []
-    for name, value in values.items():
-        args += knobs_mod.to_cli_args({name: value})
-    return args
-
-
 def run_point(
     model: str,
     knob_values: Mapping[str, Any],
@@ -253,11 +244,9 @@ def run_point(
              "bench_log": str(pdir / "bench.log"), "metrics": str(pdir / "metrics.jsonl")}
     rec: dict[str, Any] = {"files": files}
     t0 = time.monotonic()
-    if prevalidate:
-        srv = VllmServer(model, knob_values, log_path=pdir / "serve.log", **skw)
-    else:  # flags written knob by knob: vLLM itself judges the combination
-        extra = [*_unchecked_cli_args(knob_values), *skw.pop("extra_args", ())]
-        srv = VllmServer(model, {}, log_path=pdir / "serve.log", extra_args=extra, **skw)
+    # prevalidate=False: each knob checked on its own, vLLM itself judges the combination
+    srv = VllmServer(model, knob_values, log_path=pdir / "serve.log", check_knobs=prevalidate,
+                     **skw)
     rec["serve_cmd"] = shlex.join(srv.argv)
     try:
         with srv:

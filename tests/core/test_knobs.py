@@ -107,3 +107,13 @@ def test_choices_are_0_26_0_literals():
         knobs.validate({"kv_cache_dtype": v})
     for v in ("auto_awq", "modelopt", "torchao"):
         knobs.validate({"quantization": v})
+
+
+def test_cli_args_without_the_cross_knob_check():
+    pair = {"max_num_seqs": 512, "max_num_batched_tokens": 256}
+    with pytest.raises(knobs.KnobError):
+        knobs.to_cli_args(pair)
+    assert knobs.to_cli_args(pair, check=False) == [
+        "--max-num-seqs", "512", "--max-num-batched-tokens", "256"]
+    with pytest.raises(knobs.KnobError, match="unknown knob"):  # single-knob checks stay
+        knobs.to_cli_args({"max_num_seqz": 1}, check=False)

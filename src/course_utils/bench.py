@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import subprocess
 import time
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -196,8 +195,7 @@ def run_bench(
     extra_args: Sequence[str] = (),
 ) -> Any:
     """Run `vllm bench serve` as a subprocess; return slo.BenchResult of its JSON."""
-    import os
-
+    from course_utils.proc import run_logged
     from course_utils.slo import BenchResult
 
     result_dir = Path(result_dir)
@@ -210,32 +208,10 @@ def run_bench(
         base_url, model, workload, slo, result_dir, result_filename,
         tokenizer=tokenizer, vllm_cmd=vllm_cmd, num_warmups=num_warmups, extra_args=extra_args,
     )
-    full_env = None if env is None else {**os.environ, **env}
-    with open(log, "ab") as fh:
-        fh.write(f"$ {argv}\n".encode())
-        fh.flush()
-        proc = subprocess.Popen(  # noqa: S603 - argv list
-            argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-            start_new_session=True, env=full_env,
-        )
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except BaseException as exc:
-            import os as _os
-            import signal as _signal
-
-            for sig in (_signal.SIGINT, _signal.SIGKILL):
-                try:
-                    _os.killpg(proc.pid, sig)
-                    proc.wait(timeout=5)
-                    break
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    continue
-            if isinstance(exc, subprocess.TimeoutExpired):
-                raise BenchError(
-                    f"vllm bench serve did not finish within {timeout_s:.0f} s", log_path=log
-                ) from None
-            raise
+    rc, timed_out = run_logged(argv, log, timeout_s, env=env, grace_s=5.0)
+    if timed_out:
+        raise BenchError(f"vllm bench serve did not finish within {timeout_s:.0f} s",
+                         log_path=log)
     if rc != 0:
         raise BenchError(_tail_reason(log.read_text(errors="replace"), rc), log_path=log)
     if not out.exists():

@@ -33,14 +33,14 @@ import json
 import math
 import os
 import re
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from course_utils.proc import run_logged
 
 __all__ = [
     "LLM_STARTUP_S_H200",
@@ -223,19 +223,6 @@ def _failure_reason(log_text: str, returncode: int | None) -> str:
     return classify_failure(log_text, returncode)
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    for sig, wait in ((signal.SIGINT, 20), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        if proc.poll() is not None:
-            break
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=wait)
-    # the engine core is a child in the same group: make sure nothing is left behind
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
 def run_point(
     knobs: Mapping[str, Any],
     *,
@@ -293,21 +280,8 @@ def run_point(
         p for p in (full_env.get("PYTHONPATH", ""), src) if p
     )
     t0 = time.monotonic()
-    rc: int | None = None
-    timed_out = False
-    with open(log_path, "ab") as log:
-        log.write(f"$ {cmd}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(  # noqa: S603 - argv list
-            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, env=full_env,
-        )
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            _kill_group(proc)  # also on KeyboardInterrupt: never leave an engine behind
+    # on KeyboardInterrupt too the whole group is stopped: never leave an engine behind
+    rc, timed_out = run_logged(cmd, log_path, timeout_s, env=full_env)
     log_text = log_path.read_text(errors="replace")
     record.update(parse_startup_log(log_text))
     record["wall_s"] = time.monotonic() - t0

@@ -211,19 +211,25 @@ def group_pids(pgid: int) -> list[int]:
     return pids
 
 
-def gpu_pids(timeout_s: float = 10.0) -> set[int] | None:
-    """Pids with a CUDA context per `nvidia-smi`, or None without nvidia-smi."""
+def _nvidia_smi(query: str, timeout_s: float = 10.0) -> list[str] | None:
+    """Whitespace-split output of `nvidia-smi QUERY --format=csv,noheader,nounits`, or None
+    when there is no nvidia-smi or it fails."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
     try:
-        out = subprocess.run(
-            [exe, "--query-compute-apps=pid", "--format=csv,noheader"],
+        return subprocess.run(
+            [exe, query, "--format=csv,noheader,nounits"],
             capture_output=True, text=True, timeout=timeout_s, check=False,
-        ).stdout
+        ).stdout.split()
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return {int(tok) for tok in out.split() if tok.strip().isdigit()}
+
+
+def gpu_pids(timeout_s: float = 10.0) -> set[int] | None:
+    """Pids with a CUDA context per `nvidia-smi`, or None without nvidia-smi."""
+    out = _nvidia_smi("--query-compute-apps=pid", timeout_s)
+    return None if out is None else {int(tok) for tok in out if tok.isdigit()}
 
 
 def gpu_memory_used_mib() -> float | None:
@@ -231,31 +237,19 @@ def gpu_memory_used_mib() -> float | None:
 
     A fallback for containers, where `--query-compute-apps` may not show our pids.
     """
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
+    out = _nvidia_smi("--query-gpu=memory.used")
     try:
-        out = subprocess.run(
-            [exe, "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=10, check=False,
-        ).stdout.split()
         return sum(float(x) for x in out) if out else None
-    except (OSError, subprocess.TimeoutExpired, ValueError):
+    except ValueError:
         return None
 
 
 def gpu_memory_gib(index: int = 0) -> float | None:
     """Total memory of GPU `index` in GiB per `nvidia-smi`, or None without a GPU."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
+    out = _nvidia_smi("--query-gpu=memory.total")
     try:
-        out = subprocess.run(
-            [exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=10, check=False,
-        ).stdout.split()
-        return float(out[index]) / 1024.0
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return float(out[index]) / 1024.0 if out else None
+    except (ValueError, IndexError):
         return None
 
 

@@ -1,8 +1,6 @@
 """Shared test set-up: GPU marker handling and the fake `vllm` on PATH.
 
-`@pytest.mark.gpu` tests are deselected (not skipped, not passed) unless `--run-gpu`;
-`@pytest.mark.needs_h200_knobs_run` tests (waiting for a recorded H200 run of lab 01) are
-deselected unless `--run-h200-knobs`.
+`@pytest.mark.gpu` tests are deselected (not skipped, not passed) unless `--run-gpu`.
 """
 
 from __future__ import annotations
@@ -20,21 +18,10 @@ FAKES = Path(__file__).resolve().parent / "fakes"
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-gpu", action="store_true", default=False,
                      help="also run @pytest.mark.gpu tests (needs a CUDA GPU and vLLM 0.26.0)")
-    parser.addoption("--run-h200-knobs", action="store_true", default=False,
-                     help="also run @pytest.mark.needs_h200_knobs_run tests (they fail until "
-                          "labs/results/h200-<date>/knobs/ is recorded)")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "needs_h200_knobs_run: replays lab 01's recorded H200 run; waits for that "
-                   "data (selected only with --run-h200-knobs)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    off = [name for name, opt in (("gpu", "--run-gpu"),
-                                  ("needs_h200_knobs_run", "--run-h200-knobs"))
-           if not config.getoption(opt)]
+    off = [name for name, opt in (("gpu", "--run-gpu"),) if not config.getoption(opt)]
     keep, drop = [], []
     for item in items:
         (drop if any(item.get_closest_marker(m) for m in off) else keep).append(item)

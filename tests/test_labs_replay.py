@@ -5,12 +5,10 @@ Two kinds of data:
   with backend="vllm" against the fake `vllm` CLI (tests/fakes/fake_vllm.py, lab 02) and a
   fake `vllm` Python package (FAKE_VLLM_PY below, lab 01). They test the notebooks' code
   paths, resume and replay; they are never committed and are not course data.
-- REAL: labs/results/h200-2026-11-29/ (the recorded H200 run of lab 02). Replay must choose
-  what the run chose, flag the prefix-cache-inflated knee rates and show the diagnoses the
-  run measured. These tests FAIL (never skip) when that folder is missing. Lab 01 has no
-  recorded H200 run yet: its real-replay test is marked `needs_h200_knobs_run` and is
-  deselected (not skipped, not counted) unless pytest runs with `--run-h200-knobs`
-  (tests/conftest.py); selected, it fails until labs/results/h200-*/knobs/ exists.
+- REAL: labs/results/h200-2026-11-29/ (the recorded H200 run of lab 02) and
+  labs/results/h200-2026-11-29b/knobs (lab 01). Replay must choose what the run chose (under
+  the rule the run used), flag the prefix-cache-inflated knee rates and show the diagnoses
+  the run measured. These tests FAIL (never skip) when those folders are missing.
 """
 
 from __future__ import annotations
@@ -66,8 +64,9 @@ class _Completion:
 
 
 class _Output:
-    def __init__(self, text, n, metrics):
+    def __init__(self, text, n, metrics, prompt_len):
         self.outputs, self.metrics = [_Completion(text, n)], metrics
+        self.prompt_token_ids = list(range(prompt_len))  # vllm/outputs.py RequestOutput
 
 
 class LLM:
@@ -117,7 +116,8 @@ class LLM:
             wave = i // width
             first = t0 + 0.01 * (wave + 1)
             last = first + per_token * n * (wave + 1)
-            outs.append(_Output(text, n, _Metrics(t0, first, last)))
+            plen = sum(len(m["content"].encode()) for m in msgs) // 2  # tokens < bytes
+            outs.append(_Output(text, n, _Metrics(t0, first, last), plen))
         time.sleep(0.01 * (len(convos) // width + 1))
         return outs
 '''
@@ -351,6 +351,76 @@ def test_verdict_keeps_only_a_worthwhile_gain_inside_the_slo() -> None:
     assert llm_point.verdict(failed_base, baseline=0.8)["decision"] == "none"
 
 
+def _kvrec(value: float, tok_s: float, kv_tokens: int, **kw: object) -> dict:
+    return {**_rec(value, tok_s, 5), "kv_cache_tokens": kv_tokens, "load_prompts": 256,
+            "max_tokens": 128, "load_max_tokens": 1024, **kw}
+
+
+def test_kv_check_binds_only_when_the_pass_needs_more_than_the_pool() -> None:
+    # 256 requests x ceil((200 + 1024) / 16) * 16 = 256 x 1232 = 315,392 tokens
+    recs = [_kvrec(0.8, 1000, 226_608, prompt_tokens_max=200), _kvrec(0.94, 1300, 289_488)]
+    kv = llm_point.kv_check(recs, baseline=0.8)
+    assert kv["per_request_tokens"] == 1232 and kv["demand_tokens"] == 315_392
+    assert kv["binding"] is True and kv["prompt_exact"] is True
+    assert kv["kv_concurrency"] == 226_608 // 1232
+    # max_num_seqs 128 caps what runs at once: 128 x 1232 = 157,696 < 226,608
+    assert llm_point.kv_check(recs, baseline=0.8, max_num_seqs=128)["binding"] is False
+    # no recorded prompt length: the bound is used, and said to be one
+    old = [_kvrec(0.8, 1000, 226_608)]
+    assert llm_point.kv_check(old, baseline=0.8) is None
+    kv = llm_point.kv_check(old, baseline=0.8, prompt_tokens_bound=209)
+    assert kv["prompt_exact"] is False and kv["per_request_tokens"] == 1248
+    # a run made before load_max_tokens existed: the pass generated max_tokens
+    legacy = [{**_kvrec(0.8, 1000, 1_782_064), "load_max_tokens": None, "load_prompts": 1024}]
+    assert llm_point.kv_check(legacy, baseline=0.8, prompt_tokens_bound=209)[
+        "demand_tokens"] == 1024 * 352
+
+
+def test_verdict_turns_a_keep_into_recheck_when_kv_did_not_bind() -> None:
+    recs = [_kvrec(0.8, 1000, 1_782_064, prompt_tokens_max=100),
+            _kvrec(0.9, 1300, 2_044_928, prompt_tokens_max=100)]
+    free = llm_point.kv_check(recs, baseline=0.8)
+    assert free["binding"] is False
+    v = llm_point.verdict(recs, baseline=0.8, kv=free)
+    assert (v["decision"], v["value"], v["candidate"]) == ("recheck", 0.8, 0.9)
+    assert "did not bind" in v["why"] and f"{free['demand_tokens']:,}" in v["why"]
+    tight = [_kvrec(0.8, 1000, 200_000, prompt_tokens_max=100),
+             _kvrec(0.9, 1300, 260_000, prompt_tokens_max=100)]
+    v = llm_point.verdict(tight, baseline=0.8, kv=llm_point.kv_check(tight, baseline=0.8))
+    assert (v["decision"], v["value"]) == ("keep", 0.9)
+    # a revert stays a revert whatever the KV check says
+    flat = [_kvrec(0.8, 1000, 1_782_064, prompt_tokens_max=100), _kvrec(0.9, 1010, 2_044_928)]
+    assert llm_point.verdict(flat, baseline=0.8, kv=free)["decision"] == "revert"
+
+
+def test_prompt_tokens_bound_covers_the_longest_chat_prompt() -> None:
+    from course_utils import evalset
+
+    items = evalset.load_items(EVAL)
+    longest = max(sum(len(m["content"].encode()) for m in evalset.messages(it)) for it in items)
+    assert evalset.prompt_tokens_bound(items) == longest + evalset.CHAT_OVERHEAD_TOKENS
+    with pytest.raises(ValueError):
+        evalset.prompt_tokens_bound([])
+
+
+def test_model_shape_falls_back_to_the_config_the_run_saved(tmp_path: Path) -> None:
+    from course_utils import capacity
+
+    folder = tmp_path / "model-x"
+    folder.mkdir()
+    cfg = capacity.config_dir("qwen2.5-7b-instruct") / "config.json"
+    (folder / "config.json").write_bytes(cfg.read_bytes())
+    res = tmp_path / "res"
+    shape = labtools.model_shape(str(folder), res, save=True)  # a GPU run saves it
+    assert (res / labtools.MODEL_CONFIG_FILE).read_bytes() == cfg.read_bytes()
+    # replay elsewhere: the folder is gone, the saved config gives the same shape
+    again = labtools.model_shape("/tmp/no-such-model-x", res)
+    assert again.kv_bytes_per_token() == shape.kv_bytes_per_token()
+    assert labtools.model_shape("Qwen/Qwen2.5-7B-Instruct-AWQ").weight_gib() < shape.weight_gib()
+    with pytest.raises(ValueError, match="no local folder"):
+        labtools.model_shape("/tmp/no-such-model-x", tmp_path / "empty")
+
+
 def test_estimate_uses_measured_points_when_there_are_some() -> None:
     assert llm_point.estimate_minutes(2) == pytest.approx(
         2 * (llm_point.LLM_STARTUP_S_H200 + llm_point.RUN_S_GUESS) / 60)
@@ -487,16 +557,32 @@ def test_real_slo_run_replays_to_the_recorded_choice(h200_replay: tuple[Path, Pa
     assert not (out / "points.jsonl").exists()  # replay never measures
 
 
-@pytest.mark.needs_h200_knobs_run
+KNOBS_RUN = ROOT / "labs" / "results" / "h200-2026-11-29b" / "knobs"
+
+
 def test_real_knob_run_replays_to_the_recorded_verdict(tmp_path: Path) -> None:
-    """Waiting for data: lab 01 has not been run on the H200 yet (deselected by default)."""
-    found = labtools.latest_results(ROOT / "labs" / "results", prefix="h200-",
-                                    need="knobs/results.jsonl")
-    if found is None:
-        pytest.fail("no recorded H200 run of lab 01: labs/results/h200-<date>/knobs/ is missing")
-    rec = found / "knobs"
+    """Lab 01 on the H200 (dummy weights): the recorded rule kept 0.9 for +34.4 % tok/s."""
+    assert (KNOBS_RUN / "results.jsonl").is_file(), f"{KNOBS_RUN} is missing"
     out = tmp_path / "replay"
-    _run(LAB01, out, {"backend": "replay", "replay_dir": str(rec)})
+    nb = _run(LAB01, out, {"backend": "replay", "replay_dir": str(KNOBS_RUN),
+                           "capacity_check": False})
     assert json.loads((out / "verdict.json").read_text()) == json.loads(
-        (rec / "verdict.json").read_text())
+        (KNOBS_RUN / "verdict.json").read_text())
     assert (out / "triple.png").stat().st_size > 1000
+    text = _text(nb)
+    assert "accuracy" in text and "n/a" in text  # dummy weights: never a number
+    # vLLM's logged KV tokens and the capacity prediction from the same GiB (H200 run)
+    assert "logged 1,782,064 tokens from 95.17 GiB; predicted 1,782,016 (-0.00%)" in text
+
+
+def test_real_knob_run_gain_is_not_a_capacity_effect(tmp_path: Path) -> None:
+    """The same records with the capacity check: the KV cache never bound at the baseline
+    (1024 requests x <= 352 tokens = 360,448 <= 1,782,064 logged), so the keep is a recheck."""
+    out = tmp_path / "replay"
+    nb = _run(LAB01, out, {"backend": "replay", "replay_dir": str(KNOBS_RUN)})
+    v = json.loads((out / "verdict.json").read_text())
+    assert v["decision"] == "recheck" and v["value"] == 0.8 and v["candidate"] == 0.9
+    assert v["kv"]["demand_tokens"] == 360448 and v["kv"]["kv_tokens"] == 1782064
+    assert v["kv"]["binding"] is False and v["kv"]["prompt_exact"] is False
+    assert "RECHECK: gpu_memory_utilization=0.8" in _text(nb)
+    assert "recorded run chose: keep 0.9" in _text(nb)

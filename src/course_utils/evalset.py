@@ -27,6 +27,7 @@ __all__ = [
     "numbers",
     "check",
     "score",
+    "prompt_tokens_bound",
 ]
 
 _SYSTEM = {
@@ -91,6 +92,26 @@ def messages(item: Item) -> list[dict[str, str]]:
     """Chat messages for ``LLM.chat``: a short-answer instruction in the item's language."""
     system = _SYSTEM.get(item.lang, _SYSTEM["en"])
     return [{"role": "system", "content": system}, {"role": "user", "content": item.question}]
+
+
+# ChatML (Qwen2.5's chat template, and the one course_utils.modelfolder writes) wraps each
+# message in <|im_start|>role\n ... <|im_end|>\n and appends <|im_start|>assistant\n: under
+# 10 tokens per message plus the header. 64 is a wide margin for two messages.
+CHAT_OVERHEAD_TOKENS = 64
+
+
+def prompt_tokens_bound(items: Sequence[Item]) -> int:
+    """An upper bound on the prompt tokens of any item's chat request, with no tokenizer.
+
+    A byte-level BPE tokenizer (Qwen2.5's, and the one course_utils.modelfolder trains)
+    spends at most one token per UTF-8 byte of ordinary text, so the message bytes plus
+    CHAT_OVERHEAD_TOKENS bound the prompt. Lab 01 records the exact count from vLLM
+    (``prompt_tokens_max``); this bound serves runs recorded before it did.
+    """
+    if not items:
+        raise ValueError("no items")
+    return max(sum(len(m["content"].encode()) for m in messages(it)) for it in items
+               ) + CHAT_OVERHEAD_TOKENS
 
 
 def normalize(text: str) -> str:

@@ -40,6 +40,8 @@ __all__ = [
     "pick_knee",
     "load_jsonl",
     "latest_results",
+    "model_shape",
+    "MODEL_CONFIG_FILE",
     "recorded_objective",
     "replay_tune",
     "tune_summary",
@@ -365,6 +367,39 @@ def latest_results(root: str | Path = "labs/results", prefix: str = "", need: st
     found = sorted(p for p in r.iterdir() if p.is_dir() and p.name.startswith(prefix)
                    and (not need or (p / need).exists()))
     return found[-1] if found else None
+
+
+MODEL_CONFIG_FILE = "model_config.json"
+
+
+def model_shape(model: str, results_dir: str | Path | None = None,
+                resolve: Callable[[str], Path] = Path, save: bool = False) -> Any:
+    """The model's shape (course_utils.capacity) for a lab's memory arithmetic.
+
+    ``model`` is a local folder (``resolve`` turns a parameter into a path), a shipped
+    config name or HF id ending in one (``Qwen/Qwen2.5-7B-Instruct-AWQ``), or, on replay of
+    a run whose model folder stayed on the GPU host, the ``model_config.json`` the run saved
+    in ``results_dir``. ``save=True`` (a GPU run) copies a local folder's config.json there.
+    """
+    from course_utils import capacity
+
+    local = resolve(model)
+    saved = Path(results_dir) / MODEL_CONFIG_FILE if results_dir is not None else None
+    if local.is_dir() and (local / "config.json").is_file():
+        if save and saved is not None:
+            saved.parent.mkdir(parents=True, exist_ok=True)
+            saved.write_bytes((local / "config.json").read_bytes())
+        return capacity.load_model(str(local))
+    if model.lower().split("/")[-1] in capacity.MODELS:
+        return capacity.load_model(model)
+    if saved is not None and saved.is_file():
+        import dataclasses
+
+        return dataclasses.replace(capacity.load_model(str(saved)),
+                                   name=Path(model).name or "model")
+    raise ValueError(f"model {model!r}: no local folder with config.json, not a shipped config "
+                     f"({', '.join(capacity.MODELS)}), and no {MODEL_CONFIG_FILE} in "
+                     f"{results_dir}")
 
 
 def point_files(results_dir: str | Path, rec: Mapping[str, Any]) -> dict[str, Path]:

@@ -10,7 +10,7 @@ The child measures, with fixed sampling (temperature, seed):
 1. quality: ``LLM.chat`` over the eval set, scored by ``course_utils.evalset``; with
    ``load_format="dummy"`` (random weights) accuracy is not measured and stays ``None``;
 2. speed: ``load_prompts`` chat requests submitted at once with ``ignore_eos=True`` and
-   ``max_tokens`` each: output tokens/s over the wall time, and per-request latency
+   ``load_max_tokens`` each (default ``max_tokens``; long outputs make the KV cache bind): output tokens/s over the wall time, and per-request latency
    p50/p99 from vLLM's request timestamps (``RequestOutput.metrics``, present when
    ``disable_log_stats=False``; ``last_token_ts - queued_ts``, both engine-core monotonic:
    vllm/v1/metrics/stats.py RequestStateStats);
@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from course_utils.capacity import BLOCK_SIZE
 from course_utils.proc import run_logged
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "write_csv",
     "estimate_minutes",
     "verdict",
+    "kv_check",
     "fmt_accuracy",
 ]
 
@@ -149,7 +151,7 @@ def _child(spec: Mapping[str, Any]) -> dict[str, Any]:
     texts = [o.outputs[0].text for o in outs]
     scored = None if dummy else evalset.score(items, texts)
 
-    # 2) speed: a fixed batch, every request generates exactly max_tokens
+    # 2) speed: a fixed batch, every request generates exactly load_max_tokens
     n = int(spec.get("load_prompts", 256))
     load_convos = []
     for i in range(n):
@@ -157,12 +159,14 @@ def _child(spec: Mapping[str, Any]) -> dict[str, Any]:
         msgs[-1]["content"] = f"({i}) {msgs[-1]['content']}"  # no two prompts identical
         load_convos.append(msgs)
     sp_load = SamplingParams(
-        temperature=temperature, max_tokens=max_tokens, seed=seed, ignore_eos=True
+        temperature=temperature, max_tokens=int(spec.get("load_max_tokens") or max_tokens),
+        seed=seed, ignore_eos=True
     )
     t2 = time.monotonic()
     louts = llm.chat(load_convos, sp_load, use_tqdm=False)
     load_s = time.monotonic() - t2
     gen = sum(len(o.outputs[0].token_ids) for o in louts)
+    prompt_lens = [len(o.prompt_token_ids or ()) for o in louts]
     lat, ttft = [], []
     for o in louts:
         m = getattr(o, "metrics", None)
@@ -189,6 +193,8 @@ def _child(spec: Mapping[str, Any]) -> dict[str, Any]:
         "load_prompts": n,
         "load_s": load_s,
         "output_tokens": gen,
+        "prompt_tokens_max": max(prompt_lens, default=None),
+        "prompt_tokens_total": sum(prompt_lens),
         "output_tok_s": gen / load_s if load_s > 0 else None,
         "latency_p50_s": p50,
         "latency_p99_s": p99,
@@ -232,6 +238,7 @@ def run_point(
     load_format: str = "auto",
     max_model_len: int | None = 4096,
     max_tokens: int = 128,
+    load_max_tokens: int | None = None,
     temperature: float = 0.0,
     seed: int = 0,
     load_prompts: int = 256,
@@ -251,6 +258,7 @@ def run_point(
         "temperature": temperature,
         "seed": seed,
         "load_prompts": load_prompts,
+        "load_max_tokens": load_max_tokens or max_tokens,
         "eval_set": str(Path(eval_set).resolve()),
     }
     key = _key_for(knobs, {**spec, "eval_set": eval_set})
@@ -270,6 +278,7 @@ def run_point(
         "load_format": load_format,
         "max_model_len": max_model_len,
         "max_tokens": max_tokens,
+        "load_max_tokens": load_max_tokens or max_tokens,
         "temperature": temperature,
         "seed": seed,
         "started_at": _now(),
@@ -396,6 +405,9 @@ def _key_for(knobs: Mapping[str, Any], point_kw: Mapping[str, Any]) -> str:
         "load_prompts": point_kw.get("load_prompts", 256),
         "eval_set": Path(point_kw["eval_set"]).name,
     }
+    lmt = point_kw.get("load_max_tokens")
+    if lmt and lmt != spec["max_tokens"]:  # keys of runs made before the parameter stay
+        spec["load_max_tokens"] = lmt
     return point_key(spec)
 
 
@@ -424,6 +436,46 @@ def fmt_accuracy(record: Mapping[str, Any]) -> str:
     return f"{float(acc):.1%}"
 
 
+def kv_check(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    baseline: Any,
+    prompt_tokens_bound: int | None = None,
+    max_num_seqs: int | None = None,
+    block_size: int = BLOCK_SIZE,
+) -> dict[str, Any] | None:
+    """Did the KV cache limit the baseline's speed pass?
+
+    The pass submits ``load_prompts`` requests at once, each ``prompt + load_max_tokens``
+    tokens (``ignore_eos``), rounded up to whole KV blocks (16 tokens, vLLM's default block
+    size for this model); at most ``max_num_seqs`` run at once (None: all of them). If that
+    many fit in the KV cache vLLM logged for the baseline, the pool never bound: a capacity
+    knob (more KV) cannot speed that pass up.
+    The prompt length is the one the run recorded (``prompt_tokens_max``) or, for runs
+    recorded before it did, ``prompt_tokens_bound`` (evalset.prompt_tokens_bound).
+    None when the baseline has no KV size or prompt length to go on.
+    """
+    base = next((r for r in records if r.get("status") == "ok"
+                 and r.get("value") == baseline), None)
+    if base is None or not base.get("kv_cache_tokens") or not base.get("load_prompts"):
+        return None
+    exact = base.get("prompt_tokens_max")
+    prompt = exact if exact is not None else prompt_tokens_bound
+    out_tokens = base.get("load_max_tokens") or base.get("max_tokens")
+    if prompt is None or out_tokens is None:
+        return None
+    per_request = math.ceil((int(prompt) + int(out_tokens)) / block_size) * block_size
+    at_once = int(base["load_prompts"])
+    if max_num_seqs:
+        at_once = min(at_once, int(max_num_seqs))
+    demand = at_once * per_request
+    kv = int(base["kv_cache_tokens"])
+    return {"demand_tokens": demand, "kv_tokens": kv, "binding": demand > kv,
+            "prompt_tokens": int(prompt), "prompt_exact": exact is not None,
+            "per_request_tokens": per_request, "at_once": at_once,
+            "kv_concurrency": kv // per_request}
+
+
 def verdict(
     records: Sequence[Mapping[str, Any]],
     *,
@@ -431,6 +483,7 @@ def verdict(
     p99_latency_slo_s: float | None = None,
     min_gain: float = 0.05,
     max_accuracy_drop: float = 0.02,
+    kv: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Keep or revert: the fastest point that meets the SLO and keeps quality, if it beats
     ``baseline`` by at least ``min_gain`` in output tokens/s; otherwise keep the baseline.
@@ -438,6 +491,9 @@ def verdict(
     SLO: per-request p99 latency <= ``p99_latency_slo_s`` (None: no latency limit).
     Quality: accuracy may not drop more than ``max_accuracy_drop`` below the baseline's
     (ignored when not measured, i.e. dummy weights).
+    ``kv``: pass ``kv_check(...)`` when the knob is a capacity knob. If the KV cache did not
+    bind at the baseline, a gain cannot come from the knob's mechanism, so a would-be keep
+    becomes ``recheck`` (stay on the baseline, measure again in another order first).
     """
     ok = [r for r in records if r.get("status") == "ok" and r.get("output_tok_s")]
     base = next((r for r in ok if r.get("value") == baseline), None)
@@ -462,6 +518,14 @@ def verdict(
     if gain < min_gain:
         return {"decision": "revert", "value": baseline, "gain": gain,
                 "why": f"best gain {gain:+.1%} < {min_gain:.0%}: not worth the change"}
+    if kv is not None and not kv.get("binding", True):
+        return {"decision": "recheck", "value": baseline, "gain": gain, "candidate": best["value"],
+                "kv": dict(kv),
+                "why": (f"{best['value']!r} gave {gain:+.1%} output tok/s, but the KV cache did "
+                        f"not bind at the baseline (the speed pass needs at most "
+                        f"{kv['demand_tokens']:,} of {kv['kv_tokens']:,} tokens), so more KV "
+                        "cannot explain the gain: measure again with the values in another "
+                        "order (a new output_dir) before keeping it")}
     return {"decision": "keep", "value": best["value"], "gain": gain,
             "why": f"{gain:+.1%} output tok/s over baseline within the SLO"}
 

@@ -24,9 +24,14 @@ case "$LAB" in
     # is n/a). The memory-fault point (0.08: 11 GiB < 14.3 GiB of weights) runs on the real
     # server in tools/gpu/faults.sh instead, to fit one 30-minute device session.
     # load_prompts 1024: the H200 runs far more requests at once than a 4090.
+    # load_max_tokens 2560: the 2026-11-29 run generated 128 tokens per request, so its speed
+    # pass needed <= 360,448 KV tokens of the 1,782,064 that 0.80 gave: the KV cache never
+    # bound and the knob could not matter (labs/results/h200-2026-11-29b). 1024 requests x
+    # ~2,600 tokens need more KV than even 0.94 gives (2,149,632), as on a 4090 at its defaults.
     PARAMS=(-p model "$MODEL" -p load_format dummy -p gpu h200 -p max_model_len 4096
             -p knob gpu_memory_utilization -y 'values: [0.80, 0.90, 0.94]'
-            -p baseline 0.80 -p load_prompts 1024 -p max_tokens 128 -p temperature 0.0
+            -p baseline 0.80 -p load_prompts 1024 -p load_max_tokens 2560
+            -p max_tokens 128 -p temperature 0.0
             -p seed 0 -p p99_latency_slo_s 30 -p point_timeout_s 420)
     ;;
   slo)

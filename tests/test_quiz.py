@@ -309,6 +309,16 @@ def check_generated(q: quiz.Question) -> None:
             m.max_concurrency(facts["kv_memory_gib"], p["max_model_len"]), abs=0.01)
         if "concurrency" in facts:
             assert quiz.grade(q, facts["concurrency"]).correct
+    elif g == "kv_binding":
+        from course_utils import evalset, llm_point
+
+        src = quiz._data(p, "records")
+        recs = llm_point.load_results(src) if isinstance(src, Path) else list(src)
+        items = evalset.load_items(quiz.resolve_path(p["eval_set"]))
+        kv = llm_point.kv_check(recs, baseline=p["baseline"], max_num_seqs=p.get("max_num_seqs"),
+                                prompt_tokens_bound=evalset.prompt_tokens_bound(items))
+        assert q.answer == kv["demand_tokens"]
+        assert ("does not bind" in q.explain["en"]) == (not kv["binding"])
     elif g == "tpot_floor":
         assert q.answer == pytest.approx(capacity.tpot_floor_ms(
             p["model"], p["gpu"], batch=p.get("batch", 1)), abs=0.01)
@@ -366,6 +376,20 @@ def test_generated_answers_agree_with_course_utils(lesson: str) -> None:
             used.add(q.generator)
             check_generated(q)
     assert used <= set(quiz.GENERATORS)
+
+
+def test_kv_binding_question_reads_the_recorded_lab01_run() -> None:
+    """The recorded H200 run (labs/results/h200-2026-11-29b): 1024 x 352 = 360,448 tokens of
+    the 1,782,064 the baseline logged; the inline fallback record gives the same answer."""
+    q = next(q for q in quiz.load("knobs") if q.id == "kv-binding-lab01")
+    assert q.answer == 360_448 and "h200-2026-11-29b" in q.prompt["en"]
+    assert "does not bind" in q.explain["en"] and "没有卡住" in q.explain["zh"]
+    assert quiz.grade(q, 345_088).correct  # without the block rounding: within 5 %
+    assert not quiz.grade(q, 1_782_064).correct
+    fallback = {"id": "kv", "generator": "kv_binding",
+                "params": {**q.params, "records": [q.params["records"][1]]}}
+    inline = quiz.expand(fallback)
+    assert inline.answer == q.answer and "h200" not in inline.prompt["en"]
 
 
 def test_every_generator_is_used_and_checked() -> None:
@@ -636,7 +660,7 @@ def test_fallback_data_gives_the_recorded_answer(lesson: str) -> None:
                 isinstance(v, list) and any(map(recorded, v)) for v in p.values())):
             continue
         fallback = {k: ([c for c in v if not recorded(c)] if isinstance(v, list)
-                        and k in ("series", "bench", "log") else v)
+                        and k in ("series", "bench", "log", "records") else v)
                     for k, v in p.items() if k not in ("point", "results")}
         with_run, without = quiz.expand(entry), quiz.expand({**entry, "params": fallback})
         assert _keys(with_run) == _keys(without), entry["id"]

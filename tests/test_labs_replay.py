@@ -323,14 +323,15 @@ def test_parse_startup_log_reads_vllm_0_26_lines() -> None:
         "(EngineCore pid=1) INFO 11-29 [kv_cache_utils.py:2177] GPU KV cache size: 2,063,088 tokens\n"
         "(EngineCore pid=1) INFO 11-29 [kv_cache_utils.py:2178] Maximum concurrency for 4,096 "
         "tokens per request: 503.68x\n"
+        "(EngineCore pid=1) INFO 11-29 [monitor.py:53] torch.compile took 22.54 s in total\n"
     )
     assert llm_point.parse_startup_log(log) == {
         "kv_cache_tokens": 2063088, "max_concurrency": 503.68, "kv_cache_gib": 110.18,
-        "weights_gib": 14.29,
+        "weights_gib": 14.29, "torch_compile_s": 22.54,
     }
     assert llm_point.parse_startup_log("nothing") == {
         "kv_cache_tokens": None, "max_concurrency": None, "kv_cache_gib": None,
-        "weights_gib": None,
+        "weights_gib": None, "torch_compile_s": None,
     }
 
 
@@ -401,6 +402,16 @@ def test_prompt_tokens_bound_covers_the_longest_chat_prompt() -> None:
     assert evalset.prompt_tokens_bound(items) == longest + evalset.CHAT_OVERHEAD_TOKENS
     with pytest.raises(ValueError):
         evalset.prompt_tokens_bound([])
+
+
+def test_device_calls_reads_each_lab_call_of_the_recorded_runs() -> None:
+    calls = labtools.device_calls(KNOBS_RUN.parent)  # faults and side-by-side are not lab calls
+    assert calls == [{"lab": "knobs", "rc": 0, "wall_s": 244.0},
+                     {"lab": "knobs", "rc": 0, "wall_s": 172.0}]
+    slo = labtools.device_calls(ROOT / "labs" / "results" / "h200-2026-11-29")
+    assert [c["lab"] for c in slo] == ["slo"] * 5 and slo[0]["rc"] == 124
+    assert labtools.measured_minutes(KNOBS_RUN.parent)["knobs"] == pytest.approx(416 / 60)
+    assert labtools.device_calls(KNOBS_RUN) == []  # no commands.log there
 
 
 def test_model_shape_falls_back_to_the_config_the_run_saved(tmp_path: Path) -> None:

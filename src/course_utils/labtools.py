@@ -22,6 +22,7 @@ import json
 import math
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -54,6 +55,7 @@ __all__ = [
     "plot_triple",
     "repo_root",
     "measured_minutes",
+    "device_calls",
     "run_label",
 ]
 
@@ -515,22 +517,34 @@ def run_label(run_dir: str | Path) -> str:
     return f"{gpu.upper()}, {date}" if date else name
 
 
+def device_calls(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Each lab notebook command in a run's ``commands.log`` (tools/gpu/run_lab.sh writes a
+    ``... $ <command>`` line, then ``... rc=N wall=Ss``), in order:
+    ``{"lab": "knobs" | "slo", "wall_s": float, "rc": int | None}``. Other commands (faults,
+    side-by-side) are not lab calls and are left out."""
+    log = Path(run_dir) / "commands.log"
+    calls: list[dict[str, Any]] = []
+    current = None
+    for line in log.read_text().splitlines() if log.is_file() else []:
+        if " $ " in line:
+            current = ("knobs" if "01_knob_sweep" in line
+                       else "slo" if "02_slo_loop" in line else None)
+        elif current and " wall=" in line:
+            rc = re.search(r" rc=(-?\d+)", line)
+            calls.append({"lab": current, "rc": int(rc.group(1)) if rc else None,
+                          "wall_s": float(line.rsplit("wall=", 1)[1].rstrip("s"))})
+            current = None
+    return calls
+
+
 def measured_minutes(run_dir: str | Path) -> dict[str, float | None]:
     """Device minutes per lab of a recorded run: the wall time of each device command in
-    ``commands.log`` (tools/gpu/run_lab.sh writes it), summed per notebook; without that
-    log, the recorded per-point times (points only: start-ups between them not counted)."""
+    ``commands.log`` (``device_calls``), summed per notebook; without that log, the
+    recorded per-point times (points only: start-ups between them not counted)."""
     d = Path(run_dir)
     out: dict[str, float | None] = {"knobs": None, "slo": None}
-    log = d / "commands.log"
-    if log.is_file():
-        current = None
-        for line in log.read_text().splitlines():
-            if " $ " in line:
-                current = ("knobs" if "01_knob_sweep" in line
-                           else "slo" if "02_slo_loop" in line else None)
-            elif current and " wall=" in line:
-                secs = float(line.rsplit("wall=", 1)[1].rstrip("s"))
-                out[current] = (out[current] or 0.0) + secs / 60.0
+    for c in device_calls(d):
+        out[c["lab"]] = (out[c["lab"]] or 0.0) + c["wall_s"] / 60.0
     if out["knobs"] is None:
         recs = load_jsonl(d / "knobs" / "results.jsonl")
         if recs:

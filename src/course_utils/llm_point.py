@@ -20,7 +20,8 @@ vLLM 0.26.0 log lines parsed (quoted from the source):
 - v1/core/kv_cache_utils.py: ``"GPU KV cache size: %s tokens"`` (``f"{num_tokens:,}"``) and
   ``"Maximum concurrency for %s tokens per request: %.2fx"``;
 - v1/worker/gpu_worker.py: ``"Available KV cache memory: %s GiB"``;
-- v1/worker/gpu_model_runner.py: ``"Model loading took %s GiB memory and %.6f seconds"``.
+- v1/worker/gpu_model_runner.py: ``"Model loading took %s GiB memory and %.6f seconds"``;
+- compilation/monitor.py: ``"torch.compile took %.2f s in total"`` (absent with enforce_eager).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ _KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 _MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 _KV_GIB = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 _WEIGHTS = re.compile(r"Model loading took ([\d.]+) GiB")
+_COMPILE = re.compile(r"torch\.compile took ([\d.]+) s in total")
 
 
 # --------------------------------------------------------------------------------------
@@ -84,7 +86,8 @@ def point_key(spec: Mapping[str, Any]) -> str:
 
 
 def parse_startup_log(text: str) -> dict[str, float | int | None]:
-    """KV-cache size, max concurrency, KV memory and weight memory from a vLLM log."""
+    """KV-cache size, max concurrency, KV memory, weight memory and torch.compile time
+    from a vLLM start-up log (None for a line that is not there)."""
 
     def last(rx: re.Pattern[str]) -> re.Match[str] | None:
         found = None
@@ -96,11 +99,13 @@ def parse_startup_log(text: str) -> dict[str, float | int | None]:
     conc = last(_MAX_CONC)
     gib = last(_KV_GIB)
     weights = last(_WEIGHTS)
+    comp = last(_COMPILE)
     return {
         "kv_cache_tokens": int(kv.group(1).replace(",", "")) if kv else None,
         "max_concurrency": float(conc.group(2)) if conc else None,
         "kv_cache_gib": float(gib.group(1)) if gib else None,
         "weights_gib": float(weights.group(1)) if weights else None,
+        "torch_compile_s": float(comp.group(1)) if comp else None,
     }
 
 

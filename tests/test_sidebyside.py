@@ -1,7 +1,9 @@
 """Side by side (vLLM's `bench sweep serve` vs tune()), sweep(prevalidate=False), faults.sh.
 
-The vLLM side reads tests/fixtures/vllm_sweep_fake: the output of the real 0.26.0
-`vllm bench sweep serve` CLI against the fake server (see its README), not GPU evidence.
+The vLLM side reads tests/fixtures/vllm_sweep_fake (and vllm_sweep_fake_warmup, with
+`--num-warmups 8`): the output of the real 0.26.0 `vllm bench sweep serve` CLI against the
+fake server (see their READMEs), not GPU evidence. The like-for-like checks also read the
+real H200 run of 2026-11-29 (labs/results/h200-2026-11-29{,b}).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from course_utils import knobs
 from course_utils.bench import Workload
 from course_utils.sidebyside import (
     SideBySideError,
+    bench_cmd_warmups,
     compare,
     load_vllm_sweep,
     main,
@@ -33,6 +36,9 @@ from course_utils.sweep import load_points, sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm_sweep_fake"
+WARM = ROOT / "tests" / "fixtures" / "vllm_sweep_fake_warmup"
+H200_SBS = ROOT / "labs" / "results" / "h200-2026-11-29b" / "sidebyside"
+H200_TUNE = ROOT / "labs" / "results" / "h200-2026-11-29" / "slo"
 FLAGS = {ln.strip() for ln in (ROOT / "tests" / "fakes" / "vllm_0_26_0_bench_serve_flags.txt")
          .read_text().splitlines() if ln.startswith("--")}
 SLO_ = SLO.parse("ttft:300 tpot:50")
@@ -167,6 +173,8 @@ def test_compare_counts_restarts_minutes_and_ratios(tmp_path: Path) -> None:
     md = table_markdown(cmp)
     assert "| server restarts | 2 | 3 | 1.50 |" in md
     assert "17.00 (max_model_len=4096, max_num_seqs=128)" in md
+    # recorded without --num-warmups: cold runs, said so
+    assert cmp["vllm"]["warmups"]["value"] == 0 and cmp["like_for_like"] is False
 
 
 def test_compare_without_timing_counts_combos(tmp_path: Path) -> None:
@@ -175,6 +183,10 @@ def test_compare_without_timing_counts_combos(tmp_path: Path) -> None:
     cmp = compare(vdir, _tune_dir(tmp_path), SLO_)
     assert cmp["vllm"]["server_starts"] == 2
     assert cmp["vllm"]["gpu_minutes"] is None and cmp["ratios_ours_over_vllm"]["gpu_minutes"] is None
+    # no bench_cmd.txt and no sweep logs next to it: unknown, not claimed either way
+    assert cmp["like_for_like"] is None and cmp["confounds"] == []
+    assert len(cmp["unknown"]) == 2
+    assert "Like for like not established" in table_markdown(cmp)
 
 
 def test_compare_says_clearly_when_a_folder_is_not_a_sweep(tmp_path: Path) -> None:
@@ -303,3 +315,143 @@ def test_coupled_combo_params_come_from_the_folder_and_the_json(tmp_path: Path) 
     f.write_text(json.dumps(raw))
     (rows,) = load_vllm_sweep(tmp_path / "v", SLO_)
     assert rows["params"] == {"max_num_seqs": 4096, "max_num_batched_tokens": 4096}
+
+
+# ---------------------------------------------------------------------------- like for like
+
+
+def _bench_cmd_cli(capsys: pytest.CaptureFixture[str], *extra: str) -> list[str]:
+    assert main(["bench-cmd", "--model", "/tmp/m", "--base-url", "http://127.0.0.1:8123",
+                 "--rate", "45", "--num-prompts", "600", "--slo", "ttft:300 tpot:50",
+                 *extra]) == 0
+    return capsys.readouterr().out.split()
+
+
+def test_bench_cmd_cli_warms_up_like_our_harness(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = _bench_cmd_cli(capsys)
+    assert argv.count("--num-warmups") == 1
+    assert argv[argv.index("--num-warmups") + 1] == "8"  # sweep.py's warmup_prompts default
+    assert bench_cmd_warmups(argv) == 8
+    assert {a for a in argv if a.startswith("--")} <= FLAGS
+    assert "--num-warmups" not in _bench_cmd_cli(capsys, "--num-warmups", "0")
+    argv = _bench_cmd_cli(capsys, "--num-warmups", "3")
+    assert argv[argv.index("--num-warmups") + 1] == "3"
+    with pytest.raises(SystemExit):
+        _bench_cmd_cli(capsys, "--num-warmups", "-1")
+    assert bench_cmd_warmups("vllm bench serve --num-warmups=5 --seed 0") == 5
+    assert bench_cmd_warmups((H200_SBS / "bench_cmd.txt").read_text()) == 0
+
+
+def test_sweep_log_counts_jit_only_inside_measured_windows() -> None:
+    t1 = parse_sweep_log((H200_SBS / "sweep-1.log").read_text())
+    t2 = parse_sweep_log((H200_SBS / "sweep-2.log").read_text())
+    # call 1: 64, 128, 256 measured (one compile each), 1024 cut before its benchmark
+    assert [s["jit_in_benchmark"] for s in t1["servers"]] == [1, 1, 1, 0]
+    assert t1["jit_in_benchmark"] == 3 and t1["jit_outside_benchmark"] == 0
+    # call 2 (--resume): three [SKIPPED BENCHMARK] windows, then 1024 measured
+    assert [s["jit_in_benchmark"] for s in t2["servers"]] == [1]
+    assert all(s["warmups_logged"] == [] for s in t1["servers"] + t2["servers"])
+    jit = ("1.5 (EngineCore pid=1) WARNING 11-29 11:45:29 [jit_monitor.py:135] Triton kernel "
+           "JIT compilation during inference: _topk_topp_kernel. This causes a latency spike")
+    text = "\n".join(["0.1 [BEGIN BENCHMARK]", "0.2 [SKIPPED BENCHMARK]",
+                      jit.replace("1.5", "0.3", 1), "1.0 [BEGIN SERVER]", "1.1 Server overrides: {'max_num_seqs': 64}", jit,
+                      "2.0 [BEGIN BENCHMARK]", "2.1 Warming up with 8 requests...",
+                      jit.replace("1.5", "2.2", 1), "3.0 x[END BENCHMARK]",
+                      jit.replace("1.5", "3.1", 1), "4.0 [END SERVER]"])
+    t = parse_sweep_log(text)
+    assert (t["jit_in_benchmark"], t["jit_outside_benchmark"]) == (1, 3)
+    assert t["servers"][0]["warmups_logged"] == [8]
+
+
+def test_timing_records_jit_inside_benchmarks(tmp_path: Path) -> None:
+    out = tmp_path / "timing.json"
+    for n in (1, 2):
+        assert main(["timing", str(H200_SBS / f"sweep-{n}.log"), str(out),
+                     "--call-wall-s", "10"]) == 0
+    tim = json.loads(out.read_text())
+    assert [c["jit_in_benchmark"] for c in tim["calls"]] == [3, 1]
+    assert tim["jit_in_benchmark"] == 4
+
+
+def test_compare_real_h200_run_is_not_like_for_like() -> None:
+    cmp = compare(H200_SBS / "vllm_sweep", H200_TUNE, "ttft:300 tpot:50")
+    v, o = cmp["vllm"], cmp["ours"]
+    assert cmp["like_for_like"] is False
+    assert v["warmups"] == {"value": 0, "source": str(H200_SBS / "bench_cmd.txt")}
+    assert v["jit"]["jit_in_benchmark"] == 4
+    assert {k: c["jit_in_benchmark"] for k, c in v["jit"]["per_combo"].items()} == {
+        "max_num_seqs=64": 1, "max_num_seqs=128": 1, "max_num_seqs=256": 1,
+        "max_num_seqs=1024": 1}
+    assert len(cmp["confounds"]) == 2 and "no --num-warmups" in cmp["confounds"][0]
+    # ours: not recorded in the run, so the default, labelled; its compiles fell in warm-up
+    assert o["warmups"]["value"] == 8 and o["warmups"]["source"].startswith("course_utils")
+    assert o["jit"]["jit_in_benchmark"] == 0 and len(o["jit"]["per_point"]) == 4
+    assert v["best_request_goodput"]["request_goodput"] == 0.0
+    assert cmp["ratios_ours_over_vllm"]["best_request_goodput"] is None
+    md = table_markdown(cmp)
+    assert ("| warm-up requests before each measured run | 0 (bench_cmd.txt: no "
+            "`--num-warmups`) | 8 (course_utils default) | |") in md
+    assert "| JIT compiles logged inside a measured run | 4 (max_num_seqs=64: 1;" in md
+    assert "35.92 (max_model_len=4096, max_num_seqs=1024) | n/a (vLLM 0.00) |" in md
+    assert "inf" not in md and "**Not like for like:**" in md
+    json.dumps(cmp, allow_nan=False)  # no inf/NaN in the JSON either
+
+
+def test_cli_compare_reads_the_given_bench_cmd(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    bc = tmp_path / "bench_cmd.txt"
+    bc.write_text((H200_SBS / "bench_cmd.txt").read_text().strip() + " --num-warmups 8\n")
+    js = tmp_path / "c.json"
+    assert main(["compare", str(H200_SBS / "vllm_sweep"), str(H200_TUNE), "--slo",
+                 "ttft:300 tpot:50", "--bench-cmd", str(bc), "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    assert "| 8 (bench_cmd.txt: `--num-warmups`) |" in out
+    cmp = json.loads(js.read_text())
+    # the flag alone does not make it like for like: the logs show cold windows and JITs
+    assert cmp["like_for_like"] is False
+    assert any("no 'Warming up with N requests' line" in c for c in cmp["confounds"])
+    with pytest.raises(SideBySideError, match="no such bench command file"):
+        compare(H200_SBS / "vllm_sweep", H200_TUNE, SLO_, bench_cmd=tmp_path / "none.txt")
+
+
+def test_compare_warmed_sweep_without_jit_is_like_for_like(tmp_path: Path) -> None:
+    tune = _tune_dir(tmp_path)
+    cmp = compare(WARM / "vllm_sweep", tune, SLO_)
+    assert cmp["like_for_like"] is True and cmp["confounds"] == [] and cmp["unknown"] == []
+    assert cmp["vllm"]["warmups"]["value"] == 8
+    assert {k: c["warmups_logged"] for k, c in cmp["vllm"]["jit"]["per_combo"].items()} == {
+        "max_num_seqs=64": [8], "max_num_seqs=128": [8]}
+    assert "Not like for like" not in table_markdown(cmp)
+    # the same sweep with one compile logged inside the second measured window
+    d = tmp_path / "warm"
+    shutil.copytree(WARM, d)
+    log = d / "sweep-1.log"
+    lines = log.read_text().splitlines()
+    i = [n for n, ln in enumerate(lines) if "Starting main benchmark run" in ln][1]
+    stamp = lines[i].split()[0]
+    lines.insert(i + 1, f"{stamp} (EngineCore pid=7) WARNING 11-29 12:09:14 [jit_monitor.py:135]"
+                        " Triton kernel JIT compilation during inference: _topk_topp_kernel.")
+    log.write_text("\n".join(lines) + "\n")
+    cmp = compare(d / "vllm_sweep", tune, SLO_)
+    assert cmp["like_for_like"] is False
+    assert cmp["confounds"] == ["vLLM logged 1 one-time JIT compile(s) inside its measured "
+                                "runs (max_num_seqs=128: 1)"]
+
+
+def test_compare_synthetic_warmups_no_jit(tmp_path: Path) -> None:
+    """A bench command with warm-ups and logs with the warm-up line and no JIT line."""
+    d = tmp_path / "sbs"
+    shutil.copytree(FIXTURE, d)
+    (d / "bench_cmd.txt").write_text((FIXTURE / "bench_cmd.txt").read_text().strip()
+                                     + " --num-warmups 8\n")
+    log = d / "sweep-1.log"
+    # the old recording has no warm-up: it is caught from the log, not only from the flag
+    tune = _tune_dir(tmp_path)
+    cmp = compare(d / "vllm_sweep", tune, SLO_)
+    assert cmp["like_for_like"] is False and "no 'Warming up" in cmp["confounds"][0]
+    log.write_text("".join(
+        ln + (f"{ln.split()[0]} Warming up with 8 requests...\n"
+              if "Skipping endpoint ready check." in ln else "")
+        for ln in log.read_text().splitlines(keepends=True)))
+    cmp = compare(d / "vllm_sweep", tune, SLO_)
+    assert cmp["like_for_like"] is True and cmp["confounds"] == []

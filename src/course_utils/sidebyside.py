@@ -23,17 +23,37 @@ vLLM 0.26.0 facts (vllm/benchmarks/sweep/):
   is stopped with SIGKILL of its process group, and after every bench run the caches are
   reset (POST /reset_prefix_cache, /reset_mm_cache, /reset_encoder_cache) when the serve
   command's executable ends with "vllm", else `--after-bench-cmd` runs.
+- serve.py `SweepServeArgs.from_cli_args` shlex-splits `--bench-cmd` and `run_benchmark`
+  only applies `--bench-params` overrides (none here) and appends the flags above, so a
+  `--num-warmups N` in our bench command reaches `vllm bench serve` once, unchanged.
+
+Warm-up (why compare() reports it): vllm/benchmarks/serve.py `benchmark()` sends, when
+`--num-warmups N` > 0 (default 0), N copies of the first dataset request (same prompt,
+its output_len, the same sampling params) concurrently after "Warming up with N
+requests..." and before `benchmark_start_time`; the ready check is off by default
+(`--ready-check-timeout-sec 0`: "Skipping endpoint ready check."). Our harness
+(course_utils.bench.warmup from sweep.run_point, `warmup_prompts=8`) sends 8 concurrent
+completions of distinct ~input_len-token prompts with max_tokens 16. Close, not identical:
+both leave sampling to the server (0.26.0's bench no longer sends temperature 0, serve.py
+~line 2076), so both reach the same sampler kernels; vLLM's copies of request 0 also put
+its prompt in the prefix cache (reset only after the run, sweep/server.py). Without any
+warm-up the first measured requests pay one-time Triton JIT compiles, which vLLM logs as
+"... JIT compilation during inference: <kernel>. This causes a latency spike; ..."
+(vllm/utils/jit_monitor.py `_handle_jit_event`, once per kernel per process).
 
 CLI (used by tools/gpu/side_by_side.sh):
     python -m course_utils.sidebyside params --knob max_num_seqs --values 64,128 OUT.json
-    python -m course_utils.sidebyside bench-cmd --model M --port P --rate 45 ...
+    python -m course_utils.sidebyside bench-cmd --model M --base-url U --rate 45 ...
+        [--num-warmups 8]
     python -m course_utils.sidebyside timing LOG [--call-wall-s S --rc RC] TIMING.json
     python -m course_utils.sidebyside compare VLLM_SWEEP_DIR TUNE_DIR --slo "ttft:300 tpot:50"
+        [--timing TIMING.json] [--bench-cmd bench_cmd.txt] [--json OUT.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
 import re
@@ -50,13 +70,16 @@ from course_utils.slo import SLO, BenchResult, BenchResultError, score
 __all__ = [
     "SideBySideError",
     "SWEEP_APPENDED_FLAGS",
+    "bench_cmd_warmups",
     "compare",
     "load_tune_dir",
     "load_vllm_sweep",
+    "our_warmup_default",
     "parse_sweep_log",
     "serve_params",
     "shrink_results",
     "sweep_bench_cmd",
+    "sweep_log_evidence",
     "table_markdown",
 ]
 
@@ -66,6 +89,15 @@ SWEEP_APPENDED_FLAGS = {"--percentile-metrics": True, "--save-result": False,
 RUN_FILE = re.compile(r"^run=(\d+)\.json$")
 MARKER = re.compile(r"\[((?:BEGIN|END|SKIPPED) (?:SERVER|BENCHMARK))\]")
 TIMING_FILE = "timing.json"
+BENCH_CMD_FILE = "bench_cmd.txt"
+SWEEP_LOG = re.compile(r"^sweep-(\d+)\.log$")
+# vllm/utils/jit_monitor.py _handle_jit_event: "%s %s during inference: %s%s. ..." with
+# event "kernel JIT compilation" (Triton) or "JIT compilation" (CuTeDSL, TileLang)
+JIT_LINE = "JIT compilation during inference"
+# vllm/benchmarks/serve.py benchmark(): print(f"Warming up with {num_warmups} requests...")
+WARMUP_LINE = re.compile(r"Warming up with (\d+) requests")
+# vLLM's logger prefix "INFO 11-29 10:15:37 [file.py:N]" (vllm/logger.py, %m-%d %H:%M:%S)
+LOG_STAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d) \[")
 
 
 class SideBySideError(ValueError):
@@ -127,10 +159,15 @@ def parse_sweep_log(text: str) -> dict[str, Any]:
     """Server starts and spans from a `vllm bench sweep serve` log whose lines start with a
     Unix time (side_by_side.sh prefixes bash's $EPOCHREALTIME). One entry per
     `[BEGIN SERVER]`: its overrides, start, first benchmark start, end (None if the server
-    never ended: crash or interruption) and whether a benchmark finished."""
+    never ended: crash or interruption), whether a benchmark finished, the vLLM
+    "JIT compilation during inference" lines inside a measured window
+    (`[BEGIN BENCHMARK]` up to `[END BENCHMARK]` / `[SKIPPED BENCHMARK]`) and the warm-up
+    counts `vllm bench serve` printed there ("Warming up with N requests...")."""
     servers: list[dict[str, Any]] = []
     cur: dict[str, Any] | None = None
     first = last = None
+    in_bench = False
+    jit_in = jit_out = 0
     for line in text.splitlines():
         t_s, _, msg = line.partition(" ")
         try:
@@ -143,22 +180,40 @@ def parse_sweep_log(text: str) -> dict[str, Any]:
         marks = MARKER.findall(msg)
         if "BEGIN SERVER" in marks:
             cur = {"overrides": None, "start": t, "bench_start": None, "end": None,
-                   "benchmarks_done": 0}
+                   "benchmarks_done": 0, "jit_in_benchmark": 0, "warmups_logged": []}
             servers.append(cur)
+            in_bench = False
         elif cur is not None and "Server overrides:" in msg:
             cur["overrides"] = msg.partition("Server overrides:")[2].strip()
-        if cur is not None and "BEGIN BENCHMARK" in marks and cur["bench_start"] is None:
-            cur["bench_start"] = t
+        if "BEGIN BENCHMARK" in marks:
+            in_bench = True
+            if cur is not None and cur["bench_start"] is None:
+                cur["bench_start"] = t
+        if JIT_LINE in msg:
+            if in_bench:
+                jit_in += 1
+                if cur is not None:
+                    cur["jit_in_benchmark"] += 1
+            else:
+                jit_out += 1
+        m = WARMUP_LINE.search(msg)
+        if m and in_bench and cur is not None:
+            cur["warmups_logged"].append(int(m.group(1)))
+        if "END BENCHMARK" in marks or "SKIPPED BENCHMARK" in marks:
+            in_bench = False
         if cur is not None and "END BENCHMARK" in marks:
             cur["benchmarks_done"] += 1
-        if cur is not None and "END SERVER" in marks:
-            cur["end"] = t
-            cur = None
+        if "END SERVER" in marks:
+            in_bench = False
+            if cur is not None:
+                cur["end"] = t
+                cur = None
     for s in servers:
         s["ready_s"] = (None if s["bench_start"] is None
                         else round(s["bench_start"] - s["start"], 2))
         s["span_s"] = None if s["end"] is None else round(s["end"] - s["start"], 2)
     return {"server_starts": len(servers), "servers": servers,
+            "jit_in_benchmark": jit_in, "jit_outside_benchmark": jit_out,
             "log_span_s": None if first is None else round(last - first, 2)}
 
 
@@ -170,6 +225,7 @@ def _add_call(timing_path: Path, log_text: str, call_wall_s: float, rc: int) -> 
     timing["wall_s"] = round(sum(c["wall_s"] for c in timing["calls"]), 2)
     timing["server_starts"] = sum(c["server_starts"] for c in timing["calls"])
     timing["gpu_minutes"] = round(timing["wall_s"] / 60.0, 2)
+    timing["jit_in_benchmark"] = sum(c.get("jit_in_benchmark", 0) for c in timing["calls"])
     timing_path.write_text(json.dumps(timing, indent=1))
     return timing
 
@@ -304,7 +360,8 @@ def _combo_params(dirname: str, raw: Mapping[str, Any]) -> dict[str, Any]:
 def load_tune_dir(path: str | Path, slo: SLO) -> dict[str, Any]:
     """Our side: points.jsonl (each point = one server start; startup_s, elapsed_s) and the
     summary of tune.jsonl. Points are re-scored from their bench.json when present, else
-    from the scores recorded in the point."""
+    from the scores recorded in the point. Also the warm-up count and the JIT compiles
+    logged while measuring (serve.log / bench.log of each point, when present)."""
     from course_utils.sweep import POINTS_FILE, TUNE_FILE, load_points
 
     d = Path(path)
@@ -334,14 +391,16 @@ def load_tune_dir(path: str | Path, slo: SLO) -> dict[str, Any]:
         rows.append(row)
     elapsed = [float(p.get("elapsed_s") or 0.0) for p in points]
     return {"rows": rows, "summary": summary, "server_starts": len(points),
-            "wall_s": round(sum(elapsed), 2), "gpu_minutes": round(sum(elapsed) / 60.0, 2)}
+            "wall_s": round(sum(elapsed), 2), "gpu_minutes": round(sum(elapsed) / 60.0, 2),
+            "warmups": _our_warmups(d, points), "jit": _our_jit(d, points)}
 
 
-def _local_file(d: Path, recorded: str | None, key: str | None) -> Path | None:
-    """A point's bench.json: the recorded path, else points/<key>/bench.json under `d`
-    (a run fetched from the GPU host lives in another folder)."""
-    for cand in ([Path(recorded)] if recorded else []) + (
-            [d / "points" / key / "bench.json"] if key else []):
+def _local_file(d: Path, recorded: str | None, key: str | None, name: str = "bench.json"
+                ) -> Path | None:
+    """A point's file: points/<key>/<name> under `d` (a run fetched from the GPU host lives
+    in another folder than the one it recorded), else the recorded path."""
+    for cand in ([d / "points" / key / name] if key else []) + (
+            [Path(recorded)] if recorded else []):
         if cand.is_file():
             return cand
     return None
@@ -358,36 +417,216 @@ def _best(rows: Sequence[Mapping[str, Any]], key: str) -> dict[str, Any] | None:
 
 
 def _ratio(ours: Any, theirs: Any) -> float | None:
+    """ours / theirs; None when either is missing or theirs is 0 (the table says why)."""
     if ours is None or theirs is None:
         return None
     o, t = float(ours), float(theirs)
     if t == 0:
-        return None if o == 0 else math.inf
+        return None
     return round(o / t, 3)
 
 
-def _find_timing(vdir: Path, timing: str | Path | None) -> dict[str, Any] | None:
+def _find_timing(vdir: Path, timing: str | Path | None
+                 ) -> tuple[dict[str, Any] | None, Path | None]:
     cands = [Path(timing)] if timing else [vdir / TIMING_FILE, vdir.parent / TIMING_FILE]
     for c in cands:
         if c.is_file():
-            return json.loads(c.read_text())
+            return json.loads(c.read_text()), c
     if timing:
         raise SideBySideError(f"{timing}: no such timing file")
-    return None
+    return None, None
+
+
+# --------------------------------------------------------------------------------------
+# like for like: warm-up and JIT compiles inside measured runs, from the files on disk
+# --------------------------------------------------------------------------------------
+
+
+def bench_cmd_warmups(cmd: str | Sequence[str]) -> int:
+    """`--num-warmups` of a `vllm bench serve` command (0, its default in
+    vllm/benchmarks/serve.py, when the flag is absent)."""
+    argv = shlex.split(cmd) if isinstance(cmd, str) else list(cmd)
+    n = 0
+    for i, a in enumerate(argv):
+        if a == "--num-warmups" and i + 1 < len(argv):
+            n = int(argv[i + 1])
+        elif a.startswith("--num-warmups="):
+            n = int(a.partition("=")[2])
+    return n
+
+
+def _search_dirs(vdir: Path, timing_path: Path | None) -> list[Path]:
+    """Where side_by_side.sh leaves bench_cmd.txt and sweep-N.log: next to the `-o` folder
+    (or in the folder of timing.json)."""
+    exp = _experiment_dir(vdir)
+    cands = ([timing_path.parent] if timing_path else []) + [vdir, vdir.parent, exp.parent,
+                                                              exp.parent.parent]
+    out: list[Path] = []
+    for c in cands:
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def _vllm_warmups(dirs: Sequence[Path], bench_cmd: str | Path | None) -> dict[str, Any]:
+    if bench_cmd is not None:
+        f: Path | None = Path(bench_cmd)
+        if not f.is_file():
+            raise SideBySideError(f"{bench_cmd}: no such bench command file")
+    else:
+        f = next((d / BENCH_CMD_FILE for d in dirs if (d / BENCH_CMD_FILE).is_file()), None)
+    if f is None:
+        return {"value": None, "source": f"no {BENCH_CMD_FILE} found"}
+    try:
+        n = bench_cmd_warmups(f.read_text().strip())
+    except ValueError as exc:
+        raise SideBySideError(f"{f}: unreadable --num-warmups ({exc})") from None
+    return {"value": n, "source": str(f)}
+
+
+def _combo_label(overrides: str | None) -> str:
+    try:
+        d = ast.literal_eval(overrides or "")
+    except (ValueError, SyntaxError):
+        return str(overrides)
+    return ", ".join(f"{k}={v}" for k, v in d.items()) if isinstance(d, dict) else str(d)
+
+
+def sweep_log_evidence(logs: Sequence[str | Path]) -> dict[str, Any]:
+    """Per combo, over all calls' logs: JIT compile lines inside measured windows, warm-up
+    counts printed by `vllm bench serve` and benchmarks finished (parse_sweep_log)."""
+    per: dict[str, dict[str, Any]] = {}
+    total = outside = 0
+    for f in logs:
+        t = parse_sweep_log(Path(f).read_text(errors="replace"))
+        total += t["jit_in_benchmark"]
+        outside += t["jit_outside_benchmark"]
+        for s in t["servers"]:
+            c = per.setdefault(_combo_label(s["overrides"]),
+                               {"jit_in_benchmark": 0, "warmups_logged": [],
+                                "benchmarks_done": 0})
+            c["jit_in_benchmark"] += s["jit_in_benchmark"]
+            c["warmups_logged"] += s["warmups_logged"]
+            c["benchmarks_done"] += s["benchmarks_done"]
+    return {"logs": [str(f) for f in logs], "jit_in_benchmark": total,
+            "jit_outside_benchmark": outside, "per_combo": per}
+
+
+def _find_sweep_logs(dirs: Sequence[Path]) -> list[Path]:
+    """side_by_side.sh's sweep-<call>.log files of the first folder that has any, by call."""
+    for d in dirs:
+        logs = {int(m.group(1)): f for f in d.iterdir()
+                if f.is_file() and (m := SWEEP_LOG.match(f.name))}
+        if logs:
+            return [logs[k] for k in sorted(logs)]
+    return []
+
+
+def our_warmup_default() -> int:
+    """Our harness's warm-up count: the `warmup_prompts` default of course_utils.sweep.tune
+    (run_point calls course_utils.bench.warmup with it before each measured run)."""
+    import inspect
+
+    from course_utils.sweep import tune
+
+    return int(inspect.signature(tune).parameters["warmup_prompts"].default)
+
+
+def _our_warmups(d: Path, points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """warmup_prompts as recorded by the run (params.json, else every point), else the
+    default of course_utils.sweep.tune, labelled as such."""
+    pj = d / "params.json"
+    if pj.is_file():
+        try:
+            params = json.loads(pj.read_text())
+        except json.JSONDecodeError:
+            params = {}
+        if isinstance(params, dict) and params.get("warmup_prompts") is not None:
+            return {"value": int(params["warmup_prompts"]), "source": str(pj)}
+    vals = {p.get("warmup_prompts") for p in points}
+    if points and len(vals) == 1 and None not in vals:
+        return {"value": int(vals.pop()), "source": str(d / "points.jsonl")}
+    return {"value": our_warmup_default(),
+            "source": "course_utils default (not recorded in the run)"}
+
+
+def _stamps(text: str) -> list[str]:
+    return [m.group(1) for m in LOG_STAMP.finditer(text)]
+
+
+def _our_jit(d: Path, points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """JIT compile lines in each ok point's serve.log stamped at or after its bench.log's
+    first vLLM log stamp (the measured run; vLLM's stamps have 1 s resolution, so a compile
+    in the same second counts as inside). None when no point has both logs."""
+    per: dict[str, int] = {}
+    for p in points:
+        if p.get("status") != "ok":
+            continue
+        files = p.get("files") or {}
+        key = p.get("key")
+        serve = _local_file(d, files.get("server_log"), key, "serve.log")
+        bench = _local_file(d, files.get("bench_log"), key, "bench.log")
+        if serve is None or bench is None:
+            continue
+        start = _stamps(bench.read_text(errors="replace"))
+        if not start:
+            continue
+        # "MM-DD HH:MM:SS" sorts as text (within one year)
+        per[str(key)] = sum(1 for line in serve.read_text(errors="replace").splitlines()
+                            if JIT_LINE in line and any(st >= start[0] for st in _stamps(line)))
+    return {"jit_in_benchmark": sum(per.values()) if per else None, "per_point": per}
+
+
+def _like_for_like(vw: Mapping[str, Any], vjit: Mapping[str, Any] | None,
+                   ow: Mapping[str, Any], ojit: Mapping[str, Any]) -> dict[str, Any]:
+    confounds: list[str] = []
+    unknown: list[str] = []
+    if vw["value"] is None:
+        unknown.append(f"vLLM's warm-up: {vw['source']}")
+    elif vw["value"] == 0:
+        confounds.append(f"vLLM's bench command has no --num-warmups (0 warm-up requests), "
+                         f"ours sends {ow['value']} before each measured run")
+    if vjit is None:
+        unknown.append("JIT compiles in vLLM's runs: no sweep-N.log found")
+    else:
+        if vjit["jit_in_benchmark"]:
+            per = ", ".join(f"{k}: {c['jit_in_benchmark']}" for k, c in
+                            vjit["per_combo"].items() if c["jit_in_benchmark"])
+            confounds.append(f"vLLM logged {vjit['jit_in_benchmark']} one-time JIT "
+                             f"compile(s) inside its measured runs ({per})")
+        if vw["value"]:
+            cold = [k for k, c in vjit["per_combo"].items()
+                    if c["benchmarks_done"] and not c["warmups_logged"]]
+            if cold:
+                confounds.append(f"no 'Warming up with N requests' line in the measured "
+                                 f"window of {', '.join(cold)} although the bench command "
+                                 f"asks for {vw['value']}")
+    if ojit["jit_in_benchmark"]:
+        confounds.append(f"our side logged {ojit['jit_in_benchmark']} JIT compile(s) inside "
+                         "its measured runs")
+    like = False if confounds else (None if unknown else True)
+    return {"like_for_like": like, "confounds": confounds, "unknown": unknown}
 
 
 def compare(vllm_sweep_dir: str | Path, tune_dir: str | Path, slo: SLO | str, *,
-            timing: str | Path | None = None) -> dict[str, Any]:
-    """Both tools on one grid and workload: restarts, GPU minutes, best goodputs, ratios.
+            timing: str | Path | None = None,
+            bench_cmd: str | Path | None = None) -> dict[str, Any]:
+    """Both tools on one grid and workload: restarts, GPU minutes, best goodputs, ratios,
+    and whether the goodputs are like for like (warm-up, JIT compiles while measuring).
 
     `vllm_sweep_dir`: the `-o` folder of `vllm bench sweep serve` (or its experiment
-    folder); its timing.json (side_by_side.sh) sits in it or next to it, else pass
-    `timing=`. Without timing, restarts = combos with results and GPU minutes are None.
-    `tune_dir`: the folder of tune() (points.jsonl + tune.jsonl)."""
+    folder); its timing.json, bench_cmd.txt and sweep-N.log (side_by_side.sh) sit in it or
+    next to it, else pass `timing=` / `bench_cmd=` (the logs are looked for next to the
+    timing file too). Without timing, restarts = combos with results and GPU minutes are
+    None. `tune_dir`: the folder of tune() (points.jsonl + tune.jsonl)."""
     slo_ = SLO.parse(slo) if isinstance(slo, str) else slo
     vdir = Path(vllm_sweep_dir)
     vrows = load_vllm_sweep(vdir, slo_)
-    tim = _find_timing(vdir, timing)
+    tim, tim_path = _find_timing(vdir, timing)
+    dirs = _search_dirs(vdir, tim_path)
+    v_warm = _vllm_warmups(dirs, bench_cmd)
+    logs = _find_sweep_logs(dirs)
+    v_jit = sweep_log_evidence(logs) if logs else None
     ours = load_tune_dir(tune_dir, slo_)
     v_side = {
         "tool": "vllm bench sweep serve (0.26.0)",
@@ -396,6 +635,8 @@ def compare(vllm_sweep_dir: str | Path, tune_dir: str | Path, slo: SLO | str, *,
         "wall_s": tim["wall_s"] if tim else None,
         "gpu_minutes": tim["gpu_minutes"] if tim else None,
         "device_calls": len(tim["calls"]) if tim else None,
+        "warmups": v_warm,
+        "jit": v_jit,
         "runs": vrows,
         "best_request_goodput": _best(vrows, "request_goodput"),
         "best_gate_goodput": _best(vrows, "gate_goodput"),
@@ -407,6 +648,8 @@ def compare(vllm_sweep_dir: str | Path, tune_dir: str | Path, slo: SLO | str, *,
         "server_starts": ours["server_starts"],
         "wall_s": ours["wall_s"],
         "gpu_minutes": ours["gpu_minutes"],
+        "warmups": ours["warmups"],
+        "jit": ours["jit"],
         "runs": ours["rows"],
         "best_request_goodput": _best(ours["rows"], "request_goodput"),
         "best_gate_goodput": _best(ours["rows"], "gate_goodput"),
@@ -425,6 +668,7 @@ def compare(vllm_sweep_dir: str | Path, tune_dir: str | Path, slo: SLO | str, *,
         "slo": str(slo_),
         "vllm": v_side,
         "ours": o_side,
+        **_like_for_like(v_warm, v_jit, ours["warmups"], ours["jit"]),
         "ratios_ours_over_vllm": {
             "server_starts": _ratio(o_side["server_starts"], v_side["server_starts"]),
             "gpu_minutes": _ratio(o_side["gpu_minutes"], v_side["gpu_minutes"]),
@@ -443,6 +687,12 @@ def _fmt(v: Any, nd: int = 2) -> str:
     return str(v)
 
 
+def _ratio_cell(ratio: Any, ours: Any, theirs: Any) -> str:
+    if ratio is None and ours is not None and theirs is not None and float(theirs) == 0:
+        return "n/a (both 0.00)" if float(ours) == 0 else "n/a (vLLM 0.00)"
+    return _fmt(ratio)
+
+
 def _cfg(best: Mapping[str, Any] | None) -> str:
     if not best:
         return "none"
@@ -450,13 +700,43 @@ def _cfg(best: Mapping[str, Any] | None) -> str:
                      if k in ("max_num_seqs", "max_num_batched_tokens") or k in knobs_mod.KNOBS)
 
 
+def _warm_cell(w: Mapping[str, Any], vllm: bool) -> str:
+    if w["value"] is None:
+        return f"unknown ({w['source']})"
+    if vllm:
+        how = "`--num-warmups`" if w["value"] else "no `--num-warmups`"
+        return f"{w['value']} ({BENCH_CMD_FILE}: {how})"
+    if w["source"].startswith("course_utils default"):
+        return f"{w['value']} (course_utils default)"
+    return str(w["value"])
+
+
+def _jit_cell(j: Mapping[str, Any] | None, vllm: bool) -> str:
+    if j is None or j.get("jit_in_benchmark") is None:
+        return "n/a (no logs)"
+    n = j["jit_in_benchmark"]
+    if vllm and n:
+        per = "; ".join(f"{k}: {c['jit_in_benchmark']}" for k, c in j["per_combo"].items()
+                        if c["benchmarks_done"] or c["jit_in_benchmark"])
+        return f"{n} ({per})"
+    return str(n)
+
+
 def table_markdown(cmp: Mapping[str, Any]) -> str:
-    """The side-by-side table (Markdown) of compare()'s result."""
+    """The side-by-side table (Markdown) of compare()'s result, with a caveat under it
+    when the goodputs are not like for like."""
     v, o, r = cmp["vllm"], cmp["ours"], cmp["ratios_ours_over_vllm"]
 
     def best(side: Mapping[str, Any], k: str) -> str:
         b = side[f"best_{k}"]
         return "none" if b is None else f"{_fmt(b[k])} ({_cfg(b)})"
+
+    def val(side: Mapping[str, Any], k: str) -> Any:
+        b = side[f"best_{k}"]
+        return None if b is None else b[k]
+
+    def rcell(k: str) -> str:
+        return _ratio_cell(r[f"best_{k}"], val(o, k), val(v, k))
 
     lines = [
         f"SLO {cmp['slo']} (p99, ms); both tools on the same grid and workload.",
@@ -467,11 +747,22 @@ def table_markdown(cmp: Mapping[str, Any]) -> str:
         f"{_fmt(r['server_starts'])} |",
         f"| GPU minutes (wall) | {_fmt(v['gpu_minutes'])} | {_fmt(o['gpu_minutes'])} | "
         f"{_fmt(r['gpu_minutes'])} |",
+        f"| warm-up requests before each measured run | {_warm_cell(v['warmups'], True)} | "
+        f"{_warm_cell(o['warmups'], False)} | |",
+        f"| JIT compiles logged inside a measured run | {_jit_cell(v['jit'], True)} | "
+        f"{_jit_cell(o['jit'], False)} | |",
         f"| best vLLM request goodput (req/s) | {best(v, 'request_goodput')} | "
-        f"{best(o, 'request_goodput')} | {_fmt(r['best_request_goodput'])} |",
+        f"{best(o, 'request_goodput')} | {rcell('request_goodput')} |",
         f"| best p99-gate goodput (req/s) | {best(v, 'gate_goodput')} | "
-        f"{best(o, 'gate_goodput')} | {_fmt(r['best_gate_goodput'])} |",
+        f"{best(o, 'gate_goodput')} | {rcell('gate_goodput')} |",
     ]
+    if cmp.get("like_for_like") is False:
+        lines += ["", "**Not like for like:** " + "; ".join(cmp["confounds"]) + ". The "
+                  "goodput rows and their ratios include one-time start-up costs on one "
+                  "side only, so they do not compare the tools; rerun side_by_side.sh with "
+                  "warm-up (WARMUPS, default 8) before reading them."]
+    elif cmp.get("like_for_like") is None:
+        lines += ["", "Like for like not established: " + "; ".join(cmp["unknown"]) + "."]
     if o.get("kept_knobs") is not None:
         lines += ["", f"tune() kept {o['kept_knobs']} (request goodput "
                       f"{_fmt(o.get('kept_request_goodput'))}); stop: {o.get('stop_reason')}"]
@@ -487,6 +778,13 @@ def _values(s: str) -> list[Any]:
     from course_utils.sweep import _parse_values
 
     return _parse_values(s)
+
+
+def _non_negative(s: str) -> int:
+    n = int(s)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -510,6 +808,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--output-len", type=int, default=128)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--slo", required=True)
+    b.add_argument("--num-warmups", type=_non_negative, default=None,
+                   help="warm-up requests of `vllm bench serve` before each measured run "
+                        "(default: our harness's warmup_prompts, 8; 0 leaves the flag out)")
     t = sub.add_parser("timing", help="add one call's timing to timing.json")
     t.add_argument("log")
     t.add_argument("out")
@@ -523,6 +824,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("tune_dir")
     c.add_argument("--slo", required=True)
     c.add_argument("--timing")
+    c.add_argument("--bench-cmd", help="the sweep's --bench-cmd file (default: bench_cmd.txt "
+                                       "next to VLLM_SWEEP_DIR)")
     c.add_argument("--json", help="also write compare()'s dict here")
     a = ap.parse_args(argv)
     if a.cmd == "params":
@@ -531,11 +834,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(a.out).write_text(json.dumps(recs, indent=1))
         print(json.dumps(recs))
     elif a.cmd == "bench-cmd":
+        if a.num_warmups is None:
+            a.num_warmups = our_warmup_default()
         w = Workload(input_len=a.input_len, output_len=a.output_len, num_prompts=a.num_prompts,
                      request_rate=a.rate, seed=a.seed, ignore_eos=True)
         print(shlex.join(sweep_bench_cmd(a.model, w, SLO.parse(a.slo), base_url=a.base_url,
                                          tokenizer=a.tokenizer,
-                                         vllm_cmd=shlex.split(a.vllm_cmd))))
+                                         vllm_cmd=shlex.split(a.vllm_cmd),
+                                         num_warmups=a.num_warmups)))
     elif a.cmd == "timing":
         log = Path(a.log).read_text(errors="replace") if Path(a.log).exists() else ""
         tim = _add_call(Path(a.out), log, a.call_wall_s, a.rc)
@@ -544,7 +850,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif a.cmd == "shrink":
         print(f"{shrink_results(a.dir, a.max_kb)} result file(s) shrunk in {a.dir}")
     else:
-        cmp = compare(a.vllm_sweep_dir, a.tune_dir, a.slo, timing=a.timing)
+        cmp = compare(a.vllm_sweep_dir, a.tune_dir, a.slo, timing=a.timing,
+                      bench_cmd=a.bench_cmd)
         print(table_markdown(cmp))
         if a.json:
             Path(a.json).write_text(json.dumps(cmp, indent=1, default=str))

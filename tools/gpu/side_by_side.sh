@@ -15,6 +15,8 @@
 #   AFTER_BENCH_CMD (empty: vLLM resets the prefix cache itself; the fake server has no
 #                dev routes, so the CPU check passes "true")
 #   SBS_TIMEOUT_S (540)  READY_TIMEOUT_S (420)  SLO_SPEC ("ttft:300 tpot:50")
+#   WARMUPS      `vllm bench serve --num-warmups` (8: our harness's warmup_prompts; 0 = none,
+#                a cold measured run: the 2026-11-29b H200 run paid a Triton JIT inside it)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -32,6 +34,7 @@ RATE=${RATE:-45}
 PROMPTS=${PROMPTS:-600}
 GPU_GIB=${GPU_GIB:-140}
 SLO_SPEC=${SLO_SPEC:-ttft:300 tpot:50}
+WARMUPS=${WARMUPS:-8}
 LIMIT=${SBS_TIMEOUT_S:-540}
 READY=${READY_TIMEOUT_S:-420}
 SBS="$RUN/sidebyside"
@@ -44,10 +47,17 @@ PORT=$($PY -c 'from course_utils.server import free_port; print(free_port())')
 $PY -m course_utils.sidebyside params --knob max_num_seqs --values "$GRID" \
   --gpu-memory-gib "$GPU_GIB" "$SBS/serve_params.json" || exit 2
 # lab 02's workload (labs/02_slo_loop.ipynb via run_lab.sh slo): 512 in / 128 out, seed 0,
-# --ignore-eos, --goodput from the SLO, --save-detailed; without the flags the sweep appends
+# --ignore-eos, --goodput from the SLO, --save-detailed; without the flags the sweep appends.
+# Warm-up like ours, close but not identical: vLLM 0.26.0 (vllm/benchmarks/serve.py
+# benchmark()) sends WARMUPS copies of the first dataset request (512 in / 128 out, server
+# sampling defaults) concurrently, prints "Warming up with N requests...", then starts the
+# clock; our harness (course_utils.bench.warmup) sends 8 concurrent distinct ~512-token
+# completions with max_tokens 16. The sweep passes --num-warmups through untouched
+# (vllm/benchmarks/sweep/serve.py run_benchmark only appends its result flags).
 BENCH_CMD=$($PY -m course_utils.sidebyside bench-cmd --model "$MODEL" \
   --base-url "http://127.0.0.1:$PORT" --vllm-cmd "$VLLM" --rate "$RATE" \
-  --num-prompts "$PROMPTS" --input-len 512 --output-len 128 --seed 0 --slo "$SLO_SPEC") || exit 2
+  --num-prompts "$PROMPTS" --input-len 512 --output-len 128 --seed 0 --slo "$SLO_SPEC" \
+  --num-warmups "$WARMUPS") || exit 2
 # lab 02's server: run_point's VllmServer argv (max_model_len 4096, dummy weights, seed 0)
 SERVE_CMD="$SERVE_VLLM serve $MODEL --max-model-len 4096 --host 127.0.0.1 --port $PORT --load-format dummy --seed 0"
 echo "$BENCH_CMD" > "$SBS/bench_cmd.txt"
@@ -71,7 +81,8 @@ rc=${PIPESTATUS[0]}
 wall=$($PY -c "print(round($EPOCHREALTIME - $t0, 2))")
 echo "$(date -u +%FT%TZ) side_by_side call $N rc=$rc wall=${wall}s" | tee -a "$RUN/commands.log" "$SBS/commands.log"
 $PY -m course_utils.sidebyside timing "$LOG" "$SBS/timing.json" --call-wall-s "$wall" --rc "$rc"
-grep -E "^[0-9.]+ (\[(BEGIN|END|SKIPPED) [A-Z]+\]|Server overrides|Experiment has been saved|RuntimeError|.*Error)" "$LOG" | tail -40
+# (a marker may be glued to output without a newline; warm-up and JIT lines: compare.md)
+grep -E "^[0-9.]+ (.*\[(BEGIN|END|SKIPPED) [A-Z]+\]|Server overrides|Warming up with|Experiment has been saved|RuntimeError|.*Error|.*JIT compilation during inference)" "$LOG" | tail -40
 done_runs=$(ls "$OUTDIR/$EXP"/SERVE-*/run=0.json 2>/dev/null | wc -l)
 echo "combos with a result: $done_runs of $(( $(tr -cd ',' <<< "$GRID" | wc -c) + 1 ))"
 if [ "$rc" -ne 0 ]; then
@@ -80,7 +91,8 @@ fi
 command -v nvidia-smi >/dev/null && bash tools/gpu/cleanup_gpu.sh
 if [ -s "$RUN/slo/tune.jsonl" ] && [ "$done_runs" -gt 0 ]; then
   $PY -m course_utils.sidebyside compare "$OUTDIR" "$RUN/slo" --slo "$SLO_SPEC" \
-    --timing "$SBS/timing.json" --json "$SBS/compare.json" | tee "$SBS/compare.md"
+    --timing "$SBS/timing.json" --bench-cmd "$SBS/bench_cmd.txt" --json "$SBS/compare.json" \
+    | tee "$SBS/compare.md"
 fi
 if [ -n "${OUT:-}" ]; then  # small files only (run JSONs keep --save-detailed lists: shrunk)
   mkdir -p "$OUT/labrun"

@@ -377,6 +377,14 @@ def test_kv_check_binds_only_when_the_pass_needs_more_than_the_pool() -> None:
         "demand_tokens"] == 1024 * 352
 
 
+def test_kv_demand_rounds_each_request_up_to_whole_blocks() -> None:
+    assert llm_point.kv_demand(256, 209, 1024) == {
+        "per_request_tokens": 1248, "at_once": 256, "demand_tokens": 319_488}
+    assert llm_point.kv_demand(256, 200, 1024, max_num_seqs=100)["demand_tokens"] == 100 * 1232
+    assert llm_point.kv_demand(4, 1, 15)["per_request_tokens"] == 16  # exactly one block
+    assert llm_point.kv_demand(4, 1, 16)["per_request_tokens"] == 32
+
+
 def test_verdict_turns_a_keep_into_recheck_when_kv_did_not_bind() -> None:
     recs = [_kvrec(0.8, 1000, 1_782_064, prompt_tokens_max=100),
             _kvrec(0.9, 1300, 2_044_928, prompt_tokens_max=100)]

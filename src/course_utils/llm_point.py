@@ -56,6 +56,7 @@ __all__ = [
     "estimate_minutes",
     "verdict",
     "kv_check",
+    "kv_demand",
     "fmt_accuracy",
 ]
 
@@ -441,6 +442,17 @@ def fmt_accuracy(record: Mapping[str, Any]) -> str:
     return f"{float(acc):.1%}"
 
 
+def kv_demand(load_prompts: int, prompt_tokens: int, out_tokens: int,
+              max_num_seqs: int | None = None, block_size: int = BLOCK_SIZE) -> dict[str, int]:
+    """KV tokens lab 01's speed pass can hold at once: ``load_prompts`` requests (at most
+    ``max_num_seqs`` running) of ``prompt_tokens + out_tokens``, each rounded up to whole
+    KV blocks (vLLM allocates per block; 16 tokens is its default for this model)."""
+    per_request = math.ceil((int(prompt_tokens) + int(out_tokens)) / block_size) * block_size
+    at_once = int(load_prompts) if not max_num_seqs else min(int(load_prompts), int(max_num_seqs))
+    return {"per_request_tokens": per_request, "at_once": at_once,
+            "demand_tokens": at_once * per_request}
+
+
 def kv_check(
     records: Sequence[Mapping[str, Any]],
     *,
@@ -451,12 +463,9 @@ def kv_check(
 ) -> dict[str, Any] | None:
     """Did the KV cache limit the baseline's speed pass?
 
-    The pass submits ``load_prompts`` requests at once, each ``prompt + load_max_tokens``
-    tokens (``ignore_eos``), rounded up to whole KV blocks (16 tokens, vLLM's default block
-    size for this model); at most ``max_num_seqs`` run at once (None: all of them). If that
-    many fit in the KV cache vLLM logged for the baseline, the pool never bound: a capacity
-    knob (more KV) cannot speed that pass up.
-    The prompt length is the one the run recorded (``prompt_tokens_max``) or, for runs
+    If every request the pass runs at once (``kv_demand``) fits in the KV cache vLLM logged
+    for the baseline, the pool never bound: a capacity knob (more KV) cannot speed that pass
+    up. The prompt length is the one the run recorded (``prompt_tokens_max``) or, for runs
     recorded before it did, ``prompt_tokens_bound`` (evalset.prompt_tokens_bound).
     None when the baseline has no KV size or prompt length to go on.
     """
@@ -469,16 +478,11 @@ def kv_check(
     out_tokens = base.get("load_max_tokens") or base.get("max_tokens")
     if prompt is None or out_tokens is None:
         return None
-    per_request = math.ceil((int(prompt) + int(out_tokens)) / block_size) * block_size
-    at_once = int(base["load_prompts"])
-    if max_num_seqs:
-        at_once = min(at_once, int(max_num_seqs))
-    demand = at_once * per_request
+    d = kv_demand(base["load_prompts"], prompt, out_tokens, max_num_seqs, block_size)
     kv = int(base["kv_cache_tokens"])
-    return {"demand_tokens": demand, "kv_tokens": kv, "binding": demand > kv,
+    return {**d, "kv_tokens": kv, "binding": d["demand_tokens"] > kv,
             "prompt_tokens": int(prompt), "prompt_exact": exact is not None,
-            "per_request_tokens": per_request, "at_once": at_once,
-            "kv_concurrency": kv // per_request}
+            "kv_concurrency": kv // d["per_request_tokens"]}
 
 
 def verdict(

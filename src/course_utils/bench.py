@@ -38,6 +38,7 @@ __all__ = [
     "prefix_cache_hit_rate",
     "prefix_cache_issue",
     "REPLAY_HIT_RATE",
+    "WARMUP_PROMPTS",
 ]
 
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
@@ -243,12 +244,17 @@ def _one_request(url: str, payload: dict[str, Any], timeout_s: float) -> bool:
         return False
 
 
+# warm-up requests before each measured run (sweep, tune, knee scan); the side-by-side
+# gives vLLM's own sweep the same count (`vllm bench serve --num-warmups`)
+WARMUP_PROMPTS = 8
+
+
 def warmup(
     base_url: str,
     model: str,
     workload: Workload,
     *,
-    num_prompts: int = 8,
+    num_prompts: int = WARMUP_PROMPTS,
     max_tokens: int = 16,
     timeout_s: float = 120.0,
 ) -> int:

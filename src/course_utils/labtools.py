@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from course_utils.bench import WARMUP_PROMPTS
+
 __all__ = [
     "BATCH1_FILE",
     "KNEE_FILE",
@@ -103,7 +105,7 @@ def knee_scan(
     base_knobs: Mapping[str, Any] | None = None,
     server_kwargs: Mapping[str, Any] | None = None,
     bench_kwargs: Mapping[str, Any] | None = None,
-    warmup_prompts: int = 8,
+    warmup_prompts: int = WARMUP_PROMPTS,
     metrics_interval_s: float = 0.5,
     gpu_memory_gib: float | None = None,
     batch1_prompts: int = 0,
@@ -392,16 +394,16 @@ def model_shape(model: str, results_dir: str | Path | None = None,
             saved.parent.mkdir(parents=True, exist_ok=True)
             saved.write_bytes((local / "config.json").read_bytes())
         return capacity.load_model(str(local))
-    if model.lower().split("/")[-1] in capacity.MODELS:
-        return capacity.load_model(model)
-    if saved is not None and saved.is_file():
-        import dataclasses
+    try:
+        return capacity.load_model(model)  # a shipped config name or HF id ending in one
+    except ValueError:
+        if saved is None or not saved.is_file():
+            raise ValueError(f"model {model!r}: no local folder with config.json, not a "
+                             f"shipped config ({', '.join(capacity.MODELS)}), and no "
+                             f"{MODEL_CONFIG_FILE} in {results_dir}") from None
+    import dataclasses
 
-        return dataclasses.replace(capacity.load_model(str(saved)),
-                                   name=Path(model).name or "model")
-    raise ValueError(f"model {model!r}: no local folder with config.json, not a shipped config "
-                     f"({', '.join(capacity.MODELS)}), and no {MODEL_CONFIG_FILE} in "
-                     f"{results_dir}")
+    return dataclasses.replace(capacity.load_model(str(saved)), name=Path(model).name or "model")
 
 
 def point_files(results_dir: str | Path, rec: Mapping[str, Any]) -> dict[str, Path]:

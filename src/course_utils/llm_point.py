@@ -254,6 +254,7 @@ def run_point(
     env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run one point in a fresh process; return its record (never raises for a bad point)."""
+    load_max_tokens = load_max_tokens or max_tokens
     spec: dict[str, Any] = {
         "knobs": dict(knobs),
         "model": model,
@@ -264,7 +265,7 @@ def run_point(
         "temperature": temperature,
         "seed": seed,
         "load_prompts": load_prompts,
-        "load_max_tokens": load_max_tokens or max_tokens,
+        "load_max_tokens": load_max_tokens,
         "eval_set": str(Path(eval_set).resolve()),
     }
     key = _key_for(knobs, {**spec, "eval_set": eval_set})
@@ -284,7 +285,7 @@ def run_point(
         "load_format": load_format,
         "max_model_len": max_model_len,
         "max_tokens": max_tokens,
-        "load_max_tokens": load_max_tokens or max_tokens,
+        "load_max_tokens": load_max_tokens,
         "temperature": temperature,
         "seed": seed,
         "started_at": _now(),
@@ -482,6 +483,7 @@ def kv_check(
     kv = int(base["kv_cache_tokens"])
     return {**d, "kv_tokens": kv, "binding": d["demand_tokens"] > kv,
             "prompt_tokens": int(prompt), "prompt_exact": exact is not None,
+            "out_tokens": int(out_tokens), "load_prompts": int(base["load_prompts"]),
             "kv_concurrency": kv // d["per_request_tokens"]}
 
 

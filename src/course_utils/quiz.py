@@ -1062,7 +1062,7 @@ def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
 def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: records (a lab 01 results.jsonl, recorded; or inline records), baseline,
     eval_set, max_num_seqs. Answer: llm_point.kv_check's demand_tokens for the baseline."""
-    from course_utils import evalset, llm_point
+    from course_utils import capacity, evalset, llm_point
 
     src = _data(p, "records")
     records = (llm_point.load_results(src) if isinstance(src, Path)
@@ -1073,8 +1073,7 @@ def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
                             max_num_seqs=p.get("max_num_seqs"))
     if kv is None:
         raise QuizError(f"kv_binding: no baseline {base!r} with a KV size in the records")
-    rec = next(r for r in records if r.get("value") == base and r.get("status") == "ok")
-    out_tokens = rec.get("load_max_tokens") or rec["max_tokens"]
+    out_tokens, bs = kv["out_tokens"], capacity.BLOCK_SIZE
     share = kv["demand_tokens"] / kv["kv_tokens"]
     verdict = {"en": ("it does not bind: more KV cannot speed this pass up, so a gain from "
                       "raising the knob needs another explanation before you keep it"
@@ -1091,24 +1090,24 @@ def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "numeric", "answer": kv["demand_tokens"],
             "tolerance": {"rel": p.get("rel_tol", 0.05)},
             "unit": {"en": "tokens", "zh": "token"},
-            "prompt": {"en": f"Lab 01's speed pass{where['en']}: {rec['load_prompts']} "
+            "prompt": {"en": f"Lab 01's speed pass{where['en']}: {kv['load_prompts']} "
                              f"requests submitted at once, each a prompt of at most "
                              f"{kv['prompt_tokens']} tokens plus {out_tokens} generated "
                              f"(`ignore_eos`), at most {at} running at once. The baseline "
                              f"`gpu_memory_utilization={base}` logged `GPU KV cache size: "
                              f"{_fmt(kv['kv_tokens'])} tokens`. How many KV tokens can the "
-                             "pass need at most (16-token blocks)?",
-                       "zh": f"实验 01 的速度测试{where['zh']}：一次提交 {rec['load_prompts']} 个请求，"
+                             f"pass need at most ({bs}-token blocks)?",
+                       "zh": f"实验 01 的速度测试{where['zh']}：一次提交 {kv['load_prompts']} 个请求，"
                              f"每个 prompt 至多 {kv['prompt_tokens']} token，再生成 {out_tokens} "
                              f"个（`ignore_eos`），同时最多运行 {at} 个。基线 "
                              f"`gpu_memory_utilization={base}` 的日志是 `GPU KV cache size: "
                              f"{_fmt(kv['kv_tokens'])} tokens`。这一轮最多需要多少 KV token"
-                             "（按 16 token 的 block 取整）？"},
-            "explain": {"en": f"{at} x ceil(({kv['prompt_tokens']} + {out_tokens}) / 16) x 16 = "
+                             f"（按 {bs} token 的 block 取整）？"},
+            "explain": {"en": f"{at} x ceil(({kv['prompt_tokens']} + {out_tokens}) / {bs}) x {bs} = "
                               f"{at} x {kv['per_request_tokens']} = {_fmt(kv['demand_tokens'])} "
                               f"tokens, {share:.0%} of the {_fmt(kv['kv_tokens'])} in the pool: "
                               f"{verdict['en']} (course_utils.llm_point.kv_check).",
-                        "zh": f"{at} x ceil(({kv['prompt_tokens']} + {out_tokens}) / 16) x 16 = "
+                        "zh": f"{at} x ceil(({kv['prompt_tokens']} + {out_tokens}) / {bs}) x {bs} = "
                               f"{at} x {kv['per_request_tokens']} = {_fmt(kv['demand_tokens'])} "
                               f"token，只占池子 {_fmt(kv['kv_tokens'])} 的 {share:.0%}："
                               f"{verdict['zh']}（course_utils.llm_point.kv_check）。"}}

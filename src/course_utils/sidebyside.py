@@ -523,13 +523,11 @@ def _find_sweep_logs(dirs: Sequence[Path]) -> list[Path]:
 
 
 def our_warmup_default() -> int:
-    """Our harness's warm-up count: the `warmup_prompts` default of course_utils.sweep.tune
-    (run_point calls course_utils.bench.warmup with it before each measured run)."""
-    import inspect
+    """Our harness's warm-up count (course_utils.bench.WARMUP_PROMPTS: the `warmup_prompts`
+    default of sweep/tune; run_point calls course_utils.bench.warmup with it)."""
+    from course_utils.bench import WARMUP_PROMPTS
 
-    from course_utils.sweep import tune
-
-    return int(inspect.signature(tune).parameters["warmup_prompts"].default)
+    return WARMUP_PROMPTS
 
 
 def _our_warmups(d: Path, points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

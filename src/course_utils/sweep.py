@@ -53,6 +53,7 @@ from typing import Any
 
 from course_utils import knobs as knobs_mod
 from course_utils.bench import (
+    WARMUP_PROMPTS,
     BenchError,
     Workload,
     prefix_cache_hit_rate,
@@ -220,7 +221,7 @@ def run_point(
     point_dir: str | Path,
     server_kwargs: Mapping[str, Any] | None = None,
     bench_kwargs: Mapping[str, Any] | None = None,
-    warmup_prompts: int = 8,
+    warmup_prompts: int = WARMUP_PROMPTS,
     metrics_interval_s: float = 0.5,
     gpu_gib: float = 24.0,
     prevalidate: bool = True,
@@ -413,7 +414,7 @@ def sweep(
     couple: bool = False,
     server_kwargs: Mapping[str, Any] | None = None,
     bench_kwargs: Mapping[str, Any] | None = None,
-    warmup_prompts: int = 8,
+    warmup_prompts: int = WARMUP_PROMPTS,
     metrics_interval_s: float = 0.5,
     gpu_memory_gib: float | None = None,
     on_point: Callable[[dict[str, Any]], None] | None = None,
@@ -586,7 +587,7 @@ def tune(
     patience: int = 2,
     server_kwargs: Mapping[str, Any] | None = None,
     bench_kwargs: Mapping[str, Any] | None = None,
-    warmup_prompts: int = 8,
+    warmup_prompts: int = WARMUP_PROMPTS,
     metrics_interval_s: float = 0.5,
     gpu_memory_gib: float | None = None,
     progress: bool = True,

@@ -65,6 +65,7 @@ from typing import Any
 
 from course_utils import knobs as knobs_mod
 from course_utils.bench import Workload, bench_args
+from course_utils.llm_point import engine_init_times
 from course_utils.slo import SLO, BenchResult, BenchResultError, score
 
 __all__ = [
@@ -96,6 +97,8 @@ SWEEP_LOG = re.compile(r"^sweep-(\d+)\.log$")
 JIT_LINE = "JIT compilation during inference"
 # vllm/benchmarks/serve.py benchmark(): print(f"Warming up with {num_warmups} requests...")
 WARMUP_LINE = re.compile(r"Warming up with (\d+) requests")
+# vllm/benchmarks/serve.py benchmark(): printed after the ready check and the warm-up
+MAIN_RUN_LINE = "Starting main benchmark run..."
 # vLLM's logger prefix "INFO 11-29 10:15:37 [file.py:N]" (vllm/logger.py, %m-%d %H:%M:%S)
 LOG_STAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d) \[")
 
@@ -160,14 +163,32 @@ def parse_sweep_log(text: str) -> dict[str, Any]:
     Unix time (side_by_side.sh prefixes bash's $EPOCHREALTIME). One entry per
     `[BEGIN SERVER]`: its overrides, start, first benchmark start, end (None if the server
     never ended: crash or interruption), whether a benchmark finished, the vLLM
-    "JIT compilation during inference" lines inside a measured window
-    (`[BEGIN BENCHMARK]` up to `[END BENCHMARK]` / `[SKIPPED BENCHMARK]`) and the warm-up
-    counts `vllm bench serve` printed there ("Warming up with N requests...")."""
+    "JIT compilation during inference" lines inside a measured window and the warm-up
+    counts `vllm bench serve` printed ("Warming up with N requests..."). A benchmark runs
+    from `[BEGIN BENCHMARK]` to `[END BENCHMARK]` / `[SKIPPED BENCHMARK]`; its measured
+    window starts at "Starting main benchmark run..." (vllm/benchmarks/serve.py prints it
+    after the ready check and the warm-up, whether or not either ran). A JIT compile before
+    that line was absorbed by the warm-up (`jit_in_warmup`); a benchmark that never prints
+    the line counts all of its JIT lines as measured."""
     servers: list[dict[str, Any]] = []
     cur: dict[str, Any] | None = None
     first = last = None
-    in_bench = False
-    jit_in = jit_out = 0
+    in_bench = measuring = False
+    pending = 0  # JIT lines of this benchmark before its measured window
+    jit_in = jit_out = jit_warm = 0
+
+    def close_bench() -> None:
+        nonlocal jit_in, jit_warm, pending
+        if pending:
+            key = "jit_in_warmup" if measuring else "jit_in_benchmark"
+            if measuring:
+                jit_warm += pending
+            else:
+                jit_in += pending
+            if cur is not None:
+                cur[key] += pending
+        pending = 0
+
     for line in text.splitlines():
         t_s, _, msg = line.partition(" ")
         try:
@@ -179,42 +200,54 @@ def parse_sweep_log(text: str) -> dict[str, Any]:
         # a marker may follow output that ended without a newline: search, not equality
         marks = MARKER.findall(msg)
         if "BEGIN SERVER" in marks:
+            if in_bench:
+                close_bench()
             cur = {"overrides": None, "start": t, "bench_start": None, "end": None,
-                   "benchmarks_done": 0, "jit_in_benchmark": 0, "warmups_logged": []}
+                   "benchmarks_done": 0, "jit_in_benchmark": 0, "jit_in_warmup": 0,
+                   "warmups_logged": []}
             servers.append(cur)
-            in_bench = False
+            in_bench = measuring = False
         elif cur is not None and "Server overrides:" in msg:
             cur["overrides"] = msg.partition("Server overrides:")[2].strip()
         if "BEGIN BENCHMARK" in marks:
-            in_bench = True
+            in_bench, measuring, pending = True, False, 0
             if cur is not None and cur["bench_start"] is None:
                 cur["bench_start"] = t
+        if in_bench and MAIN_RUN_LINE in msg:
+            measuring = True
         if JIT_LINE in msg:
-            if in_bench:
+            if in_bench and measuring:
                 jit_in += 1
                 if cur is not None:
                     cur["jit_in_benchmark"] += 1
+            elif in_bench:
+                pending += 1
             else:
                 jit_out += 1
         m = WARMUP_LINE.search(msg)
         if m and in_bench and cur is not None:
             cur["warmups_logged"].append(int(m.group(1)))
         if "END BENCHMARK" in marks or "SKIPPED BENCHMARK" in marks:
+            close_bench()
             in_bench = False
         if cur is not None and "END BENCHMARK" in marks:
             cur["benchmarks_done"] += 1
         if "END SERVER" in marks:
+            if in_bench:
+                close_bench()
             in_bench = False
             if cur is not None:
                 cur["end"] = t
                 cur = None
+    if in_bench:  # the log ended inside a benchmark (interrupted)
+        close_bench()
     for s in servers:
         s["ready_s"] = (None if s["bench_start"] is None
                         else round(s["bench_start"] - s["start"], 2))
         s["span_s"] = None if s["end"] is None else round(s["end"] - s["start"], 2)
     return {"server_starts": len(servers), "servers": servers,
-            "jit_in_benchmark": jit_in, "jit_outside_benchmark": jit_out,
-            "log_span_s": None if first is None else round(last - first, 2)}
+            "jit_in_benchmark": jit_in, "jit_in_warmup": jit_warm,
+            "jit_outside_benchmark": jit_out, "log_span_s": None if first is None else round(last - first, 2)}
 
 
 def _add_call(timing_path: Path, log_text: str, call_wall_s: float, rc: int) -> dict[str, Any]:
@@ -226,6 +259,7 @@ def _add_call(timing_path: Path, log_text: str, call_wall_s: float, rc: int) -> 
     timing["server_starts"] = sum(c["server_starts"] for c in timing["calls"])
     timing["gpu_minutes"] = round(timing["wall_s"] / 60.0, 2)
     timing["jit_in_benchmark"] = sum(c.get("jit_in_benchmark", 0) for c in timing["calls"])
+    timing["jit_in_warmup"] = sum(c.get("jit_in_warmup", 0) for c in timing["calls"])
     timing_path.write_text(json.dumps(timing, indent=1))
     return timing
 
@@ -390,9 +424,23 @@ def load_tune_dir(path: str | Path, slo: SLO) -> dict[str, Any]:
                        request_throughput=s.get("request_throughput"))
         rows.append(row)
     elapsed = [float(p.get("elapsed_s") or 0.0) for p in points]
+    logs = [f for p in points
+            if (f := _local_file(d, (p.get("files") or {}).get("server_log"), p.get("key"),
+                                 "serve.log")) is not None]
     return {"rows": rows, "summary": summary, "server_starts": len(points),
             "wall_s": round(sum(elapsed), 2), "gpu_minutes": round(sum(elapsed) / 60.0, 2),
-            "warmups": _our_warmups(d, points), "jit": _our_jit(d, points)}
+            "warmups": _our_warmups(d, points), "jit": _our_jit(d, points),
+            "engine_init": engine_init(logs) if logs else None}
+
+
+def engine_init(logs: Sequence[str | Path]) -> dict[str, Any]:
+    """Engine start-ups logged in `logs` (vLLM's "init engine ... took X s (compilation:
+    Y s)"): how many, and their seconds summed. Part of each side's GPU minutes that depends
+    on the torch.compile cache (cold or warm), not on the tool."""
+    times = [t for f in logs for t in engine_init_times(Path(f).read_text(errors="replace"))]
+    return {"starts": len(times), "init_s": round(sum(t for t, _ in times), 2),
+            "compile_s": round(sum(c or 0.0 for _, c in times), 2),
+            "per_start": [{"init_s": t, "compile_s": c} for t, c in times]}
 
 
 def _local_file(d: Path, recorded: str | None, key: str | None, name: str = "bench.json"
@@ -496,20 +544,22 @@ def sweep_log_evidence(logs: Sequence[str | Path]) -> dict[str, Any]:
     """Per combo, over all calls' logs: JIT compile lines inside measured windows, warm-up
     counts printed by `vllm bench serve` and benchmarks finished (parse_sweep_log)."""
     per: dict[str, dict[str, Any]] = {}
-    total = outside = 0
+    total = outside = warm = 0
     for f in logs:
         t = parse_sweep_log(Path(f).read_text(errors="replace"))
         total += t["jit_in_benchmark"]
+        warm += t["jit_in_warmup"]
         outside += t["jit_outside_benchmark"]
         for s in t["servers"]:
             c = per.setdefault(_combo_label(s["overrides"]),
-                               {"jit_in_benchmark": 0, "warmups_logged": [],
-                                "benchmarks_done": 0})
+                               {"jit_in_benchmark": 0, "jit_in_warmup": 0,
+                                "warmups_logged": [], "benchmarks_done": 0})
             c["jit_in_benchmark"] += s["jit_in_benchmark"]
+            c["jit_in_warmup"] += s["jit_in_warmup"]
             c["warmups_logged"] += s["warmups_logged"]
             c["benchmarks_done"] += s["benchmarks_done"]
     return {"logs": [str(f) for f in logs], "jit_in_benchmark": total,
-            "jit_outside_benchmark": outside, "per_combo": per}
+            "jit_in_warmup": warm, "jit_outside_benchmark": outside, "per_combo": per}
 
 
 def _find_sweep_logs(dirs: Sequence[Path]) -> list[Path]:
@@ -555,8 +605,10 @@ def _stamps(text: str) -> list[str]:
 def _our_jit(d: Path, points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """JIT compile lines in each ok point's serve.log stamped at or after its bench.log's
     first vLLM log stamp (the measured run; vLLM's stamps have 1 s resolution, so a compile
-    in the same second counts as inside). None when no point has both logs."""
+    in the same second counts as inside); the earlier ones were absorbed by the harness's
+    warm-up (`jit_in_warmup`). None when no point has both logs."""
     per: dict[str, int] = {}
+    warm = 0
     for p in points:
         if p.get("status") != "ok":
             continue
@@ -570,9 +622,12 @@ def _our_jit(d: Path, points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if not start:
             continue
         # "MM-DD HH:MM:SS" sorts as text (within one year)
-        per[str(key)] = sum(1 for line in serve.read_text(errors="replace").splitlines()
-                            if JIT_LINE in line and any(st >= start[0] for st in _stamps(line)))
-    return {"jit_in_benchmark": sum(per.values()) if per else None, "per_point": per}
+        jit = [line for line in serve.read_text(errors="replace").splitlines()
+               if JIT_LINE in line]
+        per[str(key)] = sum(1 for line in jit if any(st >= start[0] for st in _stamps(line)))
+        warm += len(jit) - per[str(key)]
+    return {"jit_in_benchmark": sum(per.values()) if per else None,
+            "jit_in_warmup": warm if per else None, "per_point": per}
 
 
 def _like_for_like(vw: Mapping[str, Any], vjit: Mapping[str, Any] | None,
@@ -635,6 +690,7 @@ def compare(vllm_sweep_dir: str | Path, tune_dir: str | Path, slo: SLO | str, *,
         "device_calls": len(tim["calls"]) if tim else None,
         "warmups": v_warm,
         "jit": v_jit,
+        "engine_init": engine_init(logs) if logs else None,
         "runs": vrows,
         "best_request_goodput": _best(vrows, "request_goodput"),
         "best_gate_goodput": _best(vrows, "gate_goodput"),
@@ -648,6 +704,7 @@ def compare(vllm_sweep_dir: str | Path, tune_dir: str | Path, slo: SLO | str, *,
         "gpu_minutes": ours["gpu_minutes"],
         "warmups": ours["warmups"],
         "jit": ours["jit"],
+        "engine_init": ours["engine_init"],
         "runs": ours["rows"],
         "best_request_goodput": _best(ours["rows"], "request_goodput"),
         "best_gate_goodput": _best(ours["rows"], "gate_goodput"),
@@ -709,15 +766,24 @@ def _warm_cell(w: Mapping[str, Any], vllm: bool) -> str:
     return str(w["value"])
 
 
+def _init_cell(e: Mapping[str, Any] | None) -> str:
+    if not e or not e.get("starts"):
+        return "n/a (no logs)"
+    return f"{_fmt(e['init_s'], 1)} ({_fmt(e['compile_s'], 1)}) over {e['starts']}"
+
+
 def _jit_cell(j: Mapping[str, Any] | None, vllm: bool) -> str:
     if j is None or j.get("jit_in_benchmark") is None:
         return "n/a (no logs)"
     n = j["jit_in_benchmark"]
+    cell = str(n)
     if vllm and n:
         per = "; ".join(f"{k}: {c['jit_in_benchmark']}" for k, c in j["per_combo"].items()
                         if c["benchmarks_done"] or c["jit_in_benchmark"])
-        return f"{n} ({per})"
-    return str(n)
+        cell = f"{n} ({per})"
+    if j.get("jit_in_warmup"):
+        cell += f"; {j['jit_in_warmup']} during the warm-up"
+    return cell
 
 
 def table_markdown(cmp: Mapping[str, Any]) -> str:
@@ -745,6 +811,8 @@ def table_markdown(cmp: Mapping[str, Any]) -> str:
         f"{_fmt(r['server_starts'])} |",
         f"| GPU minutes (wall) | {_fmt(v['gpu_minutes'])} | {_fmt(o['gpu_minutes'])} | "
         f"{_fmt(r['gpu_minutes'])} |",
+        f"| engine init, summed over starts (of which compilation), s | "
+        f"{_init_cell(v.get('engine_init'))} | {_init_cell(o.get('engine_init'))} | |",
         f"| warm-up requests before each measured run | {_warm_cell(v['warmups'], True)} | "
         f"{_warm_cell(o['warmups'], False)} | |",
         f"| JIT compiles logged inside a measured run | {_jit_cell(v['jit'], True)} | "

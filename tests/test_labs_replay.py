@@ -5,10 +5,13 @@ Two kinds of data:
   with backend="vllm" against the fake `vllm` CLI (tests/fakes/fake_vllm.py, lab 02) and a
   fake `vllm` Python package (FAKE_VLLM_PY below, lab 01). They test the notebooks' code
   paths, resume and replay; they are never committed and are not course data.
-- REAL: labs/results/h200-2026-11-29/ (the recorded H200 run of lab 02) and
-  labs/results/h200-2026-11-29b/knobs (lab 01). Replay must choose what the run chose (under
-  the rule the run used), flag the prefix-cache-inflated knee rates and show the diagnoses
-  the run measured. These tests FAIL (never skip) when those folders are missing.
+- REAL: labs/results/h200-2026-11-29/ (the first H200 run of lab 02: gate rule, replayed
+  knee prompts), labs/results/h200-2026-11-29c/slo (lab 02 with one seed per knee rate and
+  vLLM's request goodput: a kept improvement and a stop), labs/results/h200-2026-11-29b/knobs
+  and h200-2026-11-29c/knobs (lab 01: KV cache idle, then binding). Replay must choose what
+  the run chose (under the rule the run used), flag the prefix-cache-inflated knee rates and
+  show the diagnoses the run measured. These tests FAIL (never skip) when those folders are
+  missing.
 """
 
 from __future__ import annotations
@@ -402,6 +405,78 @@ def test_verdict_turns_a_keep_into_recheck_when_kv_did_not_bind() -> None:
     assert llm_point.verdict(flat, baseline=0.8, kv=free)["decision"] == "revert"
 
 
+STATS = ("INFO {stamp} [loggers.py:310] Engine 000: Avg prompt throughput: {p} tokens/s, Avg "
+         "generation throughput: {g} tokens/s, Running: {r} reqs, Waiting: {w} reqs, {pre}GPU "
+         "KV cache usage: {kv}%, Prefix cache hit rate: 51.7%")
+
+
+def _stats_log(rows: list[tuple]) -> str:
+    return "\n".join(STATS.format(stamp=f"11-29 13:{m:02d}:{s:02d}", p=p, g=g, r=r, w=w, kv=kv,
+                                   pre=f"Preemptions: {pre}, " if pre else "")
+                     for m, s, p, g, r, w, pre, kv in rows)
+
+
+def test_engine_stats_and_kv_timeline_read_vllm_0_26_lines() -> None:
+    log = _stats_log([(59, 55, 3000.0, 20000.0, 1024, 0, 0, 14.8),
+                      (0, 5, 0.0, 24000.0, 1024, 0, 0, 60.0),
+                      (0, 15, 0.0, 22000.0, 900, 124, 7, 99.9),
+                      (0, 25, 0.0, 18000.0, 700, 300, 0, 100.0)]).replace("13:00", "14:00")
+    st = llm_point.engine_stats("noise\n" + log)
+    assert [s["t_s"] for s in st] == [0, 10, 20, 30]  # across the hour
+    assert st[2] == {"t_s": 20, "prompt_tok_s": 0.0, "gen_tok_s": 22000.0, "running": 900,
+                     "waiting": 124, "preemptions": 7, "kv_usage": 0.999}
+    t = llm_point.kv_timeline(st)
+    # full at the 99.9 % line; before it only the line without prompt work counts
+    assert (t["kv_full_at_s"], t["gen_tok_s_before_full"]) == (20, 24000.0)
+    assert (t["waiting_max"], t["running_max"], t["lines"]) == (300, 1024, 4)
+    assert llm_point.kv_timeline(st[:2])["kv_full_at_s"] is None
+    assert llm_point.kv_timeline([])["gen_tok_s_before_full"] is None
+
+
+def test_same_batch_gap_turns_a_keep_into_recheck(tmp_path: Path) -> None:
+    rows = {0.8: 20000.0, 0.94: 23000.0}  # 0.94 +15 % before either cache filled
+    recs = []
+    for i, (v, g) in enumerate(rows.items()):
+        d = tmp_path / "points" / f"k{i}"
+        d.mkdir(parents=True)
+        (d / "llm.log").write_text(_stats_log([(0, 0, 0.0, g, 1024, 0, 0, 50.0),
+                                               (0, 10, 0.0, g, 1024, 0, 0, 99.5)]))
+        recs.append({"status": "ok", "value": v, "key": f"k{i}", "output_tok_s": g,
+                     "latency_p99_s": 5.0, "log": "/elsewhere/llm.log"})
+    spread = llm_point.same_batch_gap(tmp_path, recs, baseline=0.8)
+    assert round(spread["gaps"][0.94], 3) == 0.15 and round(spread["max_abs_gap"], 3) == 0.15
+    v = llm_point.verdict(recs, baseline=0.8, spread=spread)
+    assert (v["decision"], v["value"], v["candidate"]) == ("recheck", 0.8, 0.94)
+    assert "before its KV cache filled" in v["why"]
+    assert llm_point.verdict(recs, baseline=0.8)["decision"] == "keep"  # without the check
+    assert llm_point.verdict(recs, baseline=0.8, spread={"gaps": {0.94: 0.01}})[
+        "decision"] == "keep"
+    (tmp_path / "points" / "k0" / "llm.log").write_text("no stats lines")
+    assert llm_point.same_batch_gap(tmp_path, recs, baseline=0.8) is None
+
+
+def test_verdict_says_when_no_point_meets_the_slo() -> None:
+    recs = [{"status": "ok", "value": 0.8, "output_tok_s": 100.0, "latency_p99_s": 137.0},
+            {"status": "ok", "value": 0.94, "output_tok_s": 90.0, "latency_p99_s": 159.0}]
+    v = llm_point.verdict(recs, baseline=0.8, p99_latency_slo_s=30)
+    assert (v["decision"], v["value"], v["slo_met_by"]) == ("revert", 0.8, [])
+    assert v["why"].startswith("no setting meets the SLO, the baseline included (p99 latency "
+                               "137.0 s > 30 s)")
+    v = llm_point.verdict(recs, baseline=0.8)
+    assert v["slo_met_by"] == [0.8, 0.94] and v["why"].startswith("the baseline is the fastest")
+
+
+def test_engine_init_times_reads_the_three_forms() -> None:
+    pre = "(EngineCore pid=1) INFO 11-29 13:17:11 [core.py:341] "
+    log = "\n".join([
+        pre + "init engine (profile, create kv cache, warmup model) took 46.26 s (compilation: "
+              "25.15 s)",
+        pre + "init engine (profile, create kv cache, warmup model) took 7.85 s",
+        pre + "init engine (profile, create kv cache, warmup model) took 9.00 s (compilation: "
+              "3.00 s — language_model: 2.00 s, encoder: 1.00 s)"])
+    assert llm_point.engine_init_times(log) == [(46.26, 25.15), (7.85, None), (9.0, 3.0)]
+
+
 def test_prompt_tokens_bound_covers_the_longest_chat_prompt() -> None:
     from course_utils import evalset
 
@@ -605,3 +680,89 @@ def test_real_knob_run_gain_is_not_a_capacity_effect(tmp_path: Path) -> None:
     assert v["kv"]["binding"] is False and v["kv"]["prompt_exact"] is False
     assert "RECHECK: gpu_memory_utilization=0.8" in _text(nb)
     assert "recorded run chose: keep 0.9" in _text(nb)
+
+
+# ------------------------------------------------- the 2026-11-29c run: the loop to its end
+
+RUN_C = ROOT / "labs" / "results" / "h200-2026-11-29c"
+
+
+@pytest.fixture(scope="module")
+def c_replay(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    rec = RUN_C / "slo"
+    if not (rec / "tune.jsonl").is_file():
+        pytest.fail(f"the recorded H200 run is missing: {rec}/tune.jsonl")
+    out = tmp_path_factory.mktemp("h200c") / "replay"
+    nb = _run(LAB02, out, {"backend": "replay", "replay_dir": str(rec)})
+    return rec, out, _text(nb)
+
+
+def test_real_slo_loop_keeps_an_improvement_and_stops(c_replay: tuple[Path, Path, str]) -> None:
+    """Rate 45, start max_num_seqs 64: queue at the cap -> raise -> 256 kept (5.03 -> 42.69
+    req/s of vLLM request goodput) -> nothing binds inside the SLO -> stop; replay agrees."""
+    from course_utils import metrics
+
+    rec, out, text = c_replay
+    steps = labtools.load_jsonl(rec / "tune.jsonl")
+    base, sweep_step, summary = steps[0], steps[1], steps[-1]
+    assert base["kind"] == "baseline" and base["diagnosis"]["leaf"] == "queue_cap"
+    points = {p["key"]: p for p in labtools.load_points_checked(rec)}
+    series = metrics.load_series(labtools.point_files(rec, points[base["point"]])["metrics"])
+    assert max(s.gauge(metrics.WAITING) or 0 for s in series) > 0  # the queue, live
+    assert sweep_step["kind"] == "sweep" and sweep_step["knob"] == "max_num_seqs"
+    assert sweep_step["move"] == "raise" and sweep_step["values_tried"] == [256, 1024]
+    assert sweep_step["kept"] is True and sweep_step["best_value"] == 256
+    assert round(sweep_step["request_goodput_before"], 2) == 5.03
+    assert round(sweep_step["request_goodput_best"], 2) == 42.69
+    assert sweep_step["diagnosis_after"]["constraint"] == "none"
+    assert summary["kind"] == "summary" and summary["stopped_on_budget"] is False
+    assert summary["stop_reason"] == "diagnosis 'none' (none) names no engine knob: at the limit"
+    assert summary["serve_command"].endswith("--max-model-len 4096 --max-num-seqs 256")
+    chosen = json.loads((out / "chosen.json").read_text())
+    assert chosen["objective"] == "request_goodput" and chosen["knobs"] == summary["knobs"]
+    assert "replay under the recorded rule = the run's choice: OK" in text
+    assert "KEPT 256 (rule: request_goodput)" in text
+
+
+def test_real_slo_knee_with_fresh_prompts_per_rate(c_replay: tuple[Path, Path, str]) -> None:
+    """One bench seed per rate: no prefix-cache inflation (< 2 % hits), every rate valid;
+    40/45/50 met the SLO with nothing queued, 55 broke p99 TTFT without a queue (prefill)."""
+    rec, _, text = c_replay
+    knee = {r["rate"]: r for r in labtools.load_knee(rec)}
+    assert sorted(knee, key=float) == ["40", "45", "50", "55"]
+    assert all(r["valid"] and r["prefix_cache_hit_rate"] < 0.02 for r in knee.values())
+    for rate in ("40", "45", "50"):
+        assert knee[rate]["meets_slo"] and knee[rate]["diagnosis"]["constraint"] == "none"
+    assert knee["55"]["meets_slo"] is False
+    assert knee["55"]["diagnosis"]["constraint"] == "prefill"
+    assert knee["55"]["load"]["waiting_max"] == 0
+    assert "knee between 50 req/s (the highest valid rate that met the SLO) and 55 req/s" in text
+
+
+KNOBS_RUN_C = RUN_C / "knobs"
+
+
+def test_real_knob_run_with_a_binding_kv_cache(tmp_path: Path) -> None:
+    """Lab 01 with 1024 x 2560 generated tokens: the speed pass needs 2,719,744 KV tokens
+    (prompt lengths exact, from vLLM) > 1,782,064 at 0.80, so the knob can matter; 0.94 was
+    not faster (16,389 vs 19,034 tok/s), so the verdict is the baseline, like the run's."""
+    out = tmp_path / "replay"
+    nb = _run(LAB01, out, {"backend": "replay", "replay_dir": str(KNOBS_RUN_C)})
+    v = json.loads((out / "verdict.json").read_text())
+    recorded = json.loads((KNOBS_RUN_C / "verdict.json").read_text())
+    assert (v["decision"], v["value"]) == (recorded["decision"], recorded["value"]) == (
+        "revert", 0.8)
+    # the run's 30 s p99 limit (params.json) fit neither point: p99 137 and 159 s
+    assert v["slo_met_by"] == [] and v["why"].startswith("no setting meets the SLO, the "
+                                                          "baseline included (p99 latency")
+    text = _text(nb)
+    assert ("the speed pass needs <= 2,719,744 tokens (1024 requests x 2656; prompt exact, "
+            "from vLLM); vLLM logged 1,782,064: binds") in text
+    # vLLM's 10 s engine stats: 0.94 ran the same batch 24.6 % slower before its cache filled
+    assert ("gpu_memory_utilization=0.8: KV cache full after ~70 s; 24,420 gen tok/s before "
+            "that; waiting max 332") in text
+    assert ("gpu_memory_utilization=0.94: KV cache full after ~111 s; 18,415 gen tok/s before "
+            "that (-24.6% vs the baseline); waiting max 159") in text
+    assert "run-to-run spread, not the knob" in text
+    assert "logged 2,149,632 tokens from 114.8 GiB; predicted 2,149,568 (-0.00%)" in text
+    assert "vLLM logged 1,782,064: binds" in text

@@ -58,6 +58,11 @@ __all__ = [
     "kv_check",
     "kv_demand",
     "fmt_accuracy",
+    "engine_init_times",
+    "engine_stats",
+    "kv_timeline",
+    "point_log",
+    "same_batch_gap",
 ]
 
 # measured: `LLM(...)` of a Qwen2.5-7B-shaped model, constructor to ready, on one H200
@@ -70,6 +75,91 @@ _MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([
 _KV_GIB = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 _WEIGHTS = re.compile(r"Model loading took ([\d.]+) GiB")
 _COMPILE = re.compile(r"torch\.compile took ([\d.]+) s in total")
+# vllm/v1/engine/core.py (0.26.0): once per engine start; "(compilation: ...)" only when
+# torch.compile ran or loaded its cache
+_INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took "
+                          r"([\d.]+) s(?: \(compilation: ([\d.]+) s)?")
+
+
+def engine_init_times(text: str) -> list[tuple[float, float | None]]:
+    """(engine init seconds, of which compilation) for each engine start logged in `text`."""
+    return [(float(m.group(1)), float(m.group(2)) if m.group(2) else None)
+            for m in _INIT_ENGINE.finditer(text)]
+
+
+# vllm/v1/metrics/loggers.py LoggingStatLogger.log (0.26.0): every VLLM_LOG_STATS_INTERVAL
+# (10 s) while the engine is busy, when stats are on (LLM(disable_log_stats=False))
+_STAMP = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+_STATS = re.compile(
+    r"Avg prompt throughput: ([\d.]+) tokens/s, Avg generation throughput: ([\d.]+) tokens/s, "
+    r"Running: (\d+) reqs, Waiting: (\d+) reqs,.*?(?:Preemptions: (\d+), )?"
+    r"GPU KV cache usage: ([\d.]+)%")
+
+
+def engine_stats(text: str) -> list[dict[str, Any]]:
+    """vLLM's periodic engine stats lines in a log, in order: seconds since the first one
+    (from the log stamps), prompt and generation tokens/s over the interval, running and
+    waiting requests, preemptions in the interval (0 when the line has none) and KV cache
+    usage (0-1)."""
+    out: list[dict[str, Any]] = []
+    t0 = None
+    for line in text.splitlines():
+        m = _STATS.search(line)
+        st = _STAMP.search(line)
+        if not m or not st:
+            continue
+        mo, d, h, mi, se = (int(x) for x in st.groups())
+        t = (((mo * 31 + d) * 24 + h) * 60 + mi) * 60 + se  # monotonic within a month turn
+        t0 = t if t0 is None else t0
+        out.append({"t_s": t - t0, "prompt_tok_s": float(m.group(1)),
+                    "gen_tok_s": float(m.group(2)), "running": int(m.group(3)),
+                    "waiting": int(m.group(4)), "preemptions": int(m.group(5) or 0),
+                    "kv_usage": round(float(m.group(6)) / 100.0, 4)})
+    return out
+
+
+def kv_timeline(stats: Sequence[Mapping[str, Any]], full: float = 0.99) -> dict[str, Any]:
+    """When the KV cache filled (first stats line at >= `full` usage; None: never), the mean
+    generation tokens/s of the lines before that (the same batch at any KV size) and the
+    most requests waiting (in an offline pass that submits everything at once, waiting
+    requests after the start are preempted ones: scheduler.py _preempt_request)."""
+    full_at = next((s["t_s"] for s in stats if s["kv_usage"] >= full), None)
+    before = [s["gen_tok_s"] for s in stats
+              if (full_at is None or s["t_s"] < full_at) and s["prompt_tok_s"] == 0.0]
+    return {"lines": len(stats), "kv_full_at_s": full_at,
+            "gen_tok_s_before_full": sum(before) / len(before) if before else None,
+            "waiting_max": max((s["waiting"] for s in stats), default=None),
+            "running_max": max((s["running"] for s in stats), default=None)}
+
+
+def point_log(results_dir: str | Path, record: Mapping[str, Any]) -> Path | None:
+    """A point's vLLM log: points/<key>/llm.log under `results_dir` (a run fetched from a GPU
+    host lives elsewhere than the path it recorded), else the recorded path."""
+    for cand in (Path(results_dir) / "points" / str(record.get("key")) / "llm.log",
+                 Path(str(record.get("log") or ""))):
+        if cand.name == "llm.log" and cand.is_file():
+            return cand
+    return None
+
+
+def same_batch_gap(results_dir: str | Path, records: Sequence[Mapping[str, Any]], *,
+                   baseline: Any) -> dict[str, Any] | None:
+    """Each ok point's kv_timeline, and its generation tokens/s before its KV cache filled
+    relative to the baseline's. Before the cache fills, every point runs the same batch at
+    the same context lengths, so a capacity knob cannot make a difference there: a gap is
+    this machine's run-to-run spread. None without the baseline's engine stats."""
+    lines = {}
+    for r in records:
+        log = point_log(results_dir, r) if r.get("status") == "ok" else None
+        if log is not None:
+            lines[r["value"]] = kv_timeline(engine_stats(log.read_text(errors="replace")))
+    base = (lines.get(baseline) or {}).get("gen_tok_s_before_full")
+    if not base:
+        return None
+    gaps = {v: t["gen_tok_s_before_full"] / base - 1.0
+            for v, t in lines.items() if v != baseline and t["gen_tok_s_before_full"]}
+    return {"timelines": lines, "gaps": gaps,
+            "max_abs_gap": max((abs(g) for g in gaps.values()), default=0.0)}
 
 
 # --------------------------------------------------------------------------------------
@@ -495,6 +585,7 @@ def verdict(
     min_gain: float = 0.05,
     max_accuracy_drop: float = 0.02,
     kv: Mapping[str, Any] | None = None,
+    spread: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Keep or revert: the fastest point that meets the SLO and keeps quality, if it beats
     ``baseline`` by at least ``min_gain`` in output tokens/s; otherwise keep the baseline.
@@ -505,6 +596,9 @@ def verdict(
     ``kv``: pass ``kv_check(...)`` when the knob is a capacity knob. If the KV cache did not
     bind at the baseline, a gain cannot come from the knob's mechanism, so a would-be keep
     becomes ``recheck`` (stay on the baseline, measure again in another order first).
+    ``spread``: pass ``same_batch_gap(...)``. If the kept value already differed from the
+    baseline by ``min_gain`` or more before its KV cache filled (where the knob cannot act),
+    the gain is within the run-to-run spread: ``recheck`` too.
     """
     ok = [r for r in records if r.get("status") == "ok" and r.get("output_tok_s")]
     base = next((r for r in ok if r.get("value") == baseline), None)
@@ -522,9 +616,15 @@ def verdict(
 
     candidates = [r for r in ok if meets(r)[0]]
     best = max(candidates, key=lambda r: r["output_tok_s"], default=None)
-    if best is None or best.get("value") == baseline:
-        why = "no other setting meets the SLO and beats the baseline"
-        return {"decision": "revert", "value": baseline, "why": why, "gain": 0.0}
+    if best is None:
+        why = (f"no setting meets the SLO, the baseline included ({meets(base)[1]}): the SLO "
+               "does not fit this load; keep the baseline, then change the load or the SLO")
+        return {"decision": "revert", "value": baseline, "why": why, "gain": 0.0,
+                "slo_met_by": []}
+    if best.get("value") == baseline:
+        why = "the baseline is the fastest setting that meets the SLO and keeps quality"
+        return {"decision": "revert", "value": baseline, "why": why, "gain": 0.0,
+                "slo_met_by": [r["value"] for r in candidates]}
     gain = best["output_tok_s"] / base["output_tok_s"] - 1.0
     if gain < min_gain:
         return {"decision": "revert", "value": baseline, "gain": gain,
@@ -537,6 +637,14 @@ def verdict(
                         f"{kv['demand_tokens']:,} of {kv['kv_tokens']:,} tokens), so more KV "
                         "cannot explain the gain: measure again with the values in another "
                         "order (a new output_dir) before keeping it")}
+    gap = (spread or {}).get("gaps", {}).get(best["value"])
+    if gap is not None and abs(gap) >= min_gain:
+        return {"decision": "recheck", "value": baseline, "gain": gain, "candidate": best["value"],
+                "same_batch_gap": gap,
+                "why": (f"{best['value']!r} gave {gain:+.1%} output tok/s, but it already ran "
+                        f"{gap:+.1%} against the baseline before its KV cache filled, where the "
+                        "knob cannot act: the gain is within this machine's run-to-run spread; "
+                        "measure again (other order, repeats) before keeping it")}
     return {"decision": "keep", "value": best["value"], "gain": gain,
             "why": f"{gain:+.1%} output tok/s over baseline within the SLO"}
 

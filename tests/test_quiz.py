@@ -319,6 +319,16 @@ def check_generated(q: quiz.Question) -> None:
                                 prompt_tokens_bound=evalset.prompt_tokens_bound(items))
         assert q.answer == kv["demand_tokens"]
         assert ("does not bind" in q.explain["en"]) == (not kv["binding"])
+    elif g == "same_batch_spread":
+        from course_utils import llm_point
+
+        src = quiz._data(p, "run")
+        assert isinstance(src, Path)  # the recorded run is in the repo
+        spread = llm_point.same_batch_gap(src, llm_point.load_results(src / "results.jsonl"),
+                                          baseline=p["baseline"])
+        gap = spread["gaps"][p["candidate"]]
+        assert abs(gap) >= p["min_gain"]  # the right answer is "the run cannot judge it"
+        assert _keys(q) == {"spread"} and f"{gap:+.0%}" in q.explain["en"]
     elif g == "tpot_floor":
         assert q.answer == pytest.approx(capacity.tpot_floor_ms(
             p["model"], p["gpu"], batch=p.get("batch", 1)), abs=0.01)
@@ -660,9 +670,24 @@ def test_fallback_data_gives_the_recorded_answer(lesson: str) -> None:
                 isinstance(v, list) and any(map(recorded, v)) for v in p.values())):
             continue
         fallback = {k: ([c for c in v if not recorded(c)] if isinstance(v, list)
-                        and k in ("series", "bench", "log", "records") else v)
+                        and k in ("series", "bench", "log", "records", "run") else v)
                     for k, v in p.items() if k not in ("point", "results")}
         with_run, without = quiz.expand(entry), quiz.expand({**entry, "params": fallback})
         assert _keys(with_run) == _keys(without), entry["id"]
         checked += 1
     assert checked >= (6 if lesson == "slo-loop" else 0)
+
+
+def test_same_batch_spread_question_reads_the_recorded_run() -> None:
+    """h200-2026-11-29c/knobs: 0.94 generated 24.6 % less before either KV cache filled;
+    the inline fallback numbers give the same question and answer."""
+    q = next(q for q in quiz.load("knobs") if q.id == "same-batch-spread-lab01")
+    assert "h200-2026-11-29c" in q.prompt["en"] and "24,420 vs 18,415 tok/s" in q.prompt["en"]
+    assert "-25%" in q.explain["en"] and "-14%" in q.explain["en"]
+    ids = {c.key: c.id for c in q.choices}
+    assert quiz.grade(q, ids["spread"]).correct
+    assert not any(quiz.grade(q, ids[k]).correct for k in ("keep-base", "preempt", "no-bind"))
+    fallback = quiz.expand({"id": "s", "generator": "same_batch_spread",
+                            "params": {**q.params, "run": [q.params["run"][1]]}})
+    assert _keys(fallback) == _keys(q) == {"spread"}
+    assert fallback.explain == q.explain and "h200" not in fallback.prompt["en"]

@@ -55,6 +55,7 @@ __all__ = [
     "plot_latency_box",
     "plot_series",
     "plot_triple",
+    "plot_engine_stats",
     "repo_root",
     "measured_minutes",
     "device_calls",
@@ -724,6 +725,30 @@ def plot_series(samples: Sequence[Any], path: str | Path | None = None, title: s
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_engine_stats(spread: Mapping[str, Any], knob: str, path: str | Path | None = None
+                      ) -> Any:
+    """Lab 01: vLLM's 10 s engine stats of each point (``llm_point.same_batch_gap``):
+    generation tokens/s (solid) and KV cache usage (dashed) against time in the pass."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    ax2 = ax.twinx()
+    for i, (value, rows) in enumerate(sorted(spread.get("stats", {}).items(),
+                                             key=lambda kv: float(kv[0]))):
+        color = f"C{i}"
+        t = [r["t_s"] for r in rows]
+        ax.plot(t, [r["gen_tok_s"] for r in rows], "o-", color=color, ms=3,
+                label=f"{knob}={value}")
+        ax2.plot(t, [100 * r["kv_usage"] for r in rows], "--", color=color, lw=0.9)
+    ax.set_xlabel("seconds into the pass (vLLM's stats lines)")
+    ax.set_ylabel("generation tok/s")
+    ax2.set_ylabel("KV usage % (dashed)")
+    ax2.set_ylim(0, 105)
+    ax.set_title("engine stats: same batch until the KV cache fills")
+    ax.legend(fontsize=8, loc="lower left")
     ax.grid(alpha=0.3)
     return _save(fig, path)
 

@@ -144,21 +144,22 @@ def point_log(results_dir: str | Path, record: Mapping[str, Any]) -> Path | None
 
 def same_batch_gap(results_dir: str | Path, records: Sequence[Mapping[str, Any]], *,
                    baseline: Any) -> dict[str, Any] | None:
-    """Each ok point's kv_timeline, and its generation tokens/s before its KV cache filled
-    relative to the baseline's. Before the cache fills, every point runs the same batch at
+    """Each ok point's engine_stats and kv_timeline, and its generation tokens/s before its
+    KV cache filled relative to the baseline's. Before the cache fills, every point runs the same batch at
     the same context lengths, so a capacity knob cannot make a difference there: a gap is
     this machine's run-to-run spread. None without the baseline's engine stats."""
-    lines = {}
+    lines, stats = {}, {}
     for r in records:
         log = point_log(results_dir, r) if r.get("status") == "ok" else None
         if log is not None:
-            lines[r["value"]] = kv_timeline(engine_stats(log.read_text(errors="replace")))
+            stats[r["value"]] = engine_stats(log.read_text(errors="replace"))
+            lines[r["value"]] = kv_timeline(stats[r["value"]])
     base = (lines.get(baseline) or {}).get("gen_tok_s_before_full")
     if not base:
         return None
     gaps = {v: t["gen_tok_s_before_full"] / base - 1.0
             for v, t in lines.items() if v != baseline and t["gen_tok_s_before_full"]}
-    return {"timelines": lines, "gaps": gaps,
+    return {"timelines": lines, "stats": stats, "gaps": gaps,
             "max_abs_gap": max((abs(g) for g in gaps.values()), default=0.0)}
 
 

@@ -1113,6 +1113,75 @@ def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
                               f"{verdict['zh']}（course_utils.llm_point.kv_check）。"}}
 
 
+@generator("same_batch_spread")
+def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: run (a recorded lab 01 knobs folder, or inline {value: {tok_s,
+    gen_before_full, kv_full_at_s}}), baseline, candidate, min_gain. Answer: the gap before
+    the KV cache filled is larger than the effect, so the run cannot judge the knob."""
+    from course_utils import llm_point
+
+    src = _data(p, "run")
+    base, cand = p["baseline"], p["candidate"]
+    where = {"en": "", "zh": ""}
+    if isinstance(src, Path):
+        recs = llm_point.load_results(src / "results.jsonl")
+        spread = llm_point.same_batch_gap(src, recs, baseline=base)
+        if spread is None:
+            raise QuizError(f"same_batch_spread: no engine stats for {base!r} in {src}")
+        tok = {r["value"]: r["output_tok_s"] for r in recs if r.get("status") == "ok"}
+        pts = {v: {"tok_s": tok[v], "gen_before_full": t["gen_tok_s_before_full"],
+                   "kv_full_at_s": t["kv_full_at_s"]} for v, t in spread["timelines"].items()}
+        where = {"en": f" (the recorded run {src.parent.name})",
+                 "zh": f"（记录的运行 {src.parent.name}）"}
+    else:
+        pts = {float(k): dict(v) for k, v in src.items()}
+    b, c = pts[base], pts[cand]
+    overall = c["tok_s"] / b["tok_s"] - 1.0
+    gap = c["gen_before_full"] / b["gen_before_full"] - 1.0
+    gain = float(p.get("min_gain", 0.05))
+    first = min(b["kv_full_at_s"], c["kv_full_at_s"])
+    return {
+        "type": "single",
+        "prompt": {
+            "en": f"Lab 01{where['en']}: `gpu_memory_utilization` {base} vs {cand}, with the KV "
+                  f"cache binding at both (requests preempted once it filled). Output tok/s over "
+                  f"the pass: {_fmt(round(b['tok_s']))} vs {_fmt(round(c['tok_s']))} "
+                  f"({overall:+.0%}). vLLM's 10 s stats lines: in the first {first} s, before "
+                  f"either cache filled, both ran the same requests at the same lengths and "
+                  f"generated {_fmt(round(b['gen_before_full']))} vs "
+                  f"{_fmt(round(c['gen_before_full']))} tok/s. What do you conclude?",
+            "zh": f"实验 01{where['zh']}：`gpu_memory_utilization` {base} 对 {cand}，两边 KV cache "
+                  f"都成了瓶颈（填满后就有请求被抢占）。整轮输出 tok/s：{_fmt(round(b['tok_s']))} 对 "
+                  f"{_fmt(round(c['tok_s']))}（{overall:+.0%}）。vLLM 每 10 秒的统计行：前 {first} 秒、"
+                  f"两边 cache 都还没满时，跑的是同样的请求、同样的长度，生成速度是 "
+                  f"{_fmt(round(b['gen_before_full']))} 对 {_fmt(round(c['gen_before_full']))} tok/s。"
+                  "结论是什么？"},
+        "choices": _opts([
+            ({"en": f"The run cannot judge the knob: before the caches filled, where the knob "
+                    f"cannot act, the points already differ by {gap:+.0%}, more than the effect "
+                    f"being judged. Measure again (other order, repeats).",
+              "zh": f"这次运行判断不了这个旋钮：在旋钮使不上力的那一段（cache 填满之前），两个点已经差了 "
+                    f"{gap:+.0%}，比要判断的效应还大。换个顺序、多测几次再说。"}, True, "spread"),
+            ({"en": f"Keep {base}: the smaller KV pool is {-overall:.0%} faster.",
+              "zh": f"保留 {base}：KV 池小一些反而快 {-overall:.0%}。"}, False, "keep-base"),
+            ({"en": f"{cand} preempts more because its pool is larger, which explains the loss.",
+              "zh": f"{cand} 的池子更大，抢占更多，这解释了变慢。"}, False, "preempt"),
+            ({"en": "The KV cache did not bind, so the knob could not matter.",
+              "zh": "KV cache 没成为瓶颈，所以旋钮不可能起作用。"}, False, "no-bind"),
+        ]),
+        "explain": {
+            "en": f"Until a cache fills, every value of a capacity knob runs the same batch, so "
+                  f"a {gap:+.0%} gap there is this machine's run-to-run spread, not the knob. "
+                  f"It is larger than the {overall:+.0%} over the pass and than the {gain:.0%} "
+                  "min_gain, so no verdict on the knob survives it. Lab 01 turns a keep inside "
+                  "this spread into recheck (course_utils.llm_point.same_batch_gap).",
+            "zh": f"cache 填满之前，容量类旋钮的每个取值跑的都是同一批请求，所以那一段的 {gap:+.0%} 是这台机器"
+                  f"单次运行的波动，不是旋钮造成的。它比整轮的 {overall:+.0%}、也比 {gain:.0%} 的 min_gain "
+                  "都大，所以关于这个旋钮的任何结论都站不住。实验 01 会把落在这个波动之内的「保留」改判为 "
+                  "recheck（course_utils.llm_point.same_batch_gap）。"},
+    }
+
+
 @generator("kv_dtype_gain")
 def _g_kv_dtype_gain(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, kv_memory_gib. Answer: kv_tokens(fp8) / kv_tokens(auto)."""

@@ -609,7 +609,7 @@ def verdict(
 
     def meets(r: Mapping[str, Any]) -> tuple[bool, str]:
         if p99_latency_slo_s is not None and (r.get("latency_p99_s") or math.inf) > p99_latency_slo_s:
-            return False, f"p99 latency {r.get('latency_p99_s')} s > {p99_latency_slo_s} s"
+            return False, f"p99 latency {r.get('latency_p99_s') or math.inf:.1f} s > {p99_latency_slo_s:g} s"
         a, b = r.get("accuracy"), base.get("accuracy")
         if a is not None and b is not None and a < b - max_accuracy_drop:
             return False, f"accuracy {a:.1%} < baseline {b:.1%}"

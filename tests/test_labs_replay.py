@@ -430,6 +430,9 @@ def test_engine_stats_and_kv_timeline_read_vllm_0_26_lines() -> None:
     assert (t["kv_full_at_s"], t["gen_tok_s_before_full"]) == (20, 24000.0)
     assert (t["waiting_max"], t["running_max"], t["lines"]) == (300, 1024, 4)
     assert llm_point.kv_timeline(st[:2])["kv_full_at_s"] is None
+    wrap = _stats_log([(59, 55, 0.0, 1.0, 1, 0, 0, 1.0)] * 2).replace("11-29 13:59:55", "12-31 23:59:55", 1)
+    wrap = wrap.replace("11-29 13:59:55", "01-01 00:00:05")  # the log crosses new year
+    assert [s["t_s"] for s in llm_point.engine_stats(wrap)] == [0, 10]
     assert llm_point.kv_timeline([])["gen_tok_s_before_full"] is None
 
 

@@ -102,16 +102,18 @@ def engine_stats(text: str) -> list[dict[str, Any]]:
     waiting requests, preemptions in the interval (0 when the line has none) and KV cache
     usage (0-1)."""
     out: list[dict[str, Any]] = []
-    t0 = None
+    t0 = prev = None
     for line in text.splitlines():
         m = _STATS.search(line)
         st = _STAMP.search(line)
         if not m or not st:
             continue
-        mo, d, h, mi, se = (int(x) for x in st.groups())
-        t = (((mo * 31 + d) * 24 + h) * 60 + mi) * 60 + se  # monotonic within a month turn
-        t0 = t if t0 is None else t0
-        out.append({"t_s": t - t0, "prompt_tok_s": float(m.group(1)),
+        # the stamp has no year: a leap year parses 02-29; a step back is a new year
+        t = datetime(2000, *(int(x) for x in st.groups()), tzinfo=UTC).timestamp()
+        if prev is not None and t < prev:
+            t += 366 * 86400
+        t0, prev = (t if t0 is None else t0), t
+        out.append({"t_s": round(t - t0), "prompt_tok_s": float(m.group(1)),
                     "gen_tok_s": float(m.group(2)), "running": int(m.group(3)),
                     "waiting": int(m.group(4)), "preemptions": int(m.group(5) or 0),
                     "kv_usage": round(float(m.group(6)) / 100.0, 4)})
@@ -145,9 +147,9 @@ def point_log(results_dir: str | Path, record: Mapping[str, Any]) -> Path | None
 def same_batch_gap(results_dir: str | Path, records: Sequence[Mapping[str, Any]], *,
                    baseline: Any) -> dict[str, Any] | None:
     """Each ok point's engine_stats and kv_timeline, and its generation tokens/s before its
-    KV cache filled relative to the baseline's. Before the cache fills, every point runs the same batch at
-    the same context lengths, so a capacity knob cannot make a difference there: a gap is
-    this machine's run-to-run spread. None without the baseline's engine stats."""
+    KV cache filled relative to the baseline's. Before the cache fills, every point runs the
+    same batch at the same context lengths, so a capacity knob cannot make a difference
+    there: a gap is this machine's run-to-run spread. None without the baseline's stats."""
     lines, stats = {}, {}
     for r in records:
         log = point_log(results_dir, r) if r.get("status") == "ok" else None

@@ -177,16 +177,14 @@ def parse_sweep_log(text: str) -> dict[str, Any]:
     pending = 0  # JIT lines of this benchmark before its measured window
     jit_in = jit_out = jit_warm = 0
 
-    def close_bench() -> None:
+    def close_bench() -> None:  # settle the JIT lines seen before a main run, if any
         nonlocal jit_in, jit_warm, pending
-        if pending:
-            key = "jit_in_warmup" if measuring else "jit_in_benchmark"
-            if measuring:
-                jit_warm += pending
-            else:
-                jit_in += pending
-            if cur is not None:
-                cur[key] += pending
+        if measuring:
+            jit_warm += pending
+        else:
+            jit_in += pending
+        if cur is not None:
+            cur["jit_in_warmup" if measuring else "jit_in_benchmark"] += pending
         pending = 0
 
     for line in text.splitlines():
@@ -200,8 +198,7 @@ def parse_sweep_log(text: str) -> dict[str, Any]:
         # a marker may follow output that ended without a newline: search, not equality
         marks = MARKER.findall(msg)
         if "BEGIN SERVER" in marks:
-            if in_bench:
-                close_bench()
+            close_bench()
             cur = {"overrides": None, "start": t, "bench_start": None, "end": None,
                    "benchmarks_done": 0, "jit_in_benchmark": 0, "jit_in_warmup": 0,
                    "warmups_logged": []}
@@ -233,21 +230,20 @@ def parse_sweep_log(text: str) -> dict[str, Any]:
         if cur is not None and "END BENCHMARK" in marks:
             cur["benchmarks_done"] += 1
         if "END SERVER" in marks:
-            if in_bench:
-                close_bench()
+            close_bench()
             in_bench = False
             if cur is not None:
                 cur["end"] = t
                 cur = None
-    if in_bench:  # the log ended inside a benchmark (interrupted)
-        close_bench()
+    close_bench()  # a log that ends inside a benchmark (interrupted)
     for s in servers:
         s["ready_s"] = (None if s["bench_start"] is None
                         else round(s["bench_start"] - s["start"], 2))
         s["span_s"] = None if s["end"] is None else round(s["end"] - s["start"], 2)
     return {"server_starts": len(servers), "servers": servers,
             "jit_in_benchmark": jit_in, "jit_in_warmup": jit_warm,
-            "jit_outside_benchmark": jit_out, "log_span_s": None if first is None else round(last - first, 2)}
+            "jit_outside_benchmark": jit_out,
+            "log_span_s": None if first is None else round(last - first, 2)}
 
 
 def _add_call(timing_path: Path, log_text: str, call_wall_s: float, rc: int) -> dict[str, Any]:

@@ -41,7 +41,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from course_utils.capacity import BLOCK_SIZE
+from course_utils import knobs as knobs_mod
+from course_utils.capacity import BLOCK_SIZE, get_gpu
 from course_utils.proc import run_logged
 
 __all__ = [
@@ -63,6 +64,8 @@ __all__ = [
     "kv_timeline",
     "point_log",
     "same_batch_gap",
+    "speed_pass_seqs",
+    "judge",
 ]
 
 # measured: `LLM(...)` of a Qwen2.5-7B-shaped model, constructor to ready, on one H200
@@ -650,6 +653,36 @@ def verdict(
                         "measure again (other order, repeats) before keeping it")}
     return {"decision": "keep", "value": best["value"], "gain": gain,
             "why": f"{gain:+.1%} output tok/s over baseline within the SLO"}
+
+
+def speed_pass_seqs(base_knobs: Mapping[str, Any], gpu: str) -> int:
+    """The max_num_seqs an ``LLM(...)`` point runs its speed pass with: the sweep's own, else
+    vLLM 0.26.0's default for the LLM entry on that GPU."""
+    return int(base_knobs.get("max_num_seqs") or knobs_mod.default(
+        "max_num_seqs", gpu_memory_gib=get_gpu(gpu).memory_gib, entry="llm"))
+
+
+def judge(results_dir: str | Path, records: Sequence[Mapping[str, Any]],
+          params: Mapping[str, Any], *, prompt_tokens_bound: int | None = None
+          ) -> dict[str, Any]:
+    """Lab 01's keep-or-revert with its checks, from a sweep's records and parameters (the
+    lab's, or a run's params.json): for a capacity knob the engine-stats spread
+    (``same_batch_gap``) and, with ``capacity_check``, whether the KV cache bound
+    (``kv_check``); then ``verdict``. Returns baseline, max_num_seqs, kv, spread, verdict."""
+    values = params.get("values") or []
+    base = params.get("baseline")
+    base = values[0] if base is None and values else base
+    capacity_knob = knobs_mod.get(params["knob"]).group == "capacity"
+    check = bool(params.get("capacity_check", True)) and capacity_knob
+    seqs = speed_pass_seqs(params.get("base_knobs") or {}, params["gpu"])
+    kv = (kv_check(records, baseline=base, prompt_tokens_bound=prompt_tokens_bound,
+                   max_num_seqs=seqs) if check else None)
+    spread = same_batch_gap(results_dir, records, baseline=base) if capacity_knob else None
+    decision = verdict(records, baseline=base, p99_latency_slo_s=params.get("p99_latency_slo_s"),
+                       min_gain=params.get("min_gain", 0.05), kv=kv,
+                       spread=spread if check else None)
+    return {"baseline": base, "max_num_seqs": seqs, "kv": kv, "spread": spread,
+            "verdict": decision}
 
 
 if __name__ == "__main__":

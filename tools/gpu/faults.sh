@@ -29,8 +29,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 RUN=${1:-/tmp/labrun}
-[ -f tools/gpu/hostenv.sh ] && [ -d /tmp/site ] && source tools/gpu/hostenv.sh
-export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$ROOT/src" PYTHONUNBUFFERED=1
+source tools/gpu/hostenv.sh   # src/ on PYTHONPATH; the staged site on the GPU host
 export PY=${PY:-python3}
 export FAULTS_VLLM=${VLLM:-vllm} FAULTS_MODEL=${MODEL:-/tmp/model-qwen2.5-7b-dummy} \
   FAULTS_OUT="$RUN/faults" FAULTS_GPU_GIB=${GPU_GIB:-}

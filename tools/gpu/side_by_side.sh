@@ -21,10 +21,9 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 RUN=${1:-/tmp/labrun}
-[ -f tools/gpu/hostenv.sh ] && [ -d /tmp/site ] && source tools/gpu/hostenv.sh
-export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$ROOT/src" PYTHONUNBUFFERED=1
+source tools/gpu/hostenv.sh   # src/ on PYTHONPATH; the staged site on the GPU host
 # the sweep starts its servers with it too (server.py); needed for POST /reset_prefix_cache
-export VLLM_SERVER_DEV_MODE=1 HF_HUB_OFFLINE=1
+export VLLM_SERVER_DEV_MODE=1
 VLLM=${VLLM:-vllm}
 SERVE_VLLM=${SERVE_VLLM:-vllm}
 PY=${PY:-python3}

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.bench import BenchError, Workload, bench_args, run_bench, validity_issues, warmup
-from course_utils.server import VllmServer
-from course_utils.slo import SLO
+from course_utils.lab.bench import BenchError, Workload, bench_args, run_bench, validity_issues, warmup
+from course_utils.lab.server import VllmServer
+from course_utils.core.slo import SLO
 
 FAKES = Path(__file__).resolve().parent / "fakes"
 VLLM_SRC = Path("/work/vllm-src/src/vllm")

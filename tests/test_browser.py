@@ -75,7 +75,7 @@ def test_every_mermaid_block_became_svg(browser_run: dict[str, Any], lang: str,
 
 @pytest.mark.parametrize("lang", LANGS)
 def test_mermaid_from_a_code_cell_renders(browser_run: dict[str, Any], lang: str) -> None:
-    # slo-loop prints the decision tree via course_utils.diagnose.mermaid_html()
+    # slo-loop prints the decision tree via course_utils.core.diagnose.mermaid_html()
     res = _page(browser_run, _name(lang, "slo-loop"))
     assert res["evals"]["cell_mermaid_svgs"] >= 1
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import evalset
+from course_utils.core import evalset
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL = ROOT / "labs" / "data" / "small_eval.jsonl"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import labtools, llm_point
+from course_utils.lab import replay as labtools, offline as llm_point
 
 pm = pytest.importorskip("papermill")
 
@@ -481,7 +481,7 @@ def test_engine_init_times_reads_the_three_forms() -> None:
 
 
 def test_prompt_tokens_bound_covers_the_longest_chat_prompt() -> None:
-    from course_utils import evalset
+    from course_utils.core import evalset
 
     items = evalset.load_items(EVAL)
     longest = max(sum(len(m["content"].encode()) for m in evalset.messages(it)) for it in items)
@@ -501,7 +501,7 @@ def test_device_calls_reads_each_lab_call_of_the_recorded_runs() -> None:
 
 
 def test_model_shape_falls_back_to_the_config_the_run_saved(tmp_path: Path) -> None:
-    from course_utils import capacity
+    from course_utils.core import capacity
 
     folder = tmp_path / "model-x"
     folder.mkdir()
@@ -616,7 +616,7 @@ def test_real_slo_replay_flags_the_replayed_knee_rates(h200_replay: tuple[Path, 
 
 def test_real_slo_baseline_is_a_queue_and_rate_40_is_not(h200_replay: tuple[Path, Path, str]
                                                          ) -> None:
-    from course_utils import metrics
+    from course_utils.core import metrics
 
     rec, _, text = h200_replay
     points = {p["key"]: p for p in labtools.load_points_checked(rec)}
@@ -703,7 +703,7 @@ def c_replay(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]
 def test_real_slo_loop_keeps_an_improvement_and_stops(c_replay: tuple[Path, Path, str]) -> None:
     """Rate 45, start max_num_seqs 64: queue at the cap -> raise -> 256 kept (5.03 -> 42.69
     req/s of vLLM request goodput) -> nothing binds inside the SLO -> stop; replay agrees."""
-    from course_utils import metrics
+    from course_utils.core import metrics
 
     rec, out, text = c_replay
     steps = labtools.load_jsonl(rec / "tune.jsonl")

@@ -8,8 +8,8 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from course_utils import modelfolder
-from course_utils.modelfolder import SPECIAL_TOKENS, make_dummy_model_folder, stdlib_corpus
+from course_utils.lab import modelfolder
+from course_utils.lab.modelfolder import SPECIAL_TOKENS, make_dummy_model_folder, stdlib_corpus
 
 tokenizers = pytest.importorskip("tokenizers")
 FILES = {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import yaml
 
-from course_utils import capacity, diagnose, knobs, metrics, quiz, slo
+from course_utils.core import capacity, diagnose, knobs, metrics, slo
+from course_utils import quiz
 
 ROOT = Path(__file__).resolve().parents[1]
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -310,7 +311,8 @@ def check_generated(q: quiz.Question) -> None:
         if "concurrency" in facts:
             assert quiz.grade(q, facts["concurrency"]).correct
     elif g == "kv_binding":
-        from course_utils import evalset, llm_point
+        from course_utils.core import evalset
+        from course_utils.lab import offline as llm_point
 
         src = quiz._data(p, "records")
         recs = llm_point.load_results(src) if isinstance(src, Path) else list(src)
@@ -320,7 +322,7 @@ def check_generated(q: quiz.Question) -> None:
         assert q.answer == kv["demand_tokens"]
         assert ("does not bind" in q.explain["en"]) == (not kv["binding"])
     elif g == "same_batch_spread":
-        from course_utils import llm_point
+        from course_utils.lab import offline as llm_point
 
         src = quiz._data(p, "run")
         assert isinstance(src, Path)  # the recorded run is in the repo

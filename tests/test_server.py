@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.server import (
+from course_utils.lab.server import (
     ServerStartError,
     VllmServer,
     classify_failure,
@@ -242,7 +242,7 @@ def test_sigterm_to_python_stops_the_server(tmp_path: Path, fake_vllm: Path) -> 
 
     code = (
         "import sys,time\n"
-        "from course_utils.server import VllmServer\n"
+        "from course_utils.lab.server import VllmServer\n"
         f"s=VllmServer('fake-model', log_path=r'{tmp_path / 'serve.log'}', stop_timeout_s=5)\n"
         "with s:\n"
         "    print(s.pgid, flush=True)\n"
@@ -264,7 +264,7 @@ def test_killed_python_does_not_orphan_the_server(tmp_path: Path, fake_vllm: Pat
 
     code = (
         "import time\n"
-        "from course_utils.server import VllmServer\n"
+        "from course_utils.lab.server import VllmServer\n"
         f"s=VllmServer('fake-model', log_path=r'{tmp_path / 'serve.log'}')\n"
         "s.start()\n"
         "print(s.pgid, flush=True)\n"

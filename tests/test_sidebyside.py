@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import knobs
-from course_utils.bench import Workload
-from course_utils.sidebyside import (
+from course_utils.core import knobs
+from course_utils.lab.bench import Workload
+from course_utils.lab.sidebyside import (
     SideBySideError,
     bench_cmd_warmups,
     compare,
@@ -31,8 +31,8 @@ from course_utils.sidebyside import (
     sweep_bench_cmd,
     table_markdown,
 )
-from course_utils.slo import SLO
-from course_utils.sweep import load_points, sweep
+from course_utils.core.slo import SLO
+from course_utils.lab.sweep import load_points, sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm_sweep_fake"

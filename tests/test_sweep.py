@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import knobs
-from course_utils.bench import Workload
-from course_utils.server import group_pids
-from course_utils.slo import SLO
-from course_utils.sweep import (
+from course_utils.core import knobs
+from course_utils.lab.bench import Workload
+from course_utils.lab.server import group_pids
+from course_utils.core.slo import SLO
+from course_utils.lab.sweep import (
     _early_stop,
     add_cli,
     best_point,
@@ -331,11 +331,11 @@ def test_cli_sweep(tmp_path: Path, fake_vllm: Path, capsys: pytest.CaptureFixtur
 def test_real_vllm_sweep_point(tmp_path: Path) -> None:
     """The real path: `vllm serve` + `vllm bench serve` on a GPU, dummy weights.
 
-    COURSE_GPU_MODEL: a model folder (course_utils.modelfolder) or HF id available offline.
+    COURSE_GPU_MODEL: a model folder (course_utils.lab.modelfolder) or HF id available offline.
     """
     import os
 
-    from course_utils.server import gpu_memory_used_mib
+    from course_utils.lab.server import gpu_memory_used_mib
 
     model = os.environ.get("COURSE_GPU_MODEL")
     assert model, "set COURSE_GPU_MODEL to a model folder for the GPU tests"
@@ -393,7 +393,7 @@ def _flag(argv: list[str], name: str) -> str:
 
 def test_knee_scan_sends_fresh_prompts_at_every_rate(tmp_path: Path, fake_vllm: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from course_utils import labtools
+    from course_utils.lab import replay as labtools
 
     log = tmp_path / "bench-argv.jsonl"
     monkeypatch.setenv("FAKE_VLLM_BENCH_ARGV", str(log))
@@ -413,7 +413,7 @@ def test_knee_scan_sends_fresh_prompts_at_every_rate(tmp_path: Path, fake_vllm: 
 def test_a_replayed_knee_rate_is_flagged_and_ignored(tmp_path: Path, fake_vllm: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The H200 bug, reproduced: one seed for every rate on one server."""
-    from course_utils import labtools
+    from course_utils.lab import replay as labtools
 
     log = tmp_path / "bench-argv.jsonl"
     monkeypatch.setenv("FAKE_VLLM_BENCH_ARGV", str(log))
@@ -444,8 +444,8 @@ def test_a_replayed_knee_rate_is_flagged_and_ignored(tmp_path: Path, fake_vllm: 
 
 
 def test_prefix_cache_check_needs_no_shared_prefix(tmp_path: Path) -> None:
-    from course_utils.bench import prefix_cache_hit_rate, prefix_cache_issue, validity_issues
-    from course_utils.metrics import Snapshot
+    from course_utils.lab.bench import prefix_cache_hit_rate, prefix_cache_issue, validity_issues
+    from course_utils.core.metrics import Snapshot
 
     def snap(t: float, q: float, h: float) -> Snapshot:
         return Snapshot(t=t, values={"vllm:prefix_cache_queries": q, "vllm:prefix_cache_hits": h})

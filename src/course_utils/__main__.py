@@ -13,7 +13,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from course_utils import capacity, diagnose, knobs, metrics, slo
+from course_utils import quiz
+from course_utils.core import capacity, diagnose, knobs, metrics, slo
+from course_utils.lab import sweep as sweep_cli
 
 EXIT_BAD_INPUT = 2
 
@@ -171,13 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--mermaid", action="store_true", help="print the tree as Mermaid")
     d.set_defaults(func=cmd_diagnose)
 
-    for modname in ("sweep", "quiz"):
-        try:
-            mod = __import__(f"course_utils.{modname}", fromlist=["add_cli"])
-        except ImportError:
-            continue
-        if hasattr(mod, "add_cli"):
-            mod.add_cli(sub)
+    sweep_cli.add_cli(sub)
+    quiz.add_cli(sub)
     return p
 
 

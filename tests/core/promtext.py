@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from course_utils import metrics as m
+from course_utils.core import metrics as m
 
 # Bucket bounds as loggers.py uses for request-phase histograms (a subset is enough here).
 BUCKETS = (0.01, 0.05, 0.1, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0)

@@ -1,6 +1,6 @@
 import pytest
 
-from course_utils import capacity
+from course_utils.core import capacity
 
 
 def test_reproduces_vllm_h200_log():

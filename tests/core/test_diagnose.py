@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from course_utils import diagnose, knobs, slo
+from course_utils.core import diagnose, knobs, slo
 from tests.core.benchjson import make_result
 from tests.core.promtext import series
 

@@ -1,6 +1,6 @@
 import pytest
 
-from course_utils import knobs
+from course_utils.core import knobs
 
 
 def test_defaults_users_get_in_0_26_0():

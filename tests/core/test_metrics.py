@@ -3,7 +3,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from course_utils import metrics as m
+from course_utils.core import metrics as m
 from tests.core.promtext import FakeEngineMetrics, series
 
 

@@ -2,7 +2,7 @@ import os
 import sys
 import time
 
-from course_utils.proc import run_logged
+from course_utils.lab.proc import run_logged
 
 
 def _alive(pid: int) -> bool:

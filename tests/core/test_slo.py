@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from course_utils import slo
+from course_utils.core import slo
 from tests.core.benchjson import make_result
 
 

@@ -16,7 +16,7 @@ F="$RUN/environment"
   python3 - <<'PY'
 import json, platform, sys
 sys.path.insert(0, "src")
-from course_utils import labtools
+from course_utils.lab import replay as labtools
 env = labtools.environment()
 print(json.dumps(env, indent=1))
 PY
@@ -25,7 +25,7 @@ PY
     | grep -iE '^(vllm|torch|transformers|tokenizers|xformers|triton|papermill|ipykernel|numpy) ' || true
   echo "## note"
   echo "Weights: load_format=dummy (random weights on the Qwen2.5-7B-Instruct config.json"
-  echo "shipped in course_utils, tokenizer from course_utils.modelfolder): speed, memory and"
+  echo "shipped in course_utils, tokenizer from course_utils.lab.modelfolder): speed, memory and"
   echo "KV-cache size are real; generated text and accuracy are not measured."
   for p in "$RUN"/*/params.json; do
     [ -f "$p" ] && { echo "## parameters: $p"; cat "$p"; echo; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 6 faults on the real server, one device call (~4-5 min on the H200):
 #   bash tools/gpu/faults.sh [RUN_DIR]        (on the GPU host; RUN_DIR default /tmp/labrun)
-# One faults run, one RUN_DIR/faults/points.jsonl, written by course_utils.sweep.sweep():
+# One faults run, one RUN_DIR/faults/points.jsonl, written by course_utils.lab.sweep.sweep():
 #  0. the invalid combination max_num_batched_tokens 128 < max_num_seqs 256 with the default
 #     prevalidate=True: knobs.validate rejects it before any server starts (no GPU time);
 #  1. the same combination with prevalidate=False: vLLM starts and fails with its own
@@ -12,7 +12,7 @@
 #     - 0.08: 0.08 x 139.8 GiB (torch's total on the H200, serve.log) = 11.2 GiB < 14.29 GiB
 #       of weights: "No available memory for the cache blocks" (v1/core/kv_cache_utils.py);
 #     - 0.118: 16.50 GiB - 14.29 weights - 1.35 activation peak and non-torch memory (both
-#       logged at 0.92 on 2026-11-29) = ~0.85 GiB of KV (course_utils.capacity.fit with
+#       logged at 0.92 on 2026-11-29) = ~0.85 GiB of KV (course_utils.core.capacity.fit with
 #       those numbers: 15,936 tokens), positive but < the 1.75 GiB one 32,768-token request
 #       needs: "To serve at least one request with the model's max seq len (32768) ...";
 #     - 0.9: starts and is benched: the sweep went on after the failures.
@@ -41,10 +41,10 @@ run_py() {  # $1 = what to run: all | memory
 import json, os, shlex, time
 from pathlib import Path
 
-from course_utils import knobs
-from course_utils.bench import Workload
-from course_utils.slo import SLO
-from course_utils.sweep import load_points, sweep
+from course_utils.core import knobs
+from course_utils.lab.bench import Workload
+from course_utils.core.slo import SLO
+from course_utils.lab.sweep import load_points, sweep
 
 env = os.environ
 out = Path(env["FAULTS_OUT"])

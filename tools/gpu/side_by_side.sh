@@ -42,18 +42,18 @@ EXP=grid
 mkdir -p "$SBS"
 
 # one port for the whole sweep: each combo's server is SIGKILLed before the next starts
-PORT=$($PY -c 'from course_utils.server import free_port; print(free_port())')
-$PY -m course_utils.sidebyside params --knob max_num_seqs --values "$GRID" \
+PORT=$($PY -c 'from course_utils.lab.server import free_port; print(free_port())')
+$PY -m course_utils.lab.sidebyside params --knob max_num_seqs --values "$GRID" \
   --gpu-memory-gib "$GPU_GIB" "$SBS/serve_params.json" || exit 2
 # lab 02's workload (labs/02_slo_loop.ipynb via run_lab.sh slo): 512 in / 128 out, seed 0,
 # --ignore-eos, --goodput from the SLO, --save-detailed; without the flags the sweep appends.
 # Warm-up like ours, close but not identical: vLLM 0.26.0 (vllm/benchmarks/serve.py
 # benchmark()) sends WARMUPS copies of the first dataset request (512 in / 128 out, server
 # sampling defaults) concurrently, prints "Warming up with N requests...", then starts the
-# clock; our harness (course_utils.bench.warmup) sends 8 concurrent distinct ~512-token
+# clock; our harness (course_utils.lab.bench.warmup) sends 8 concurrent distinct ~512-token
 # completions with max_tokens 16. The sweep passes --num-warmups through untouched
 # (vllm/benchmarks/sweep/serve.py run_benchmark only appends its result flags).
-BENCH_CMD=$($PY -m course_utils.sidebyside bench-cmd --model "$MODEL" \
+BENCH_CMD=$($PY -m course_utils.lab.sidebyside bench-cmd --model "$MODEL" \
   --base-url "http://127.0.0.1:$PORT" --vllm-cmd "$VLLM" --rate "$RATE" \
   --num-prompts "$PROMPTS" --input-len 512 --output-len 128 --seed 0 --slo "$SLO_SPEC" \
   --num-warmups "$WARMUPS") || exit 2
@@ -72,14 +72,14 @@ N=$(( $(ls "$SBS"/sweep-*.log 2>/dev/null | wc -l) + 1 ))
 LOG="$SBS/sweep-$N.log"
 echo "$(date -u +%FT%TZ) $ $(printf '%q ' "${CMD[@]}")" | tee -a "$RUN/commands.log" "$SBS/commands.log"
 t0=$EPOCHREALTIME
-# every line stamped with its Unix time: course_utils.sidebyside.parse_sweep_log reads the
+# every line stamped with its Unix time: course_utils.lab.sidebyside.parse_sweep_log reads the
 # [BEGIN SERVER] / [BEGIN BENCHMARK] / [END SERVER] markers of vllm/benchmarks/sweep/serve.py
 timeout --signal=INT --kill-after=30 "$LIMIT" "${CMD[@]}" 2>&1 \
   | while IFS= read -r line || [ -n "$line" ]; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done > "$LOG"
 rc=${PIPESTATUS[0]}
 wall=$($PY -c "print(round($EPOCHREALTIME - $t0, 2))")
 echo "$(date -u +%FT%TZ) side_by_side call $N rc=$rc wall=${wall}s" | tee -a "$RUN/commands.log" "$SBS/commands.log"
-$PY -m course_utils.sidebyside timing "$LOG" "$SBS/timing.json" --call-wall-s "$wall" --rc "$rc"
+$PY -m course_utils.lab.sidebyside timing "$LOG" "$SBS/timing.json" --call-wall-s "$wall" --rc "$rc"
 # (a marker may be glued to output without a newline; warm-up and JIT lines: compare.md)
 grep -E "^[0-9.]+ (.*\[(BEGIN|END|SKIPPED) [A-Z]+\]|Server overrides|Warming up with|Experiment has been saved|RuntimeError|.*Error|.*JIT compilation during inference)" "$LOG" | tail -40
 done_runs=$(ls "$OUTDIR/$EXP"/SERVE-*/run=0.json 2>/dev/null | wc -l)
@@ -89,13 +89,13 @@ if [ "$rc" -ne 0 ]; then
 fi
 command -v nvidia-smi >/dev/null && bash tools/gpu/cleanup_gpu.sh
 if [ -s "$RUN/slo/tune.jsonl" ] && [ "$done_runs" -gt 0 ]; then
-  $PY -m course_utils.sidebyside compare "$OUTDIR" "$RUN/slo" --slo "$SLO_SPEC" \
+  $PY -m course_utils.lab.sidebyside compare "$OUTDIR" "$RUN/slo" --slo "$SLO_SPEC" \
     --timing "$SBS/timing.json" --bench-cmd "$SBS/bench_cmd.txt" --json "$SBS/compare.json" \
     | tee "$SBS/compare.md"
 fi
 if [ -n "${OUT:-}" ]; then  # small files only (run JSONs keep --save-detailed lists: shrunk)
   mkdir -p "$OUT/labrun"
   $PY tools/gpu/collect.py "$SBS" "$OUT/labrun/sidebyside"
-  $PY -m course_utils.sidebyside shrink "$OUT/labrun/sidebyside"
+  $PY -m course_utils.lab.sidebyside shrink "$OUT/labrun/sidebyside"
 fi
 exit "$rc"

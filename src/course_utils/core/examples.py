@@ -17,8 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from course_utils.metrics import Snapshot, load_series
-from course_utils.slo import SLO, BenchResult
+from course_utils.core.metrics import Snapshot, load_series
+from course_utils.core.slo import SLO, BenchResult
 
 NAMES = ("queue_cap", "prefill", "comfortable")
 

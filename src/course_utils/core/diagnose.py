@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from course_utils import knobs as knobs_mod
-from course_utils.metrics import LoadSummary, Snapshot, summarize
-from course_utils.slo import SLO, BenchResult
+from course_utils.core import knobs as knobs_mod
+from course_utils.core.metrics import LoadSummary, Snapshot, summarize
+from course_utils.core.slo import SLO, BenchResult
 
 Constraint = Literal["queue", "prefill", "decode", "kv", "none"]
 

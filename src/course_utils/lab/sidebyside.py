@@ -2,7 +2,7 @@
 
 Same model, knob grid and workload on both sides; per tool: server restarts, GPU minutes
 (wall), the best config and its goodput under both scores (vLLM's per-request
-`request_goodput` and lesson 000's p99 gate, course_utils.slo), and the ratios ours/vLLM.
+`request_goodput` and lesson 000's p99 gate, course_utils.core.slo), and the ratios ours/vLLM.
 
 vLLM 0.26.0 facts (vllm/benchmarks/sweep/):
 - serve.py: `vllm bench sweep serve --serve-cmd STR --bench-cmd STR --serve-params JSON
@@ -32,7 +32,7 @@ Warm-up (why compare() reports it): vllm/benchmarks/serve.py `benchmark()` sends
 its output_len, the same sampling params) concurrently after "Warming up with N
 requests..." and before `benchmark_start_time`; the ready check is off by default
 (`--ready-check-timeout-sec 0`: "Skipping endpoint ready check."). Our harness
-(course_utils.bench.warmup from sweep.run_point, `warmup_prompts=8`) sends 8 concurrent
+(course_utils.lab.bench.warmup from sweep.run_point, `warmup_prompts=8`) sends 8 concurrent
 completions of distinct ~input_len-token prompts with max_tokens 16. Close, not identical:
 both leave sampling to the server (0.26.0's bench no longer sends temperature 0, serve.py
 ~line 2076), so both reach the same sampler kernels; vLLM's copies of request 0 also put
@@ -42,11 +42,11 @@ warm-up the first measured requests pay one-time Triton JIT compiles, which vLLM
 (vllm/utils/jit_monitor.py `_handle_jit_event`, once per kernel per process).
 
 CLI (used by tools/gpu/side_by_side.sh):
-    python -m course_utils.sidebyside params --knob max_num_seqs --values 64,128 OUT.json
-    python -m course_utils.sidebyside bench-cmd --model M --base-url U --rate 45 ...
+    python -m course_utils.lab.sidebyside params --knob max_num_seqs --values 64,128 OUT.json
+    python -m course_utils.lab.sidebyside bench-cmd --model M --base-url U --rate 45 ...
         [--num-warmups 8]
-    python -m course_utils.sidebyside timing LOG [--call-wall-s S --rc RC] TIMING.json
-    python -m course_utils.sidebyside compare VLLM_SWEEP_DIR TUNE_DIR --slo "ttft:300 tpot:50"
+    python -m course_utils.lab.sidebyside timing LOG [--call-wall-s S --rc RC] TIMING.json
+    python -m course_utils.lab.sidebyside compare VLLM_SWEEP_DIR TUNE_DIR --slo "ttft:300 tpot:50"
         [--timing TIMING.json] [--bench-cmd bench_cmd.txt] [--json OUT.json]
 """
 
@@ -63,10 +63,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from course_utils import knobs as knobs_mod
-from course_utils.bench import Workload, bench_args
-from course_utils.llm_point import engine_init_times
-from course_utils.slo import SLO, BenchResult, BenchResultError, score
+from course_utils.core import knobs as knobs_mod
+from course_utils.lab.bench import Workload, bench_args
+from course_utils.lab.offline import engine_init_times
+from course_utils.core.slo import SLO, BenchResult, BenchResultError, score
 
 __all__ = [
     "SideBySideError",
@@ -119,7 +119,7 @@ def serve_params(knob: str, values: Sequence[Any], *, base: Mapping[str, Any] | 
     default for this GPU size) brings max_num_batched_tokens = max_num_seqs along (and the
     other way round when max_num_batched_tokens is the swept knob). Keys use "_" (the
     spelling param_sweep.py prefers in JSON); `base` knobs belong in the serve command."""
-    from course_utils.sweep import couple_knobs
+    from course_utils.lab.sweep import couple_knobs
 
     name = knobs_mod.get(knob).name
     out = []
@@ -137,7 +137,7 @@ def serve_params(knob: str, values: Sequence[Any], *, base: Mapping[str, Any] | 
 def sweep_bench_cmd(model: str, workload: Workload, slo: SLO | None, *, base_url: str,
                     tokenizer: str | None = None, vllm_cmd: Sequence[str] = ("vllm",),
                     num_warmups: int = 0) -> list[str]:
-    """course_utils.bench.bench_args without the flags the sweep appends itself."""
+    """course_utils.lab.bench.bench_args without the flags the sweep appends itself."""
     argv = bench_args(base_url, model, workload, slo, tokenizer=tokenizer, vllm_cmd=vllm_cmd,
                       num_warmups=num_warmups)
     out: list[str] = []
@@ -392,7 +392,7 @@ def load_tune_dir(path: str | Path, slo: SLO) -> dict[str, Any]:
     summary of tune.jsonl. Points are re-scored from their bench.json when present, else
     from the scores recorded in the point. Also the warm-up count and the JIT compiles
     logged while measuring (serve.log / bench.log of each point, when present)."""
-    from course_utils.sweep import POINTS_FILE, TUNE_FILE, load_points
+    from course_utils.lab.sweep import POINTS_FILE, TUNE_FILE, load_points
 
     d = Path(path)
     if not (d / POINTS_FILE).is_file() or not (d / TUNE_FILE).is_file():
@@ -569,16 +569,16 @@ def _find_sweep_logs(dirs: Sequence[Path]) -> list[Path]:
 
 
 def our_warmup_default() -> int:
-    """Our harness's warm-up count (course_utils.bench.WARMUP_PROMPTS: the `warmup_prompts`
-    default of sweep/tune; run_point calls course_utils.bench.warmup with it)."""
-    from course_utils.bench import WARMUP_PROMPTS
+    """Our harness's warm-up count (course_utils.lab.bench.WARMUP_PROMPTS: the `warmup_prompts`
+    default of sweep/tune; run_point calls course_utils.lab.bench.warmup with it)."""
+    from course_utils.lab.bench import WARMUP_PROMPTS
 
     return WARMUP_PROMPTS
 
 
 def _our_warmups(d: Path, points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """warmup_prompts as recorded by the run (params.json, else every point), else the
-    default of course_utils.sweep.tune, labelled as such."""
+    default of course_utils.lab.sweep.tune, labelled as such."""
     pj = d / "params.json"
     if pj.is_file():
         try:
@@ -837,7 +837,7 @@ def table_markdown(cmp: Mapping[str, Any]) -> str:
 
 
 def _values(s: str) -> list[Any]:
-    from course_utils.sweep import _parse_values
+    from course_utils.lab.sweep import _parse_values
 
     return _parse_values(s)
 
@@ -850,7 +850,7 @@ def _non_negative(s: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m course_utils.sidebyside",
+    ap = argparse.ArgumentParser(prog="python -m course_utils.lab.sidebyside",
                                  description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("params", help="write --serve-params JSON for a one-knob grid")

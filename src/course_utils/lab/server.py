@@ -334,7 +334,7 @@ class VllmServer:
 
     # ---- command lines ---------------------------------------------------------------
     def knob_args(self) -> list[str]:
-        from course_utils import knobs as _knobs
+        from course_utils.core import knobs as _knobs
 
         if not self.knobs:
             return []

@@ -233,7 +233,7 @@ def request_goodput(result: BenchResult, slo: SLO) -> float | None:
 
 
 def _same_goodput_targets(result: BenchResult, slo: SLO) -> bool:
-    recorded = result.raw.get("goodput_slo")  # written by course_utils.bench next to vLLM's keys
+    recorded = result.raw.get("goodput_slo")  # written by course_utils.lab.bench next to vLLM's keys
     if recorded is None:
         return True
     want = {k: float(v) for k, v in slo.targets().items() if k in VLLM_GOODPUT_KEYS}

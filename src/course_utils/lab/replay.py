@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from course_utils.bench import WARMUP_PROMPTS
+from course_utils.lab.bench import WARMUP_PROMPTS
 
 __all__ = [
     "BATCH1_FILE",
@@ -82,7 +82,7 @@ def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 def _append(path: Path, rec: Mapping[str, Any]) -> None:
-    from course_utils.sweep import _append_jsonl  # one writer for all lab JSONL
+    from course_utils.lab.sweep import _append_jsonl  # one writer for all lab JSONL
 
     _append_jsonl(path, rec)
 
@@ -128,19 +128,19 @@ def knee_scan(
     """
     from dataclasses import replace
 
-    from course_utils import knobs as knobs_mod
-    from course_utils.bench import (
+    from course_utils.core import knobs as knobs_mod
+    from course_utils.lab.bench import (
         BenchError,
         prefix_cache_hit_rate,
         run_bench,
         validity_issues,
         warmup,
     )
-    from course_utils.diagnose import diagnose
-    from course_utils.metrics import MetricsSampler, summarize
-    from course_utils.server import ServerStartError, VllmServer
-    from course_utils.server import gpu_memory_gib as _gpu_gib
-    from course_utils.slo import score
+    from course_utils.core.diagnose import diagnose
+    from course_utils.core.metrics import MetricsSampler, summarize
+    from course_utils.lab.server import ServerStartError, VllmServer
+    from course_utils.lab.server import gpu_memory_gib as _gpu_gib
+    from course_utils.core.slo import score
 
     out = Path(out_dir)
     kdir = out / "knee"
@@ -254,8 +254,8 @@ def knee_seed(seed: int, rates: Sequence[float], rate: float) -> int:
 def _recheck(rec: dict[str, Any], metrics_path: Path) -> dict[str, Any]:
     """``rec`` with ``valid``/``validity_issues``/``prefix_cache_hit_rate`` re-derived: the
     recorded issues plus the prefix-cache replay check computed from the recorded series."""
-    from course_utils.bench import Workload, prefix_cache_hit_rate, prefix_cache_issue
-    from course_utils.metrics import load_series
+    from course_utils.lab.bench import Workload, prefix_cache_hit_rate, prefix_cache_issue
+    from course_utils.core.metrics import load_series
 
     out = dict(rec)
     if out.get("status") != "ok":
@@ -287,7 +287,7 @@ def load_knee(results_dir: str | Path, rates: Sequence[float] | None = None
 
 def load_points_checked(results_dir: str | Path) -> list[dict[str, Any]]:
     """points.jsonl records, validity re-checked from each point's recorded series."""
-    from course_utils.sweep import load_points
+    from course_utils.lab.sweep import load_points
 
     d = Path(results_dir)
     return [_recheck(p, point_files(d, p)["metrics"]) for p in load_points(d)]
@@ -379,14 +379,14 @@ MODEL_CONFIG_FILE = "model_config.json"
 
 def model_shape(model: str, results_dir: str | Path | None = None,
                 resolve: Callable[[str], Path] = Path, save: bool = False) -> Any:
-    """The model's shape (course_utils.capacity) for a lab's memory arithmetic.
+    """The model's shape (course_utils.core.capacity) for a lab's memory arithmetic.
 
     ``model`` is a local folder (``resolve`` turns a parameter into a path), a shipped
     config name or HF id ending in one (``Qwen/Qwen2.5-7B-Instruct-AWQ``), or, on replay of
     a run whose model folder stayed on the GPU host, the ``model_config.json`` the run saved
     in ``results_dir``. ``save=True`` (a GPU run) copies a local folder's config.json there.
     """
-    from course_utils import capacity
+    from course_utils.core import capacity
 
     local = resolve(model)
     saved = Path(results_dir) / MODEL_CONFIG_FILE if results_dir is not None else None
@@ -447,7 +447,7 @@ def replay_tune(results_dir: str | Path, plateau: float = 0.02,
     there and says so in ``diverged``. Returns {"objective", "plateau", "knobs", "score",
     "gate_goodput", "request_goodput", "diagnosis", "next_knob", "diverged", "steps"}.
     """
-    from course_utils.sweep import choose, next_knob, objective_value
+    from course_utils.lab.sweep import choose, next_knob, objective_value
 
     d = Path(results_dir)
     points = load_points_checked(d)
@@ -702,7 +702,7 @@ def plot_latency_box(points: Sequence[Mapping[str, Any]], knob: str, slo: Any,
 
 def plot_series(samples: Sequence[Any], path: str | Path | None = None, title: str = "") -> Any:
     """The /metrics series sampled during a load: waiting, running, KV usage."""
-    from course_utils import metrics as m
+    from course_utils.core import metrics as m
 
     plt = _plt()
     if not samples:

@@ -94,7 +94,7 @@ def messages(item: Item) -> list[dict[str, str]]:
     return [{"role": "system", "content": system}, {"role": "user", "content": item.question}]
 
 
-# ChatML (Qwen2.5's chat template, and the one course_utils.modelfolder writes) wraps each
+# ChatML (Qwen2.5's chat template, and the one course_utils.lab.modelfolder writes) wraps each
 # message in <|im_start|>role\n ... <|im_end|>\n and appends <|im_start|>assistant\n: under
 # 10 tokens per message plus the header. 64 is a wide margin for two messages.
 CHAT_OVERHEAD_TOKENS = 64
@@ -103,7 +103,7 @@ CHAT_OVERHEAD_TOKENS = 64
 def prompt_tokens_bound(items: Sequence[Item]) -> int:
     """An upper bound on the prompt tokens of any item's chat request, with no tokenizer.
 
-    A byte-level BPE tokenizer (Qwen2.5's, and the one course_utils.modelfolder trains)
+    A byte-level BPE tokenizer (Qwen2.5's, and the one course_utils.lab.modelfolder trains)
     spends at most one token per UTF-8 byte of ordinary text, so the message bytes plus
     CHAT_OVERHEAD_TOKENS bound the prompt. Lab 01 records the exact count from vLLM
     (``prompt_tokens_max``); this bound serves runs recorded before it did.

@@ -32,7 +32,7 @@ LESSONS = ("knobs", "slo-loop")
 LANGS: tuple[Lang, ...] = ("zh", "en")
 TYPES = ("single", "multiple", "numeric")
 
-PKG_DIR = Path(__file__).resolve().parent
+PKG_DIR = Path(__file__).resolve().parents[1]  # the course_utils package
 QUIZ_DIR = PKG_DIR / "data" / "quizzes"
 REPO_ROOT = PKG_DIR.parents[1]  # src/course_utils -> repo root (editable install)
 # quiz.js / quiz.css: package data if shipped there, else the book's static dir.
@@ -698,7 +698,7 @@ def _knob_text(k: Any, move: bool = True) -> dict[str, str]:
 
 def _knob_choices(names: Sequence[str] | None, correct: set[str],
                   move: bool = True) -> list[dict[str, Any]]:
-    from course_utils import knobs
+    from course_utils.core import knobs
 
     ks = [knobs.get(n) for n in names] if names else list(knobs.KNOBS.values())
     return _opts([(_knob_text(k, move), k.name in correct, k.name) for k in ks])
@@ -715,7 +715,7 @@ def slo_text(s: Any, lang: str) -> str:
 @generator("knob_direction")
 def _g_knob_direction(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: knob, axis (throughput|ttft|itl). Answer: the Effect in knobs.KNOBS."""
-    from course_utils import knobs
+    from course_utils.core import knobs
 
     k = knobs.get(p["knob"])
     axis = p["axis"]
@@ -742,7 +742,7 @@ def _g_knob_direction(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("knob_recommend")
 def _g_knob_recommend(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: goal (throughput|ttft|itl|capacity), knobs (optional subset, in order)."""
-    from course_utils import knobs
+    from course_utils.core import knobs
 
     goal = p["goal"]
     good = [k.name for k in knobs.recommend(goal)]
@@ -769,7 +769,7 @@ def _g_knob_recommend(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("knob_free_wins")
 def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: knobs (optional subset). Answer: knobs.free_wins()."""
-    from course_utils import knobs
+    from course_utils.core import knobs
 
     wins = knobs.free_wins()
     choices = _knob_choices(p.get("knobs"), {k.name for k in wins})
@@ -789,13 +789,13 @@ def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("knob_default")
 def _g_knob_default(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: knob, gpu_memory_gib (24), entry (serve|llm), gpu_name. Answer: knobs.default."""
-    from course_utils import knobs
+    from course_utils.core import knobs
 
     k = knobs.get(p["knob"])
     gib = float(p.get("gpu_memory_gib", 24.0))
     gpu = p.get("gpu_name", "")
     if "gpu" in p:  # a capacity.GPUS key: its nvidia-smi memory and name
-        from course_utils import capacity
+        from course_utils.core import capacity
 
         g = capacity.get_gpu(p["gpu"])
         gib, gpu = g.memory_gib, g.name
@@ -829,7 +829,7 @@ def _g_knob_default(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("knob_config")
 def _g_knob_config(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: knob. Answer: the config dataclass in Knob.config."""
-    from course_utils import knobs
+    from course_utils.core import knobs
 
     def cls(k: Any) -> str:
         return re.match(r"\w+", k.config).group(0)  # type: ignore[union-attr]
@@ -858,7 +858,7 @@ def _g_knob_config(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("knob_constraint")
 def _g_knob_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: constraint, knobs (optional subset). Answer: knobs.for_constraint()."""
-    from course_utils import knobs
+    from course_utils.core import knobs
 
     c = p["constraint"]
     pairs = knobs.for_constraint(c)
@@ -881,7 +881,7 @@ def _g_knob_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("knob_validate")
 def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: values (knob -> value), gpu_memory_gib. Answer: knobs.validate() accepts?"""
-    from course_utils import knobs
+    from course_utils.core import knobs
 
     values = dict(p["values"])
     gib = p.get("gpu_memory_gib")
@@ -960,7 +960,7 @@ def _logged(p: Mapping[str, Any]) -> tuple[dict[str, float], bool]:
 
 
 def _model(p: Mapping[str, Any]) -> Any:
-    from course_utils import capacity
+    from course_utils.core import capacity
 
     return capacity.load_model(p.get("model", "qwen2.5-7b-instruct"))
 
@@ -998,7 +998,7 @@ def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, kv_memory_gib | log, kv_dtype, rel_tol, logged_tokens.
     Answer: ModelShape.kv_tokens of the KV memory (read from a recorded server log if
     ``log`` is found)."""
-    from course_utils import capacity
+    from course_utils.core import capacity
 
     m, dt = _model(p), _kv_dtype(p)
     facts, from_log = _logged(p)
@@ -1062,7 +1062,8 @@ def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
 def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: records (a lab 01 results.jsonl, recorded; or inline records), baseline,
     eval_set, max_num_seqs. Answer: llm_point.kv_check's demand_tokens for the baseline."""
-    from course_utils import capacity, evalset, llm_point
+    from course_utils.core import capacity, evalset
+    from course_utils.lab import offline as llm_point
 
     src = _data(p, "records")
     records = (llm_point.load_results(src) if isinstance(src, Path)
@@ -1106,11 +1107,11 @@ def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
             "explain": {"en": f"{at} x ceil(({kv['prompt_tokens']} + {out_tokens}) / {bs}) x {bs} = "
                               f"{at} x {kv['per_request_tokens']} = {_fmt(kv['demand_tokens'])} "
                               f"tokens, {share:.0%} of the {_fmt(kv['kv_tokens'])} in the pool: "
-                              f"{verdict['en']} (course_utils.llm_point.kv_check).",
+                              f"{verdict['en']} (course_utils.lab.offline.kv_check).",
                         "zh": f"{at} x ceil(({kv['prompt_tokens']} + {out_tokens}) / {bs}) x {bs} = "
                               f"{at} x {kv['per_request_tokens']} = {_fmt(kv['demand_tokens'])} "
                               f"token，只占池子 {_fmt(kv['kv_tokens'])} 的 {share:.0%}："
-                              f"{verdict['zh']}（course_utils.llm_point.kv_check）。"}}
+                              f"{verdict['zh']}（course_utils.lab.offline.kv_check）。"}}
 
 
 @generator("same_batch_spread")
@@ -1118,7 +1119,7 @@ def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: run (a recorded lab 01 knobs folder, or inline {value: {tok_s,
     gen_before_full, kv_full_at_s}}), baseline, candidate, min_gain. Answer: the gap before
     the KV cache filled is larger than the effect, so the run cannot judge the knob."""
-    from course_utils import llm_point
+    from course_utils.lab import offline as llm_point
 
     src = _data(p, "run")
     base, cand = p["baseline"], p["candidate"]
@@ -1174,11 +1175,11 @@ def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
                   f"a {gap:+.0%} gap there is this machine's run-to-run spread, not the knob. "
                   f"It is larger than the {overall:+.0%} over the pass and than the {gain:.0%} "
                   "min_gain, so no verdict on the knob survives it. Lab 01 turns a keep inside "
-                  "this spread into recheck (course_utils.llm_point.same_batch_gap).",
+                  "this spread into recheck (course_utils.lab.offline.same_batch_gap).",
             "zh": f"cache 填满之前，容量类旋钮的每个取值跑的都是同一批请求，所以那一段的 {gap:+.0%} 是这台机器"
                   f"单次运行的波动，不是旋钮造成的。它比整轮的 {overall:+.0%}、也比 {gain:.0%} 的 min_gain "
                   "都大，所以关于这个旋钮的任何结论都站不住。实验 01 会把落在这个波动之内的「保留」改判为 "
-                  "recheck（course_utils.llm_point.same_batch_gap）。"},
+                  "recheck（course_utils.lab.offline.same_batch_gap）。"},
     }
 
 
@@ -1205,7 +1206,7 @@ def _g_kv_dtype_gain(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("tpot_floor")
 def _g_tpot_floor(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, gpu, batch, context_tokens, rel_tol. Answer: capacity.tpot_floor_ms."""
-    from course_utils import capacity
+    from course_utils.core import capacity
 
     m = _model(p)
     g = capacity.get_gpu(p.get("gpu", "rtx4090"))
@@ -1230,7 +1231,7 @@ def _g_tpot_floor(p: Mapping[str, Any]) -> dict[str, Any]:
 # ---- SLO / goodput
 
 def _slo(p: Mapping[str, Any]) -> Any:
-    from course_utils import slo
+    from course_utils.core import slo
 
     return slo.SLO.parse(str(p["slo"]))
 
@@ -1259,7 +1260,7 @@ def recorded_point(p: Mapping[str, Any]) -> dict[str, Any] | None:
     """A sweep point of a recorded run, found by its knobs rather than its hash.
 
     ``params.point = {results: "labs/results/h200-*/slo", knobs: {max_num_seqs: 64}}``:
-    reads ``points.jsonl`` there (course_utils.sweep records) and returns the last record
+    reads ``points.jsonl`` there (course_utils.lab.sweep records) and returns the last record
     whose knobs include those given, with its ``bench`` and ``series`` files; None when the
     run or the point is not there (the entry's ``series``/``bench`` are used instead).
     """
@@ -1292,7 +1293,7 @@ def _per_request(b: Any) -> Any:
 
 def _bench(v: Any) -> Any:
     """A BenchResult from a path or a partial dict (missing required keys filled as 0)."""
-    from course_utils import slo
+    from course_utils.core import slo
 
     if isinstance(v, Mapping):
         raw = {k: 0 for k in slo.REQUIRED_KEYS}
@@ -1344,7 +1345,7 @@ def _requests_text(p: Mapping[str, Any], b: Any) -> dict[str, str]:
 def _g_request_goodput(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: slo, requests (inline ttft_ms/tpot_ms/output_len/duration_s, or a path to a
     --save-detailed result). Answer: slo.request_goodput (vLLM's per-request goodput)."""
-    from course_utils import slo as slo_mod
+    from course_utils.core import slo as slo_mod
 
     s, b = _slo(p), requests_bench(p)
     g = slo_mod.request_goodput(b, s)
@@ -1371,7 +1372,7 @@ def _g_request_goodput(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("p99_gate")
 def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: slo, requests (as request_goodput) or bench (a result). Answer: slo.score."""
-    from course_utils import slo as slo_mod
+    from course_utils.core import slo as slo_mod
 
     s = _slo(p)
     rec = recorded_point(p)
@@ -1412,7 +1413,7 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("slo_compare")
 def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: slo, configs: [{name, bench fields...}]. Answer: highest slo.gate_goodput."""
-    from course_utils import slo as slo_mod
+    from course_utils.core import slo as slo_mod
 
     s = _slo(p)
     cfgs = [(c["name"], _bench(c)) for c in p["configs"]]
@@ -1476,8 +1477,8 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: knob, slo, score (gate|request), results (a recorded sweep dir) and/or
     points (inline). Answer: the value with the highest score (slo.gate_goodput or
     slo.request_goodput), or "none" when every point scores 0."""
-    from course_utils import knobs
-    from course_utils import slo as slo_mod
+    from course_utils.core import knobs
+    from course_utils.core import slo as slo_mod
 
     s, how = _slo(p), p.get("score", "gate")
     if how not in ("gate", "request"):
@@ -1515,7 +1516,7 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("goodput_args")
 def _g_goodput_args(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: slo. Answer: SLO.goodput_args() (ttft/tpot/e2el only, in ms)."""
-    from course_utils import slo as slo_mod
+    from course_utils.core import slo as slo_mod
 
     s = _slo(p)
     right = " ".join(s.goodput_args())
@@ -1553,7 +1554,7 @@ def synthetic_series(spec: Mapping[str, Any]) -> list[Any]:
     spec: lists ``waiting``, ``running``, ``kv_usage`` (0..1) and optionally
     ``preemptions`` (cumulative counter), one value per scrape, ``interval_s`` apart.
     """
-    from course_utils import metrics
+    from course_utils.core import metrics
 
     waiting = list(spec["waiting"])
     n = len(waiting)
@@ -1579,7 +1580,7 @@ def synthetic_series(spec: Mapping[str, Any]) -> list[Any]:
 def diagnosis_inputs(p: Mapping[str, Any]) -> dict[str, Any]:
     """Samples, bench result and max_num_seqs a diagnosis question reads (recorded point,
     else ``series``/``bench`` params)."""
-    from course_utils import metrics
+    from course_utils.core import metrics
 
     rec = recorded_point(p)
     if rec:
@@ -1593,7 +1594,7 @@ def diagnosis_inputs(p: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _diagnosis(p: Mapping[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
-    from course_utils import diagnose, metrics
+    from course_utils.core import diagnose, metrics
 
     inp = diagnosis_inputs(p)
     s = _slo(p)
@@ -1602,7 +1603,7 @@ def _diagnosis(p: Mapping[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
 
 
 def _diag_text(cap: int | None, summary: Any, bench: Any, s: Any) -> dict[str, str]:
-    from course_utils import metrics
+    from course_utils.core import metrics
 
     cap_en = f" (max_num_seqs {cap})" if cap else ""
     cap_zh = f"（max_num_seqs {cap}）" if cap else ""
@@ -1654,8 +1655,8 @@ def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
 
 @generator("metric_name")
 def _g_metric_name(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: what (kv_usage|waiting|running). Answer: the name in course_utils.metrics."""
-    from course_utils import metrics
+    """params: what (kv_usage|waiting|running). Answer: the name in course_utils.core.metrics."""
+    from course_utils.core import metrics
 
     what = p.get("what", "kv_usage")
     table = {"kv_usage": (metrics.KV_USAGE, {"en": "the KV-cache usage gauge (0..1)",

@@ -51,8 +51,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from course_utils import knobs as knobs_mod
-from course_utils.bench import (
+from course_utils.core import knobs as knobs_mod
+from course_utils.lab.bench import (
     WARMUP_PROMPTS,
     BenchError,
     Workload,
@@ -61,7 +61,7 @@ from course_utils.bench import (
     validity_issues,
     warmup,
 )
-from course_utils.server import ServerStartError, VllmServer, gpu_memory_gib
+from course_utils.lab.server import ServerStartError, VllmServer, gpu_memory_gib
 
 __all__ = [
     "OBJECTIVES",
@@ -231,9 +231,9 @@ def run_point(
     Returns the measurement part of a point record; a failure gives
     {"status": "failed", "reason": one line}. KeyboardInterrupt propagates (server stopped).
     """
-    from course_utils.diagnose import diagnose
-    from course_utils.metrics import MetricsSampler
-    from course_utils.slo import score
+    from course_utils.core.diagnose import diagnose
+    from course_utils.core.metrics import MetricsSampler
+    from course_utils.core.slo import score
 
     pdir = Path(point_dir)
     pdir.mkdir(parents=True, exist_ok=True)
@@ -283,7 +283,7 @@ def run_point(
     issues = validity_issues(result.raw, workload, prefix_cache_hit_rate=hit_rate)
     if not sampler.samples:
         issues.append("no /metrics sample was taken during the bench")
-    from course_utils.metrics import summarize
+    from course_utils.core.metrics import summarize
 
     return {
         **rec,
@@ -878,7 +878,7 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
 
 
 def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
-    from course_utils.slo import SLO
+    from course_utils.core.slo import SLO
 
     workload = Workload(input_len=a.input_len, output_len=a.output_len,
                         num_prompts=a.num_prompts, request_rate=a.rate, prefix_len=a.prefix_len,

@@ -7,7 +7,7 @@ not needed: a byte-level BPE trained here on local text (the Python standard lib
 source and the installed packages' by default) to exactly ``vocab_size`` ids, with the ChatML special tokens at their
 real Qwen2.5 ids so ``eos_token_id`` in the config means ``<|im_end|>``.
 
-    python -m course_utils.modelfolder OUT [--model qwen2.5-7b-instruct] [--vocab-size N]
+    python -m course_utils.lab.modelfolder OUT [--model qwen2.5-7b-instruct] [--vocab-size N]
 
 Speed, memory, KV-cache size and scheduling are those of the real architecture; the text
 is noise, so quality (lab 01's accuracy) is not measured on such a folder.
@@ -216,14 +216,14 @@ def make_dummy_model_folder(
         f"Weight-free model folder for vLLM `load_format=\"dummy\"` ({model} config).\n"
         "The tokenizer is a byte-level BPE trained on local text, not the model's own:\n"
         "speed, memory and KV-cache size are real, generated text and accuracy are not.\n"
-        "Made by `python -m course_utils.modelfolder`.\n"
+        "Made by `python -m course_utils.lab.modelfolder`.\n"
     )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m course_utils.modelfolder",
+        prog="python -m course_utils.lab.modelfolder",
         description="Make a weight-free model folder for vLLM load_format=dummy.",
     )
     ap.add_argument("out", help="folder to write")

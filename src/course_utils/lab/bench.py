@@ -196,8 +196,8 @@ def run_bench(
     extra_args: Sequence[str] = (),
 ) -> Any:
     """Run `vllm bench serve` as a subprocess; return slo.BenchResult of its JSON."""
-    from course_utils.proc import run_logged
-    from course_utils.slo import BenchResult
+    from course_utils.lab.proc import run_logged
+    from course_utils.core.slo import BenchResult
 
     result_dir = Path(result_dir)
     result_dir.mkdir(parents=True, exist_ok=True)
@@ -301,7 +301,7 @@ def prefix_cache_hit_rate(samples: Sequence[Any]) -> float | None:
     over the delta of `vllm:prefix_cache_queries` (both counted in tokens; 0.26.0
     vllm/v1/metrics/loggers.py) from the first to the last /metrics sample.
     None without samples, without the counters (prefix caching off) or without queries."""
-    from course_utils.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
+    from course_utils.core.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
 
     if len(samples) < 2:
         return None

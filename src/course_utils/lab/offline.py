@@ -1,13 +1,13 @@
 """Lab 01's sweep point: ``LLM(...)`` in a fresh subprocess, measuring the triple.
 
-One point = one knob setting. The parent starts ``python -m course_utils.llm_point``
+One point = one knob setting. The parent starts ``python -m course_utils.lab.offline``
 (its own process group, so the engine's GPU memory goes back when it exits: one Python
 process does not reliably free an engine), waits, reads the child's result JSON and its
 log, and appends ONE JSON line per point to ``results.jsonl`` right away. A point already
 in that file (ok or failed) is not run again, so an interrupted sweep resumes.
 
 The child measures, with fixed sampling (temperature, seed):
-1. quality: ``LLM.chat`` over the eval set, scored by ``course_utils.evalset``; with
+1. quality: ``LLM.chat`` over the eval set, scored by ``course_utils.core.evalset``; with
    ``load_format="dummy"`` (random weights) accuracy is not measured and stays ``None``;
 2. speed: ``load_prompts`` chat requests submitted at once with ``ignore_eos=True`` and
    ``load_max_tokens`` each (default ``max_tokens``; long outputs make the KV cache bind): output tokens/s over the wall time, and per-request latency
@@ -41,9 +41,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from course_utils import knobs as knobs_mod
-from course_utils.capacity import BLOCK_SIZE, get_gpu
-from course_utils.proc import run_logged
+from course_utils.core import knobs as knobs_mod
+from course_utils.core.capacity import BLOCK_SIZE, get_gpu
+from course_utils.lab.proc import run_logged
 
 __all__ = [
     "LLM_STARTUP_S_H200",
@@ -223,7 +223,7 @@ def _percentiles(values: Sequence[float]) -> tuple[float | None, float | None]:
 def _child(spec: Mapping[str, Any]) -> dict[str, Any]:
     from vllm import LLM, SamplingParams
 
-    from course_utils import evalset
+    from course_utils.core import evalset
 
     knobs = dict(spec.get("knobs") or {})
     t0 = time.monotonic()
@@ -307,7 +307,7 @@ def _child(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _child_main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m course_utils.llm_point")
+    ap = argparse.ArgumentParser(prog="python -m course_utils.lab.offline")
     ap.add_argument("spec", help="point spec JSON (written by run_point)")
     args = ap.parse_args(argv)
     spec = json.loads(Path(args.spec).read_text())
@@ -326,7 +326,7 @@ def _now() -> str:
 
 
 def _failure_reason(log_text: str, returncode: int | None) -> str:
-    from course_utils.server import classify_failure  # same engine, same messages
+    from course_utils.lab.server import classify_failure  # same engine, same messages
 
     return classify_failure(log_text, returncode)
 
@@ -373,7 +373,7 @@ def run_point(
     spec_path = pdir / "spec.json"
     spec_path.write_text(json.dumps(spec, indent=1))
     log_path = pdir / "llm.log"
-    cmd = [*(python or [sys.executable]), "-m", "course_utils.llm_point", str(spec_path)]
+    cmd = [*(python or [sys.executable]), "-m", "course_utils.lab.offline", str(spec_path)]
     record: dict[str, Any] = {
         "key": key,
         "knobs": dict(knobs),
@@ -387,7 +387,7 @@ def run_point(
         "started_at": _now(),
     }
     full_env = {**os.environ, **(env or {})}
-    src = str(Path(__file__).resolve().parents[1])  # the child must import course_utils
+    src = str(Path(__file__).resolve().parents[2])  # the child must import course_utils
     full_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (full_env.get("PYTHONPATH", ""), src) if p
     )

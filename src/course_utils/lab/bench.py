@@ -17,16 +17,19 @@ Notes from the 0.26.0 source:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
 import urllib.request
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from course_utils.core.records import Workload
+from course_utils.core.slo import BenchResult
+from course_utils.core.vllm_logs import bench_failure_reason
+from course_utils.lab.proc import run_logged
 
 __all__ = [
     "BenchError",
@@ -34,10 +37,6 @@ __all__ = [
     "bench_args",
     "run_bench",
     "warmup",
-    "validity_issues",
-    "prefix_cache_hit_rate",
-    "prefix_cache_issue",
-    "REPLAY_HIT_RATE",
     "WARMUP_PROMPTS",
 ]
 
@@ -54,43 +53,6 @@ class BenchError(RuntimeError):
         self.log_path = log_path
 
 
-@dataclass(frozen=True)
-class Workload:
-    """What the client sends. `input_len` is the whole prompt, `prefix_len` of it shared."""
-
-    input_len: int = 512
-    output_len: int = 128
-    num_prompts: int = 200
-    request_rate: float = math.inf
-    prefix_len: int = 0
-    seed: int = 0
-    ignore_eos: bool = False
-    max_concurrency: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.input_len < 1 or self.output_len < 1 or self.num_prompts < 1:
-            raise ValueError("input_len, output_len and num_prompts must be >= 1")
-        if not 0 <= self.prefix_len < self.input_len:
-            raise ValueError("prefix_len must be in [0, input_len)")
-        if not self.request_rate > 0:
-            raise ValueError("request_rate must be > 0 (inf = all at once)")
-        if self.max_concurrency is not None and self.max_concurrency < 1:
-            raise ValueError("max_concurrency must be >= 1 or None")
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["request_rate"] = "inf" if math.isinf(self.request_rate) else float(self.request_rate)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Workload:
-        d = dict(d)
-        d["request_rate"] = float(d.get("request_rate", math.inf))
-        return cls(**d)
-
-    def key(self) -> str:
-        blob = json.dumps(self.to_dict(), sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def _rate_arg(rate: float) -> str:
@@ -169,14 +131,6 @@ def bench_args(
     return argv + [str(a) for a in extra_args]
 
 
-def _tail_reason(log_text: str, returncode: int | None) -> str:
-    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if "Error" in ln or "error:" in ln or "Exception" in ln:
-            return " ".join(ln.split())[:300]
-    return f"vllm bench serve exited with code {returncode}" + (
-        f" (last line: {lines[-1][:200]})" if lines else ""
-    )
 
 
 def run_bench(
@@ -196,9 +150,6 @@ def run_bench(
     extra_args: Sequence[str] = (),
 ) -> Any:
     """Run `vllm bench serve` as a subprocess; return slo.BenchResult of its JSON."""
-    from course_utils.lab.proc import run_logged
-    from course_utils.core.slo import BenchResult
-
     result_dir = Path(result_dir)
     result_dir.mkdir(parents=True, exist_ok=True)
     out = result_dir / result_filename
@@ -214,7 +165,7 @@ def run_bench(
         raise BenchError(f"vllm bench serve did not finish within {timeout_s:.0f} s",
                          log_path=log)
     if rc != 0:
-        raise BenchError(_tail_reason(log.read_text(errors="replace"), rc), log_path=log)
+        raise BenchError(bench_failure_reason(log.read_text(errors="replace"), rc), log_path=log)
     if not out.exists():
         raise BenchError(f"vllm bench serve wrote no result file {out}", log_path=log)
     result = BenchResult.from_json(out)
@@ -284,88 +235,9 @@ def warmup(
 # --------------------------------------------------------------------------------------
 
 
-# A workload without a shared prefix hits the prefix cache only by chance (block-aligned
-# repeats of random tokens: ~0.5 % on the H200 run). Far above that, the prompts were sent
-# before on the same server: `vllm bench serve --dataset-name random` draws its prompts
-# from `--seed` (vllm/benchmarks/datasets/datasets.py RandomDataset: np.random.default_rng
-# (random_seed)), so two runs with the same seed replay the same prompts. vLLM's own
-# `vllm bench sweep serve` resets the caches between runs instead
-# (vllm/benchmarks/sweep/server.py `ServerProcess.reset_caches`: POST /reset_prefix_cache,
-# a dev route, vllm/entrypoints/serve/dev/cache/api_router.py, mounted only with
-# VLLM_SERVER_DEV_MODE=1, vllm/entrypoints/openai/api_server.py). The course varies the seed.
-REPLAY_HIT_RATE = 0.5
 
 
-def prefix_cache_hit_rate(samples: Sequence[Any]) -> float | None:
-    """Prefix-cache hit rate during a measured load: the delta of `vllm:prefix_cache_hits`
-    over the delta of `vllm:prefix_cache_queries` (both counted in tokens; 0.26.0
-    vllm/v1/metrics/loggers.py) from the first to the last /metrics sample.
-    None without samples, without the counters (prefix caching off) or without queries."""
-    from course_utils.core.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
-
-    if len(samples) < 2:
-        return None
-    first, last = samples[0], samples[-1]
-    q1, h1 = last.counter(PREFIX_CACHE_QUERIES), last.counter(PREFIX_CACHE_HITS)
-    if q1 is None or h1 is None:
-        return None
-    dq = q1 - (first.counter(PREFIX_CACHE_QUERIES) or 0.0)
-    dh = h1 - (first.counter(PREFIX_CACHE_HITS) or 0.0)
-    return dh / dq if dq > 0 else None
 
 
-def prefix_cache_issue(hit_rate: float | None, workload: Workload) -> str | None:
-    """The validity issue of a replayed workload, or None."""
-    if hit_rate is None or workload.prefix_len > 0 or hit_rate <= REPLAY_HIT_RATE:
-        return None
-    return (f"prefix cache hit rate {hit_rate:.0%} on a workload without a shared prefix: "
-            "prompts were replayed, results are inflated")
 
 
-def validity_issues(raw: Mapping[str, Any], workload: Workload, *,
-                    prefix_cache_hit_rate: float | None = None) -> list[str]:
-    """Checks that a bench result measured what the workload asked for.
-
-    - achieved vs offered request rate: the arrival rate the client really produced
-      (from `start_times`, needs --save-detailed), within max(10 %, 3/sqrt(n)) for Poisson;
-    - completed vs failed requests; completed + failed == num_prompts;
-    - mean output tokens per completed request vs the requested output_len (>= 95 %);
-    - with `prefix_cache_hit_rate` (from the /metrics samples of the run, see
-      `prefix_cache_hit_rate()`): a workload without a shared prefix must not hit the
-      prefix cache (> REPLAY_HIT_RATE means its prompts were replayed).
-    """
-    issues: list[str] = []
-    n = int(workload.num_prompts)
-    completed = int(raw.get("completed") or 0)
-    failed = int(raw.get("failed") or 0)
-    if completed == 0:
-        issues.append(f"no request completed ({failed} failed)")
-    elif failed:
-        issues.append(f"{failed} of {completed + failed} requests failed")
-    if completed + failed != n:
-        issues.append(f"completed+failed = {completed + failed}, expected num_prompts {n}")
-    if completed:
-        mean_out = float(raw.get("total_output_tokens") or 0) / completed
-        if mean_out < 0.95 * workload.output_len:
-            issues.append(
-                f"mean output {mean_out:.1f} tokens/request < requested {workload.output_len}"
-                " (EOS hit early? pass ignore_eos)"
-            )
-    starts = [float(s) for s in (raw.get("start_times") or []) if s is not None]
-    if (
-        not math.isinf(workload.request_rate)
-        and workload.max_concurrency is None
-        and len(starts) >= 3
-    ):
-        span = max(starts) - min(starts)
-        achieved = (len(starts) - 1) / span if span > 0 else math.inf
-        tol = max(0.10, 3.0 / math.sqrt(len(starts)))
-        if abs(achieved - workload.request_rate) > tol * workload.request_rate:
-            issues.append(
-                f"offered rate {achieved:.2f} req/s vs requested {workload.request_rate:g} "
-                f"(tolerance {tol:.0%}): the client could not keep the schedule"
-            )
-    replayed = prefix_cache_issue(prefix_cache_hit_rate, workload)
-    if replayed:
-        issues.append(replayed)
-    return issues

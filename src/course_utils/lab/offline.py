@@ -27,13 +27,10 @@ vLLM 0.26.0 log lines parsed (quoted from the source):
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import hashlib
 import json
-import math
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -41,31 +38,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from course_utils.core import knobs as knobs_mod
-from course_utils.core.capacity import BLOCK_SIZE, get_gpu
+from course_utils.core.records import append_jsonl, read_jsonl
+from course_utils.core.vllm_logs import classify_failure, startup_facts
 from course_utils.lab.proc import run_logged
 
 __all__ = [
     "LLM_STARTUP_S_H200",
     "PointSpec",
     "point_key",
-    "parse_startup_log",
     "run_point",
     "sweep_llm",
-    "load_results",
     "write_csv",
     "estimate_minutes",
-    "verdict",
-    "kv_check",
-    "kv_demand",
     "fmt_accuracy",
-    "engine_init_times",
-    "engine_stats",
-    "kv_timeline",
-    "point_log",
-    "same_batch_gap",
-    "speed_pass_seqs",
-    "judge",
 ]
 
 # measured: `LLM(...)` of a Qwen2.5-7B-shaped model, constructor to ready, on one H200
@@ -73,99 +58,18 @@ __all__ = [
 LLM_STARTUP_S_H200 = 115.0
 RUN_S_GUESS = 30.0  # eval + load passes, before any point has been measured
 
-_KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
-_MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
-_KV_GIB = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
-_WEIGHTS = re.compile(r"Model loading took ([\d.]+) GiB")
-_COMPILE = re.compile(r"torch\.compile took ([\d.]+) s in total")
-# vllm/v1/engine/core.py (0.26.0): once per engine start; "(compilation: ...)" only when
-# torch.compile ran or loaded its cache
-_INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took "
-                          r"([\d.]+) s(?: \(compilation: ([\d.]+) s)?")
 
 
-def engine_init_times(text: str) -> list[tuple[float, float | None]]:
-    """(engine init seconds, of which compilation) for each engine start logged in `text`."""
-    return [(float(m.group(1)), float(m.group(2)) if m.group(2) else None)
-            for m in _INIT_ENGINE.finditer(text)]
 
 
-# vllm/v1/metrics/loggers.py LoggingStatLogger.log (0.26.0): every VLLM_LOG_STATS_INTERVAL
-# (10 s) while the engine is busy, when stats are on (LLM(disable_log_stats=False))
-_STAMP = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
-_STATS = re.compile(
-    r"Avg prompt throughput: ([\d.]+) tokens/s, Avg generation throughput: ([\d.]+) tokens/s, "
-    r"Running: (\d+) reqs, Waiting: (\d+) reqs,.*?(?:Preemptions: (\d+), )?"
-    r"GPU KV cache usage: ([\d.]+)%")
 
 
-def engine_stats(text: str) -> list[dict[str, Any]]:
-    """vLLM's periodic engine stats lines in a log, in order: seconds since the first one
-    (from the log stamps), prompt and generation tokens/s over the interval, running and
-    waiting requests, preemptions in the interval (0 when the line has none) and KV cache
-    usage (0-1)."""
-    out: list[dict[str, Any]] = []
-    t0 = prev = None
-    for line in text.splitlines():
-        m = _STATS.search(line)
-        st = _STAMP.search(line)
-        if not m or not st:
-            continue
-        # the stamp has no year: a leap year parses 02-29; a step back is a new year
-        t = datetime(2000, *(int(x) for x in st.groups()), tzinfo=UTC).timestamp()
-        if prev is not None and t < prev:
-            t += 366 * 86400
-        t0, prev = (t if t0 is None else t0), t
-        out.append({"t_s": round(t - t0), "prompt_tok_s": float(m.group(1)),
-                    "gen_tok_s": float(m.group(2)), "running": int(m.group(3)),
-                    "waiting": int(m.group(4)), "preemptions": int(m.group(5) or 0),
-                    "kv_usage": round(float(m.group(6)) / 100.0, 4)})
-    return out
 
 
-def kv_timeline(stats: Sequence[Mapping[str, Any]], full: float = 0.99) -> dict[str, Any]:
-    """When the KV cache filled (first stats line at >= `full` usage; None: never), the mean
-    generation tokens/s of the lines before that (the same batch at any KV size) and the
-    most requests waiting (in an offline pass that submits everything at once, waiting
-    requests after the start are preempted ones: scheduler.py _preempt_request)."""
-    full_at = next((s["t_s"] for s in stats if s["kv_usage"] >= full), None)
-    before = [s["gen_tok_s"] for s in stats
-              if (full_at is None or s["t_s"] < full_at) and s["prompt_tok_s"] == 0.0]
-    return {"lines": len(stats), "kv_full_at_s": full_at,
-            "gen_tok_s_before_full": sum(before) / len(before) if before else None,
-            "waiting_max": max((s["waiting"] for s in stats), default=None),
-            "running_max": max((s["running"] for s in stats), default=None)}
 
 
-def point_log(results_dir: str | Path, record: Mapping[str, Any]) -> Path | None:
-    """A point's vLLM log: points/<key>/llm.log under `results_dir` (a run fetched from a GPU
-    host lives elsewhere than the path it recorded), else the recorded path."""
-    for cand in (Path(results_dir) / "points" / str(record.get("key")) / "llm.log",
-                 Path(str(record.get("log") or ""))):
-        if cand.name == "llm.log" and cand.is_file():
-            return cand
-    return None
 
 
-def same_batch_gap(results_dir: str | Path, records: Sequence[Mapping[str, Any]], *,
-                   baseline: Any) -> dict[str, Any] | None:
-    """Each ok point's engine_stats and kv_timeline, and its generation tokens/s before its
-    KV cache filled relative to the baseline's. Before the cache fills, every point runs the
-    same batch at the same context lengths, so a capacity knob cannot make a difference
-    there: a gap is this machine's run-to-run spread. None without the baseline's stats."""
-    lines, stats = {}, {}
-    for r in records:
-        log = point_log(results_dir, r) if r.get("status") == "ok" else None
-        if log is not None:
-            stats[r["value"]] = engine_stats(log.read_text(errors="replace"))
-            lines[r["value"]] = kv_timeline(stats[r["value"]])
-    base = (lines.get(baseline) or {}).get("gen_tok_s_before_full")
-    if not base:
-        return None
-    gaps = {v: t["gen_tok_s_before_full"] / base - 1.0
-            for v, t in lines.items() if v != baseline and t["gen_tok_s_before_full"]}
-    return {"timelines": lines, "stats": stats, "gaps": gaps,
-            "max_abs_gap": max((abs(g) for g in gaps.values()), default=0.0)}
 
 
 # --------------------------------------------------------------------------------------
@@ -182,28 +86,6 @@ def point_key(spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def parse_startup_log(text: str) -> dict[str, float | int | None]:
-    """KV-cache size, max concurrency, KV memory, weight memory and torch.compile time
-    from a vLLM start-up log (None for a line that is not there)."""
-
-    def last(rx: re.Pattern[str]) -> re.Match[str] | None:
-        found = None
-        for found in rx.finditer(text):  # noqa: B007 - the last one wins
-            pass
-        return found
-
-    kv = last(_KV_TOKENS)
-    conc = last(_MAX_CONC)
-    gib = last(_KV_GIB)
-    weights = last(_WEIGHTS)
-    comp = last(_COMPILE)
-    return {
-        "kv_cache_tokens": int(kv.group(1).replace(",", "")) if kv else None,
-        "max_concurrency": float(conc.group(2)) if conc else None,
-        "kv_cache_gib": float(gib.group(1)) if gib else None,
-        "weights_gib": float(weights.group(1)) if weights else None,
-        "torch_compile_s": float(comp.group(1)) if comp else None,
-    }
 
 
 def _percentiles(values: Sequence[float]) -> tuple[float | None, float | None]:
@@ -325,10 +207,6 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _failure_reason(log_text: str, returncode: int | None) -> str:
-    from course_utils.lab.server import classify_failure  # same engine, same messages
-
-    return classify_failure(log_text, returncode)
 
 
 def run_point(
@@ -395,7 +273,7 @@ def run_point(
     # on KeyboardInterrupt too the whole group is stopped: never leave an engine behind
     rc, timed_out = run_logged(cmd, log_path, timeout_s, env=full_env)
     log_text = log_path.read_text(errors="replace")
-    record.update(parse_startup_log(log_text))
+    record.update(startup_facts(log_text).as_dict())
     record["wall_s"] = time.monotonic() - t0
     record["log"] = str(log_path)
     if rc == 0 and result_path.is_file():
@@ -407,7 +285,7 @@ def run_point(
     else:
         record["status"] = "failed"
         record["reason"] = (
-            f"no result within {timeout_s:.0f} s" if timed_out else _failure_reason(log_text, rc)
+            f"no result within {timeout_s:.0f} s" if timed_out else classify_failure(log_text, rc)
         )
         record["accuracy"] = None
     return record
@@ -418,24 +296,8 @@ def run_point(
 # --------------------------------------------------------------------------------------
 
 
-def load_results(path: str | Path) -> list[dict[str, Any]]:
-    """Records of results.jsonl (a torn last line from a kill is ignored)."""
-    p = Path(path)
-    if not p.is_file():
-        return []
-    out = []
-    for line in p.read_text().splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            if line.strip():
-                out.append(json.loads(line))
-    return out
 
 
-def _append(path: Path, record: Mapping[str, Any]) -> None:
-    with open(path, "a") as fh:
-        fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
 
 
 def estimate_minutes(n_points: int, done: Iterable[Mapping[str, Any]] = ()) -> float:
@@ -464,7 +326,7 @@ def sweep_llm(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
-    done = {r["key"]: r for r in load_results(results) if "key" in r}
+    done = {r["key"]: r for r in read_jsonl(results) if "key" in r}
     if retry_failed:
         done = {k: r for k, r in done.items() if r.get("status") == "ok"}
     records = []
@@ -483,7 +345,7 @@ def sweep_llm(
         rec = run_point(knobs, out_dir=out, **point_kw)
         rec["knob"] = knob
         rec["value"] = value
-        _append(results, rec)
+        append_jsonl(results, rec)
         done[rec["key"]] = rec
         records.append(rec)
         if progress:
@@ -539,150 +401,14 @@ def fmt_accuracy(record: Mapping[str, Any]) -> str:
     return f"{float(acc):.1%}"
 
 
-def kv_demand(load_prompts: int, prompt_tokens: int, out_tokens: int,
-              max_num_seqs: int | None = None, block_size: int = BLOCK_SIZE) -> dict[str, int]:
-    """KV tokens lab 01's speed pass can hold at once: ``load_prompts`` requests (at most
-    ``max_num_seqs`` running) of ``prompt_tokens + out_tokens``, each rounded up to whole
-    KV blocks (vLLM allocates per block; 16 tokens is its default for this model)."""
-    per_request = math.ceil((int(prompt_tokens) + int(out_tokens)) / block_size) * block_size
-    at_once = int(load_prompts) if not max_num_seqs else min(int(load_prompts), int(max_num_seqs))
-    return {"per_request_tokens": per_request, "at_once": at_once,
-            "demand_tokens": at_once * per_request}
 
 
-def kv_check(
-    records: Sequence[Mapping[str, Any]],
-    *,
-    baseline: Any,
-    prompt_tokens_bound: int | None = None,
-    max_num_seqs: int | None = None,
-    block_size: int = BLOCK_SIZE,
-) -> dict[str, Any] | None:
-    """Did the KV cache limit the baseline's speed pass?
-
-    If every request the pass runs at once (``kv_demand``) fits in the KV cache vLLM logged
-    for the baseline, the pool never bound: a capacity knob (more KV) cannot speed that pass
-    up. The prompt length is the one the run recorded (``prompt_tokens_max``) or, for runs
-    recorded before it did, ``prompt_tokens_bound`` (evalset.prompt_tokens_bound).
-    None when the baseline has no KV size or prompt length to go on.
-    """
-    base = next((r for r in records if r.get("status") == "ok"
-                 and r.get("value") == baseline), None)
-    if base is None or not base.get("kv_cache_tokens") or not base.get("load_prompts"):
-        return None
-    exact = base.get("prompt_tokens_max")
-    prompt = exact if exact is not None else prompt_tokens_bound
-    out_tokens = base.get("load_max_tokens") or base.get("max_tokens")
-    if prompt is None or out_tokens is None:
-        return None
-    d = kv_demand(base["load_prompts"], prompt, out_tokens, max_num_seqs, block_size)
-    kv = int(base["kv_cache_tokens"])
-    return {**d, "kv_tokens": kv, "binding": d["demand_tokens"] > kv,
-            "prompt_tokens": int(prompt), "prompt_exact": exact is not None,
-            "out_tokens": int(out_tokens), "load_prompts": int(base["load_prompts"]),
-            "kv_concurrency": kv // d["per_request_tokens"]}
 
 
-def verdict(
-    records: Sequence[Mapping[str, Any]],
-    *,
-    baseline: Any,
-    p99_latency_slo_s: float | None = None,
-    min_gain: float = 0.05,
-    max_accuracy_drop: float = 0.02,
-    kv: Mapping[str, Any] | None = None,
-    spread: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Keep or revert: the fastest point that meets the SLO and keeps quality, if it beats
-    ``baseline`` by at least ``min_gain`` in output tokens/s; otherwise keep the baseline.
-
-    SLO: per-request p99 latency <= ``p99_latency_slo_s`` (None: no latency limit).
-    Quality: accuracy may not drop more than ``max_accuracy_drop`` below the baseline's
-    (ignored when not measured, i.e. dummy weights).
-    ``kv``: pass ``kv_check(...)`` when the knob is a capacity knob. If the KV cache did not
-    bind at the baseline, a gain cannot come from the knob's mechanism, so a would-be keep
-    becomes ``recheck`` (stay on the baseline, measure again in another order first).
-    ``spread``: pass ``same_batch_gap(...)``. If the kept value already differed from the
-    baseline by ``min_gain`` or more before its KV cache filled (where the knob cannot act),
-    the gain is within the run-to-run spread: ``recheck`` too.
-    """
-    ok = [r for r in records if r.get("status") == "ok" and r.get("output_tok_s")]
-    base = next((r for r in ok if r.get("value") == baseline), None)
-    if base is None:
-        return {"decision": "none", "value": None,
-                "why": f"baseline {baseline!r} has no successful measurement"}
-
-    def meets(r: Mapping[str, Any]) -> tuple[bool, str]:
-        if p99_latency_slo_s is not None and (r.get("latency_p99_s") or math.inf) > p99_latency_slo_s:
-            return False, f"p99 latency {r.get('latency_p99_s') or math.inf:.1f} s > {p99_latency_slo_s:g} s"
-        a, b = r.get("accuracy"), base.get("accuracy")
-        if a is not None and b is not None and a < b - max_accuracy_drop:
-            return False, f"accuracy {a:.1%} < baseline {b:.1%}"
-        return True, ""
-
-    candidates = [r for r in ok if meets(r)[0]]
-    best = max(candidates, key=lambda r: r["output_tok_s"], default=None)
-    if best is None:
-        why = (f"no setting meets the SLO, the baseline included ({meets(base)[1]}): the SLO "
-               "does not fit this load; keep the baseline, then change the load or the SLO")
-        return {"decision": "revert", "value": baseline, "why": why, "gain": 0.0,
-                "slo_met_by": []}
-    if best.get("value") == baseline:
-        why = "the baseline is the fastest setting that meets the SLO and keeps quality"
-        return {"decision": "revert", "value": baseline, "why": why, "gain": 0.0,
-                "slo_met_by": [r["value"] for r in candidates]}
-    gain = best["output_tok_s"] / base["output_tok_s"] - 1.0
-    if gain < min_gain:
-        return {"decision": "revert", "value": baseline, "gain": gain,
-                "why": f"best gain {gain:+.1%} < {min_gain:.0%}: not worth the change"}
-    if kv is not None and not kv.get("binding", True):
-        return {"decision": "recheck", "value": baseline, "gain": gain, "candidate": best["value"],
-                "kv": dict(kv),
-                "why": (f"{best['value']!r} gave {gain:+.1%} output tok/s, but the KV cache did "
-                        f"not bind at the baseline (the speed pass needs at most "
-                        f"{kv['demand_tokens']:,} of {kv['kv_tokens']:,} tokens), so more KV "
-                        "cannot explain the gain: measure again with the values in another "
-                        "order (a new output_dir) before keeping it")}
-    gap = (spread or {}).get("gaps", {}).get(best["value"])
-    if gap is not None and abs(gap) >= min_gain:
-        return {"decision": "recheck", "value": baseline, "gain": gain, "candidate": best["value"],
-                "same_batch_gap": gap,
-                "why": (f"{best['value']!r} gave {gain:+.1%} output tok/s, but it already ran "
-                        f"{gap:+.1%} against the baseline before its KV cache filled, where the "
-                        "knob cannot act: the gain is within this machine's run-to-run spread; "
-                        "measure again (other order, repeats) before keeping it")}
-    return {"decision": "keep", "value": best["value"], "gain": gain,
-            "why": f"{gain:+.1%} output tok/s over baseline within the SLO"}
 
 
-def speed_pass_seqs(base_knobs: Mapping[str, Any], gpu: str) -> int:
-    """The max_num_seqs an ``LLM(...)`` point runs its speed pass with: the sweep's own, else
-    vLLM 0.26.0's default for the LLM entry on that GPU."""
-    return int(base_knobs.get("max_num_seqs") or knobs_mod.default(
-        "max_num_seqs", gpu_memory_gib=get_gpu(gpu).memory_gib, entry="llm"))
 
 
-def judge(results_dir: str | Path, records: Sequence[Mapping[str, Any]],
-          params: Mapping[str, Any], *, prompt_tokens_bound: int | None = None
-          ) -> dict[str, Any]:
-    """Lab 01's keep-or-revert with its checks, from a sweep's records and parameters (the
-    lab's, or a run's params.json): for a capacity knob the engine-stats spread
-    (``same_batch_gap``) and, with ``capacity_check``, whether the KV cache bound
-    (``kv_check``); then ``verdict``. Returns baseline, max_num_seqs, kv, spread, verdict."""
-    values = params.get("values") or []
-    base = params.get("baseline")
-    base = values[0] if base is None and values else base
-    capacity_knob = knobs_mod.get(params["knob"]).group == "capacity"
-    check = bool(params.get("capacity_check", True)) and capacity_knob
-    seqs = speed_pass_seqs(params.get("base_knobs") or {}, params["gpu"])
-    kv = (kv_check(records, baseline=base, prompt_tokens_bound=prompt_tokens_bound,
-                   max_num_seqs=seqs) if check else None)
-    spread = same_batch_gap(results_dir, records, baseline=base) if capacity_knob else None
-    decision = verdict(records, baseline=base, p99_latency_slo_s=params.get("p99_latency_slo_s"),
-                       min_gain=params.get("min_gain", 0.05), kv=kv,
-                       spread=spread if check else None)
-    return {"baseline": base, "max_num_seqs": seqs, "kv": kv, "spread": spread,
-            "verdict": decision}
 
 
 if __name__ == "__main__":

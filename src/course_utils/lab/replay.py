@@ -10,7 +10,7 @@
   checks re-run from the recorded /metrics series (so old records are judged by today's
   rules, e.g. the prefix-cache replay check).
 - ``replay_tune``: re-derives the loop's kept configuration from the recorded points with
-  ``sweep.choose``, the keep rule of ``sweep.tune``, under either objective, so replay
+  ``keep.choose``, the keep rule of ``sweep.tune``, under either objective, so replay
   checks the analysis against what the GPU run chose and can say what another objective
   would have chosen on the same points.
 - plots (matplotlib, Agg), results-folder discovery, and the environment record.
@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from course_utils.core.records import append_jsonl
+from course_utils.core.records import read_jsonl as load_jsonl
 from course_utils.lab.bench import WARMUP_PROMPTS
 
 __all__ = [
@@ -40,7 +42,6 @@ __all__ = [
     "knee_seed",
     "load_knee",
     "load_points_checked",
-    "pick_knee",
     "load_jsonl",
     "latest_results",
     "model_shape",
@@ -64,27 +65,6 @@ __all__ = [
 
 KNEE_FILE = "knee.jsonl"
 BATCH1_FILE = "batch1.jsonl"
-
-
-def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a JSONL file; [] when it is missing; a torn last line is ignored."""
-    p = Path(path)
-    if not p.is_file():
-        return []
-    out = []
-    for line in p.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return out
-
-
-def _append(path: Path, rec: Mapping[str, Any]) -> None:
-    from course_utils.lab.sweep import _append_jsonl  # one writer for all lab JSONL
-
-    _append_jsonl(path, rec)
 
 
 def _rate_key(rate: float) -> str:
@@ -129,18 +109,13 @@ def knee_scan(
     from dataclasses import replace
 
     from course_utils.core import knobs as knobs_mod
-    from course_utils.lab.bench import (
-        BenchError,
-        prefix_cache_hit_rate,
-        run_bench,
-        validity_issues,
-        warmup,
-    )
     from course_utils.core.diagnose import diagnose
     from course_utils.core.metrics import MetricsSampler, summarize
+    from course_utils.core.slo import score
+    from course_utils.core.validity import prefix_cache_hit_rate, validity_issues
+    from course_utils.lab.bench import BenchError, run_bench, warmup
     from course_utils.lab.server import ServerStartError, VllmServer
     from course_utils.lab.server import gpu_memory_gib as _gpu_gib
-    from course_utils.core.slo import score
 
     out = Path(out_dir)
     kdir = out / "knee"
@@ -207,7 +182,7 @@ def knee_scan(
                                        "why_zh": diag.why("zh")},
                         )
                     rec["elapsed_s"] = round(time.monotonic() - t0, 2)
-                    _append(path, rec)
+                    append_jsonl(path, rec)
                     done[rk] = rec
                     say(f"knee: rate {rk} (seed {w.seed}): " + (
                         f"{rec['request_throughput']:.2f} req/s done, vLLM goodput "
@@ -231,7 +206,7 @@ def knee_scan(
                                   **{k: raw.get(k) for k in ("median_tpot_ms", "mean_tpot_ms",
                                                              "p99_tpot_ms", "median_itl_ms",
                                                              "completed")})
-                    _append(b1_path, b1)
+                    append_jsonl(b1_path, b1)
                     say(f"batch 1: median TPOT {b1.get('median_tpot_ms')} ms"
                         if b1["status"] == "ok" else f"batch 1: {b1['reason']}")
         except ServerStartError as exc:
@@ -240,7 +215,7 @@ def knee_scan(
                 if rk not in done:
                     rec = {"rate": rk, "rate_key": rk, "knobs": knobs, "status": "failed",
                            "reason": exc.reason}
-                    _append(path, rec)
+                    append_jsonl(path, rec)
                     done[rk] = rec
     return [done[_rate_key(r)] for r in rates if _rate_key(r) in done]
 
@@ -254,8 +229,9 @@ def knee_seed(seed: int, rates: Sequence[float], rate: float) -> int:
 def _recheck(rec: dict[str, Any], metrics_path: Path) -> dict[str, Any]:
     """``rec`` with ``valid``/``validity_issues``/``prefix_cache_hit_rate`` re-derived: the
     recorded issues plus the prefix-cache replay check computed from the recorded series."""
-    from course_utils.lab.bench import Workload, prefix_cache_hit_rate, prefix_cache_issue
     from course_utils.core.metrics import load_series
+    from course_utils.core.records import Workload
+    from course_utils.core.validity import prefix_cache_hit_rate, prefix_cache_issue
 
     out = dict(rec)
     if out.get("status") != "ok":
@@ -293,69 +269,10 @@ def load_points_checked(results_dir: str | Path) -> list[dict[str, Any]]:
     return [_recheck(p, point_files(d, p)["metrics"]) for p in load_points(d)]
 
 
-def _is_valid(r: Mapping[str, Any]) -> bool:
-    return bool(r.get("valid", not r.get("validity_issues")))
 
 
-def _point_label(p: Mapping[str, Any]) -> str:
-    return "baseline" if p.get("knob") in (None, "baseline") else f"{p['knob']}={p['value']}"
 
 
-def pick_knee(records: Sequence[Mapping[str, Any]], keep_up: float = 0.8,
-              points: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    """The knee: the highest finite offered rate that met the SLO while keeping up: it
-    completed at least ``keep_up`` of the offered rate (a short Poisson run completes a
-    little under it), or its diagnosis was not a queue. The first rate above it that did
-    not is the overloaded one.
-
-    Invalid rates (``valid: false``, e.g. a prefix-cache replay) are ignored and listed in
-    ``invalid``. ``points`` (the loop's points, each at its workload's rate on a fresh
-    server) are evidence for the upper bound: a rate above the knee at which every valid
-    loop point broke the SLO is overloaded for every configuration the loop tried (which
-    includes vLLM's defaults when the loop swept max_num_seqs up to the default).
-    """
-    fin = [r for r in records if r.get("status") == "ok" and r["rate"] != "inf"]
-    invalid = [{"rate": float(r["rate"]), "issues": list(r.get("validity_issues") or [])}
-               for r in fin if not _is_valid(r)]
-    ok = sorted((r for r in fin if _is_valid(r)), key=lambda r: float(r["rate"]))
-    knee = None
-    over = None
-    for r in ok:
-        rate = float(r["rate"])
-        keeps = (r.get("request_throughput") or 0) >= keep_up * rate
-        queued = (r.get("diagnosis") or {}).get("constraint") == "queue"
-        if r.get("meets_slo") and (keeps or not queued):
-            knee = rate
-        elif over is None and knee is not None:
-            over = rate
-    over_by = "knee scan" if over is not None else None
-    evidence = ""
-    by_rate: dict[float, list[Mapping[str, Any]]] = {}
-    for p in points:
-        rr = (p.get("workload") or {}).get("request_rate")
-        if p.get("status") == "ok" and _is_valid(p) and rr not in (None, "inf"):
-            by_rate.setdefault(float(rr), []).append(p)
-    for rate in sorted(by_rate):
-        ps = by_rate[rate]
-        if knee is not None and rate > knee and (over is None or rate < over) and not any(
-                p["score"]["meets_slo"] for p in ps):
-            over, over_by = rate, "loop points"
-            evidence = (f"; {rate:g} req/s: all {len(ps)} valid loop point(s) "
-                        f"({', '.join(_point_label(p) for p in ps)}; fresh servers) broke the SLO")
-            break
-    if knee is None:
-        why = "no valid tested rate met the SLO: lower the rates (or the SLO is out of reach)"
-    elif over is None:
-        why = f"every valid tested rate up to {knee:g} req/s met the SLO: the knee is higher"
-    else:
-        why = (f"knee between {knee:g} req/s (the highest valid rate that met the SLO) and "
-               f"{over:g} req/s ({over_by}){evidence}")
-    if invalid:
-        first = next((i["issues"][0] for i in invalid if i["issues"]), "invalid")
-        names = ", ".join(f"{i['rate']:g}" for i in invalid)
-        why += f"; ignored invalid rate(s) {names} ({first})"
-    return {"knee_rate": knee, "overloaded_rate": over, "overloaded_by": over_by,
-            "invalid": invalid, "why": why}
 
 
 # --------------------------------------------------------------------------------------
@@ -439,7 +356,7 @@ def replay_tune(results_dir: str | Path, plateau: float = 0.02,
                 objective: str = "request_goodput") -> dict[str, Any]:
     """Re-derive the kept knobs from tune.jsonl's steps and the recorded points.
 
-    Uses ``sweep.choose`` (the keep rule of ``sweep.tune``) on each step's points (looked
+    Uses ``keep.choose`` (the keep rule of ``sweep.tune``) on each step's points (looked
     up by tag and value, validity re-checked from their recorded series) under
     ``objective``. Under the objective the run used, this must give what the run chose.
     Under another one the path can leave the recorded one (a step kept here was reverted
@@ -447,7 +364,7 @@ def replay_tune(results_dir: str | Path, plateau: float = 0.02,
     there and says so in ``diverged``. Returns {"objective", "plateau", "knobs", "score",
     "gate_goodput", "request_goodput", "diagnosis", "next_knob", "diverged", "steps"}.
     """
-    from course_utils.lab.sweep import choose, next_knob, objective_value
+    from course_utils.core.keep import choose, next_knob, objective_value
 
     d = Path(results_dir)
     points = load_points_checked(d)
@@ -731,7 +648,7 @@ def plot_series(samples: Sequence[Any], path: str | Path | None = None, title: s
 
 def plot_engine_stats(spread: Mapping[str, Any], knob: str, path: str | Path | None = None
                       ) -> Any:
-    """Lab 01: vLLM's 10 s engine stats of each point (``llm_point.same_batch_gap``):
+    """Lab 01: vLLM's 10 s engine stats of each point (``keep.same_batch_gap``):
     generation tokens/s (solid) and KV cache usage (dashed) against time in the pass."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 3.4))
@@ -739,10 +656,10 @@ def plot_engine_stats(spread: Mapping[str, Any], knob: str, path: str | Path | N
     for i, (value, rows) in enumerate(sorted(spread.get("stats", {}).items(),
                                              key=lambda kv: float(kv[0]))):
         color = f"C{i}"
-        t = [r["t_s"] for r in rows]
-        ax.plot(t, [r["gen_tok_s"] for r in rows], "o-", color=color, ms=3,
+        t = [r.t_s for r in rows]
+        ax.plot(t, [r.gen_tok_s for r in rows], "o-", color=color, ms=3,
                 label=f"{knob}={value}")
-        ax2.plot(t, [100 * r["kv_usage"] for r in rows], "--", color=color, lw=0.9)
+        ax2.plot(t, [100 * r.kv_usage for r in rows], "--", color=color, lw=0.9)
     ax.set_xlabel("seconds into the pass (vLLM's stats lines)")
     ax.set_ylabel("generation tok/s")
     ax2.set_ylabel("KV usage % (dashed)")

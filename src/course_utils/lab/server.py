@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import re
 import shutil
 import signal
 import socket
@@ -31,6 +30,8 @@ import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from course_utils.core.vllm_logs import classify_failure
 
 __all__ = [
     "ServerStartError",
@@ -51,129 +52,6 @@ class ServerStartError(RuntimeError):
         self.reason = reason
         self.log_path = log_path
         self.returncode = returncode
-
-
-# --------------------------------------------------------------------------------------
-# failure classification
-# --------------------------------------------------------------------------------------
-
-_MAX_REASON = 300
-
-
-def _one_line(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= _MAX_REASON else line[: _MAX_REASON - 3] + "..."
-
-
-def _last_match(pattern: str, text: str, flags: int = 0) -> re.Match[str] | None:
-    found = None
-    for found in re.finditer(pattern, text, flags):  # noqa: B007 - we want the last one
-        pass
-    return found
-
-
-def classify_failure(log_text: str, returncode: int | None = None) -> str:
-    """One clear line saying why `vllm serve` (0.26.0) failed, from its log.
-
-    Rules, most specific first; each quotes the vLLM 0.26.0 text it matches.
-    """
-    text = log_text or ""
-
-    # v1/core/kv_cache_utils.py _check_enough_kv_cache_memory:
-    # "To serve at least one request with the model's max seq len ({max_model_len}),
-    #  ({needed} GiB KV cache is needed, which is larger than the available KV cache
-    #  memory ({available} GiB). Based on the available memory, the estimated maximum
-    #  model length is {n}. ..."
-    m = _last_match(
-        r"To serve at least one request with the model's max seq len \((\d+)\), "
-        r"\(([\d.]+) GiB KV cache is needed, which is larger than the available KV cache "
-        r"memory \(([\d.]+) GiB\)\.(?: Based on the available memory, the estimated "
-        r"maximum model length is (\d+)\.)?",
-        text,
-    )
-    if m:
-        est = f"; the estimated max_model_len that fits is {m.group(4)}" if m.group(4) else ""
-        return (
-            f"not enough KV cache memory for max_model_len {m.group(1)}: needs "
-            f"{m.group(2)} GiB, {m.group(3)} GiB available{est} (lower --max-model-len "
-            "or raise --gpu-memory-utilization)"
-        )
-    # v1/core/kv_cache_utils.py: "No available memory for the cache blocks. Try increasing
-    # `gpu_memory_utilization` when initializing the engine ..."
-    if "No available memory for the cache blocks" in text:
-        return (
-            "weights do not fit: no memory left for the KV cache blocks (\"No available "
-            "memory for the cache blocks\"); raise --gpu-memory-utilization, quantize, "
-            "or use a bigger GPU"
-        )
-    # v1/worker/utils.py request_memory: "Free memory on device {dev} ({free}/{total} GiB)
-    # on startup is less than desired GPU memory utilization ({util}, {req} GiB). ..."
-    m = _last_match(
-        r"Free memory on device \S* ?\(([\d.]+)/([\d.]+) GiB\) on startup is less than "
-        r"desired GPU memory utilization \(([\d.]+), ([\d.]+) GiB\)",
-        text,
-    )
-    if m:
-        return (
-            f"GPU memory already in use: {m.group(1)}/{m.group(2)} GiB free at startup, "
-            f"--gpu-memory-utilization {m.group(3)} asks for {m.group(4)} GiB (another "
-            "process holds the GPU, or lower the utilization)"
-        )
-    # torch: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ..."
-    m = _last_match(r"CUDA out of memory\.?[^\n]*", text)
-    if m:
-        tried = re.search(r"Tried to allocate ([\d.]+ [KMG]iB)", m.group(0))
-        extra = f" (tried to allocate {tried.group(1)})" if tried else ""
-        return (
-            f"CUDA out of memory{extra}: lower --gpu-memory-utilization, --max-num-seqs "
-            "or --max-num-batched-tokens, or --max-model-len"
-        )
-    # config/scheduler.py SchedulerConfig.verify_max_model_len:
-    # "max_num_batched_tokens ({a}) must be greater than or equal to max_num_seqs ({b})."
-    m = _last_match(
-        r"max_num_batched_tokens \((\d+)\) must be greater than or equal to "
-        r"max_num_seqs \((\d+)\)",
-        text,
-    )
-    if m:
-        return (
-            f"invalid knob combination: max_num_batched_tokens ({m.group(1)}) must be "
-            f">= max_num_seqs ({m.group(2)}); raise --max-num-batched-tokens with it"
-        )
-    # config/scheduler.py: "max_num_batched_tokens ({a}) is smaller than max_model_len
-    # ({b}). This effectively limits the maximum sequence length ..."
-    m = _last_match(
-        r"max_num_batched_tokens \((\d+)\) is smaller than max_model_len \((\d+)\)", text
-    )
-    if m:
-        return (
-            f"invalid knob combination: max_num_batched_tokens ({m.group(1)}) < "
-            f"max_model_len ({m.group(2)}) with chunked prefill off"
-        )
-    # entrypoints/openai/api_server.py create_server_socket -> sock.bind(addr):
-    # "OSError: [Errno 98] Address already in use"
-    if "Address already in use" in text:
-        port = _last_match(r"--port[ =](\d+)", text)
-        where = f" ({port.group(1)})" if port else ""
-        return f"port in use{where}: Address already in use; pick another --port"
-    # argparse (utils/argparse_utils.py FlexibleArgumentParser is an ArgumentParser):
-    # "vllm serve: error: unrecognized arguments: --foo 1"
-    m = _last_match(r"error: unrecognized arguments: ([^\n]*)", text)
-    if m:
-        return f"unknown flag for vllm 0.26.0: {m.group(1).strip()}"
-    m = _last_match(r"error: (argument [^\n]*)", text)
-    if m:
-        return _one_line(f"invalid argument: {m.group(1)}")
-    # fallback: the last line that names an error, else the last line at all
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if re.search(r"(Error|Exception|error:|ERROR)", ln):
-            return _one_line(re.sub(r"^\(?[A-Za-z]*\s*pid=\d+\)?\s*", "", ln))
-    if lines:
-        return _one_line(lines[-1])
-    return f"vllm serve exited with code {returncode}" if returncode is not None else (
-        "vllm serve failed with an empty log"
-    )
 
 
 # --------------------------------------------------------------------------------------

@@ -64,9 +64,10 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core import knobs as knobs_mod
-from course_utils.lab.bench import Workload, bench_args
-from course_utils.lab.offline import engine_init_times
 from course_utils.core.slo import SLO, BenchResult, BenchResultError, score
+from course_utils.core.vllm_logs import JIT_LINE, engine_init_times, parse_sweep_log
+from course_utils.core.vllm_logs import log_stamps as _stamps
+from course_utils.lab.bench import Workload, bench_args
 
 __all__ = [
     "SideBySideError",
@@ -76,7 +77,6 @@ __all__ = [
     "load_tune_dir",
     "load_vllm_sweep",
     "our_warmup_default",
-    "parse_sweep_log",
     "serve_params",
     "shrink_results",
     "sweep_bench_cmd",
@@ -88,19 +88,9 @@ __all__ = [
 SWEEP_APPENDED_FLAGS = {"--percentile-metrics": True, "--save-result": False,
                         "--result-dir": True, "--result-filename": True}
 RUN_FILE = re.compile(r"^run=(\d+)\.json$")
-MARKER = re.compile(r"\[((?:BEGIN|END|SKIPPED) (?:SERVER|BENCHMARK))\]")
 TIMING_FILE = "timing.json"
 BENCH_CMD_FILE = "bench_cmd.txt"
 SWEEP_LOG = re.compile(r"^sweep-(\d+)\.log$")
-# vllm/utils/jit_monitor.py _handle_jit_event: "%s %s during inference: %s%s. ..." with
-# event "kernel JIT compilation" (Triton) or "JIT compilation" (CuTeDSL, TileLang)
-JIT_LINE = "JIT compilation during inference"
-# vllm/benchmarks/serve.py benchmark(): print(f"Warming up with {num_warmups} requests...")
-WARMUP_LINE = re.compile(r"Warming up with (\d+) requests")
-# vllm/benchmarks/serve.py benchmark(): printed after the ready check and the warm-up
-MAIN_RUN_LINE = "Starting main benchmark run..."
-# vLLM's logger prefix "INFO 11-29 10:15:37 [file.py:N]" (vllm/logger.py, %m-%d %H:%M:%S)
-LOG_STAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d) \[")
 
 
 class SideBySideError(ValueError):
@@ -158,92 +148,6 @@ def sweep_bench_cmd(model: str, workload: Workload, slo: SLO | None, *, base_url
 # --------------------------------------------------------------------------------------
 
 
-def parse_sweep_log(text: str) -> dict[str, Any]:
-    """Server starts and spans from a `vllm bench sweep serve` log whose lines start with a
-    Unix time (side_by_side.sh prefixes bash's $EPOCHREALTIME). One entry per
-    `[BEGIN SERVER]`: its overrides, start, first benchmark start, end (None if the server
-    never ended: crash or interruption), whether a benchmark finished, the vLLM
-    "JIT compilation during inference" lines inside a measured window and the warm-up
-    counts `vllm bench serve` printed ("Warming up with N requests..."). A benchmark runs
-    from `[BEGIN BENCHMARK]` to `[END BENCHMARK]` / `[SKIPPED BENCHMARK]`; its measured
-    window starts at "Starting main benchmark run..." (vllm/benchmarks/serve.py prints it
-    after the ready check and the warm-up, whether or not either ran). A JIT compile before
-    that line was absorbed by the warm-up (`jit_in_warmup`); a benchmark that never prints
-    the line counts all of its JIT lines as measured."""
-    servers: list[dict[str, Any]] = []
-    cur: dict[str, Any] | None = None
-    first = last = None
-    in_bench = measuring = False
-    pending = 0  # JIT lines of this benchmark before its measured window
-    jit_in = jit_out = jit_warm = 0
-
-    def close_bench() -> None:  # settle the JIT lines seen before a main run, if any
-        nonlocal jit_in, jit_warm, pending
-        if measuring:
-            jit_warm += pending
-        else:
-            jit_in += pending
-        if cur is not None:
-            cur["jit_in_warmup" if measuring else "jit_in_benchmark"] += pending
-        pending = 0
-
-    for line in text.splitlines():
-        t_s, _, msg = line.partition(" ")
-        try:
-            t = float(t_s)
-        except ValueError:
-            continue
-        first = t if first is None else first
-        last = t
-        # a marker may follow output that ended without a newline: search, not equality
-        marks = MARKER.findall(msg)
-        if "BEGIN SERVER" in marks:
-            close_bench()
-            cur = {"overrides": None, "start": t, "bench_start": None, "end": None,
-                   "benchmarks_done": 0, "jit_in_benchmark": 0, "jit_in_warmup": 0,
-                   "warmups_logged": []}
-            servers.append(cur)
-            in_bench = measuring = False
-        elif cur is not None and "Server overrides:" in msg:
-            cur["overrides"] = msg.partition("Server overrides:")[2].strip()
-        if "BEGIN BENCHMARK" in marks:
-            in_bench, measuring, pending = True, False, 0
-            if cur is not None and cur["bench_start"] is None:
-                cur["bench_start"] = t
-        if in_bench and MAIN_RUN_LINE in msg:
-            measuring = True
-        if JIT_LINE in msg:
-            if in_bench and measuring:
-                jit_in += 1
-                if cur is not None:
-                    cur["jit_in_benchmark"] += 1
-            elif in_bench:
-                pending += 1
-            else:
-                jit_out += 1
-        m = WARMUP_LINE.search(msg)
-        if m and in_bench and cur is not None:
-            cur["warmups_logged"].append(int(m.group(1)))
-        if "END BENCHMARK" in marks or "SKIPPED BENCHMARK" in marks:
-            close_bench()
-            in_bench = False
-        if cur is not None and "END BENCHMARK" in marks:
-            cur["benchmarks_done"] += 1
-        if "END SERVER" in marks:
-            close_bench()
-            in_bench = False
-            if cur is not None:
-                cur["end"] = t
-                cur = None
-    close_bench()  # a log that ends inside a benchmark (interrupted)
-    for s in servers:
-        s["ready_s"] = (None if s["bench_start"] is None
-                        else round(s["bench_start"] - s["start"], 2))
-        s["span_s"] = None if s["end"] is None else round(s["end"] - s["start"], 2)
-    return {"server_starts": len(servers), "servers": servers,
-            "jit_in_benchmark": jit_in, "jit_in_warmup": jit_warm,
-            "jit_outside_benchmark": jit_out,
-            "log_span_s": None if first is None else round(last - first, 2)}
 
 
 def _add_call(timing_path: Path, log_text: str, call_wall_s: float, rc: int) -> dict[str, Any]:
@@ -594,8 +498,6 @@ def _our_warmups(d: Path, points: Sequence[Mapping[str, Any]]) -> dict[str, Any]
             "source": "course_utils default (not recorded in the run)"}
 
 
-def _stamps(text: str) -> list[str]:
-    return [m.group(1) for m in LOG_STAMP.finditer(text)]
 
 
 def _our_jit(d: Path, points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

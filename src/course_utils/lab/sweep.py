@@ -44,21 +44,32 @@ import argparse
 import hashlib
 import json
 import math
-import os
 import shlex
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from course_utils.core import knobs as knobs_mod
+from course_utils.core.keep import (
+    OBJECTIVES,
+    _check_objective,
+    _early_stop,
+    _label,
+    _order_candidates,
+    _scores,
+    best_point,
+    choose,
+    next_knob,
+    objective_value,
+)
+from course_utils.core.records import append_jsonl, jsonable, read_jsonl
+from course_utils.core.validity import prefix_cache_hit_rate, validity_issues
 from course_utils.lab.bench import (
     WARMUP_PROMPTS,
     BenchError,
     Workload,
-    prefix_cache_hit_rate,
     run_bench,
-    validity_issues,
     warmup,
 )
 from course_utils.lab.server import ServerStartError, VllmServer, gpu_memory_gib
@@ -81,7 +92,6 @@ __all__ = [
 ]
 
 POINTS_FILE = "points.jsonl"
-OBJECTIVES = ("request_goodput", "gate")
 TUNE_FILE = "tune.jsonl"
 BASELINE = "baseline"
 
@@ -91,46 +101,14 @@ BASELINE = "baseline"
 # --------------------------------------------------------------------------------------
 
 
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    if isinstance(v, Mapping):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    return v
 
 
-def _append_jsonl(path: Path, record: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(_jsonable(record), ensure_ascii=False, sort_keys=False) + "\n"
-    with open(path, "a+b") as fh:
-        fh.seek(0, os.SEEK_END)
-        if fh.tell() > 0:  # a writer killed mid-line left no newline: do not glue onto it
-            fh.seek(-1, os.SEEK_END)
-            if fh.read(1) != b"\n":
-                line = "\n" + line
-        fh.write(line.encode("utf-8"))
-        fh.flush()
-        os.fsync(fh.fileno())
 
 
 def load_points(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a points.jsonl; a torn last line (a killed writer) is ignored."""
+    """Records of a points.jsonl (or of the folder that holds one)."""
     p = Path(path)
-    if p.is_dir():
-        p = p / POINTS_FILE
-    if not p.exists():
-        return []
-    out = []
-    for line in p.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
+    return read_jsonl(p / POINTS_FILE if p.is_dir() else p)
 
 
 def point_key(
@@ -146,7 +124,7 @@ def point_key(
     (and the knobs actually served, e.g. after coupling)."""
     base = {k: v for k, v in sorted(base_knobs.items()) if k != knob}
     blob = json.dumps(
-        _jsonable({"model": model, "knob": knob, "value": value, "base": base,
+        jsonable({"model": model, "knob": knob, "value": value, "base": base,
                    "workload": workload.to_dict(), "server": dict(server_extra or {}),
                    "effective": dict(sorted((effective or {}).items()))}),
         sort_keys=True, default=str,
@@ -350,51 +328,12 @@ def _check_values(
     return out
 
 
-def _check_objective(objective: str) -> str:
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, not {objective!r}")
-    return objective
 
 
-def objective_value(rec: Mapping[str, Any], objective: str = "request_goodput") -> float:
-    """A point's score under `objective` (0 for a failed point or a missing score)."""
-    if rec.get("status") != "ok":
-        return 0.0
-    s = rec.get("score") or {}
-    key = "gate_goodput" if _check_objective(objective) == "gate" else "request_goodput"
-    return float(s.get(key) or 0.0)
 
 
-def _label(objective: str) -> str:
-    return "gate goodput" if objective == "gate" else "request goodput"
 
 
-def _early_stop(records: Iterable[Mapping[str, Any]], patience: int, min_gain: float,
-                objective: str = "request_goodput") -> str | None:
-    """Stop a sweep: `patience` points without an objective gain > `min_gain`; with the gate
-    objective also when a point breaks the SLO after an earlier one met it (request goodput
-    counts SLO attainment per request itself, so patience alone decides there)."""
-    best = 0.0
-    since = 0
-    seen_meet = False
-    for r in records:
-        if r.get("status") == "ok":
-            s = r["score"]
-            g = objective_value(r, objective)
-            if objective == "gate":
-                if s["meets_slo"]:
-                    seen_meet = True
-                elif seen_meet:
-                    return f"SLO broke at {r['knob']}={r['value']} ({'; '.join(s['violations'])})"
-            if g > 0 and g > best * (1.0 + min_gain):
-                best, since = g, 0
-                continue
-        if best > 0:
-            since += 1
-            if since >= patience:
-                return (f"{_label(objective)} stopped improving for {since} point(s) "
-                        f"(best {best:.2f})")
-    return None
 
 
 def sweep(
@@ -480,7 +419,7 @@ def sweep(
                     "workload": workload.to_dict(), "slo": str(slo),
                     "time": time.strftime("%Y-%m-%dT%H:%M:%S"), **res,
                 }
-                _append_jsonl(points_path, rec)
+                append_jsonl(points_path, rec)
                 done[key] = rec
                 records.append(rec)
                 if on_point is not None:
@@ -505,45 +444,8 @@ def sweep(
     return records
 
 
-def best_point(records: Iterable[Mapping[str, Any]], *, require_valid: bool = True,
-               objective: str = "request_goodput", plateau: float = 0.0,
-               ) -> dict[str, Any] | None:
-    """The valid ok point with the highest `objective` score (> 0; "gate": it meets the SLO).
-
-    With `plateau` > 0, the first point in sweep order (the smallest move from the current
-    value) that the best does not beat by more than `plateau` (relative): a further move
-    must earn its keep like a kept value does.
-    """
-    _check_objective(objective)
-    ok = []
-    for r in records:
-        if r.get("status") != "ok" or (require_valid and not r.get("valid", False)):
-            continue
-        if objective == "gate" and not r["score"]["meets_slo"]:
-            continue
-        if objective_value(r, objective) > 0:
-            ok.append(r)
-    if not ok:
-        return None
-    top = max(objective_value(r, objective) for r in ok)
-    for r in ok:
-        if top <= objective_value(r, objective) * (1.0 + plateau):
-            return dict(r)
-    return None  # pragma: no cover - the max itself always qualifies
 
 
-def choose(records: Sequence[Mapping[str, Any]], current: float, *,
-           objective: str = "request_goodput", plateau: float = 0.02,
-           ) -> tuple[dict[str, Any] | None, float | None, bool]:
-    """The keep rule of `tune` (and of labtools.replay_tune): (best point, relative gain
-    over `current`, kept). Kept only if the best raises the objective by more than
-    `plateau`; any gain over a current score of 0 is infinite."""
-    best = best_point(records, objective=objective, plateau=plateau)
-    if best is None:
-        return None, None, False
-    g = objective_value(best, objective)
-    gain = math.inf if current <= 0 else (g - current) / current
-    return best, gain, g > current and gain > plateau
 
 
 # --------------------------------------------------------------------------------------
@@ -551,22 +453,8 @@ def choose(records: Sequence[Mapping[str, Any]], current: float, *,
 # --------------------------------------------------------------------------------------
 
 
-def _order_candidates(name: str, candidates: Sequence[Any], current: Any, move: str | None
-                      ) -> list[Any]:
-    vals = [v for v in candidates if v != current]
-    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
-    if numeric and current is not None and isinstance(current, (int, float)):
-        if move == "raise":
-            return sorted(v for v in vals if v > current)
-        if move == "lower":
-            return sorted((v for v in vals if v < current), reverse=True)
-    return vals
 
 
-def _scores(rec: Mapping[str, Any] | None) -> dict[str, Any]:
-    s = (rec or {}).get("score") or {}
-    return {"gate_goodput": s.get("gate_goodput"), "request_goodput": s.get("request_goodput"),
-            "meets_slo": s.get("meets_slo")}
 
 
 def tune(
@@ -658,7 +546,7 @@ def tune(
         step = {**step, "objective": objective, "gpu_minutes_spent": round(spent_s / 60.0, 2),
                 "gpu_minutes_left_est": None if left_min() is None else round(left_min(), 2),
                 "minutes_per_point_est": round(per_point_min(), 2)}
-        _append_jsonl(tune_path, step)
+        append_jsonl(tune_path, step)
 
     bar = _progress(max_steps + 1, "tune", progress)
 
@@ -788,30 +676,12 @@ def tune(
         "gpu_minutes_spent": round(spent_s / 60.0, 2),
         "serve_command": shlex.join(ship.ship_argv()),
     }
-    _append_jsonl(tune_path, summary)
+    append_jsonl(tune_path, summary)
     return summary
 
 
-def next_knob(diag: Mapping[str, Any] | None,
-              candidates: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
-    """The knob the diagnosis names next, with its move: {"knob", "move", "has_candidates"}
-    (the first named knob; None when it names none)."""
-    if not diag or not diag.get("knobs"):
-        return None
-    k = diag["knobs"][0]
-    return {"knob": k, "move": (diag.get("moves") or {}).get(k),
-            "has_candidates": None if candidates is None else k in candidates}
 
 
-def goodput_of(steps: Sequence[Mapping[str, Any]]) -> float | None:
-    """The gate goodput of the knobs kept after `steps` (baseline if nothing was kept)."""
-    g = None
-    for s in steps:
-        if s.get("kind") == "baseline":
-            g = s.get("gate_goodput")
-        elif s.get("kind") == "sweep" and s.get("kept"):
-            g = s.get("goodput_best")
-    return g
 
 
 class _Stop(Exception):

@@ -1061,16 +1061,16 @@ def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("kv_binding")
 def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: records (a lab 01 results.jsonl, recorded; or inline records), baseline,
-    eval_set, max_num_seqs. Answer: llm_point.kv_check's demand_tokens for the baseline."""
-    from course_utils.core import capacity, evalset
-    from course_utils.lab import offline as llm_point
+    eval_set, max_num_seqs. Answer: keep.kv_check's demand_tokens for the baseline."""
+    from course_utils.core import capacity, evalset, keep
+    from course_utils.core.records import read_jsonl
 
     src = _data(p, "records")
-    records = (llm_point.load_results(src) if isinstance(src, Path)
+    records = (read_jsonl(src) if isinstance(src, Path)
                else [dict(r) for r in src])
     base = p["baseline"]
     bound = evalset.prompt_tokens_bound(evalset.load_items(resolve_path(p["eval_set"])))
-    kv = llm_point.kv_check(records, baseline=base, prompt_tokens_bound=bound,
+    kv = keep.kv_check(records, baseline=base, prompt_tokens_bound=bound,
                             max_num_seqs=p.get("max_num_seqs"))
     if kv is None:
         raise QuizError(f"kv_binding: no baseline {base!r} with a KV size in the records")
@@ -1107,11 +1107,11 @@ def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
             "explain": {"en": f"{at} x ceil(({kv['prompt_tokens']} + {out_tokens}) / {bs}) x {bs} = "
                               f"{at} x {kv['per_request_tokens']} = {_fmt(kv['demand_tokens'])} "
                               f"tokens, {share:.0%} of the {_fmt(kv['kv_tokens'])} in the pool: "
-                              f"{verdict['en']} (course_utils.lab.offline.kv_check).",
+                              f"{verdict['en']} (course_utils.core.keep.kv_check).",
                         "zh": f"{at} x ceil(({kv['prompt_tokens']} + {out_tokens}) / {bs}) x {bs} = "
                               f"{at} x {kv['per_request_tokens']} = {_fmt(kv['demand_tokens'])} "
                               f"token，只占池子 {_fmt(kv['kv_tokens'])} 的 {share:.0%}："
-                              f"{verdict['zh']}（course_utils.lab.offline.kv_check）。"}}
+                              f"{verdict['zh']}（course_utils.core.keep.kv_check）。"}}
 
 
 @generator("same_batch_spread")
@@ -1119,14 +1119,15 @@ def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: run (a recorded lab 01 knobs folder, or inline {value: {tok_s,
     gen_before_full, kv_full_at_s}}), baseline, candidate, min_gain. Answer: the gap before
     the KV cache filled is larger than the effect, so the run cannot judge the knob."""
-    from course_utils.lab import offline as llm_point
+    from course_utils.core import keep
+    from course_utils.core.records import read_jsonl
 
     src = _data(p, "run")
     base, cand = p["baseline"], p["candidate"]
     where = {"en": "", "zh": ""}
     if isinstance(src, Path):
-        recs = llm_point.load_results(src / "results.jsonl")
-        spread = llm_point.same_batch_gap(src, recs, baseline=base)
+        recs = read_jsonl(src / "results.jsonl")
+        spread = keep.same_batch_gap(src, recs, baseline=base)
         if spread is None:
             raise QuizError(f"same_batch_spread: no engine stats for {base!r} in {src}")
         tok = {r["value"]: r["output_tok_s"] for r in recs if r.get("status") == "ok"}
@@ -1175,11 +1176,11 @@ def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
                   f"a {gap:+.0%} gap there is this machine's run-to-run spread, not the knob. "
                   f"It is larger than the {overall:+.0%} over the pass and than the {gain:.0%} "
                   "min_gain, so no verdict on the knob survives it. Lab 01 turns a keep inside "
-                  "this spread into recheck (course_utils.lab.offline.same_batch_gap).",
+                  "this spread into recheck (course_utils.core.keep.same_batch_gap).",
             "zh": f"cache 填满之前，容量类旋钮的每个取值跑的都是同一批请求，所以那一段的 {gap:+.0%} 是这台机器"
                   f"单次运行的波动，不是旋钮造成的。它比整轮的 {overall:+.0%}、也比 {gain:.0%} 的 min_gain "
                   "都大，所以关于这个旋钮的任何结论都站不住。实验 01 会把落在这个波动之内的「保留」改判为 "
-                  "recheck（course_utils.lab.offline.same_batch_gap）。"},
+                  "recheck（course_utils.core.keep.same_batch_gap）。"},
     }
 
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import yaml
 
-from course_utils.core import capacity, diagnose, knobs, metrics, slo
 from course_utils import quiz
+from course_utils.core import capacity, diagnose, knobs, metrics, slo
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
@@ -311,22 +311,23 @@ def check_generated(q: quiz.Question) -> None:
         if "concurrency" in facts:
             assert quiz.grade(q, facts["concurrency"]).correct
     elif g == "kv_binding":
-        from course_utils.core import evalset
-        from course_utils.lab import offline as llm_point
+        from course_utils.core import evalset, keep
+        from course_utils.core.records import read_jsonl
 
         src = quiz._data(p, "records")
-        recs = llm_point.load_results(src) if isinstance(src, Path) else list(src)
+        recs = read_jsonl(src) if isinstance(src, Path) else list(src)
         items = evalset.load_items(quiz.resolve_path(p["eval_set"]))
-        kv = llm_point.kv_check(recs, baseline=p["baseline"], max_num_seqs=p.get("max_num_seqs"),
+        kv = keep.kv_check(recs, baseline=p["baseline"], max_num_seqs=p.get("max_num_seqs"),
                                 prompt_tokens_bound=evalset.prompt_tokens_bound(items))
         assert q.answer == kv["demand_tokens"]
         assert ("does not bind" in q.explain["en"]) == (not kv["binding"])
     elif g == "same_batch_spread":
-        from course_utils.lab import offline as llm_point
+        from course_utils.core import keep
+        from course_utils.core.records import read_jsonl
 
         src = quiz._data(p, "run")
         assert isinstance(src, Path)  # the recorded run is in the repo
-        spread = llm_point.same_batch_gap(src, llm_point.load_results(src / "results.jsonl"),
+        spread = keep.same_batch_gap(src, read_jsonl(src / "results.jsonl"),
                                           baseline=p["baseline"])
         gap = spread["gaps"][p["candidate"]]
         assert abs(gap) >= p["min_gain"]  # the right answer is "the run cannot judge it"

@@ -2,7 +2,7 @@
 
 How to use it from another test module (e.g. a quiz test that clicks answers):
 
-    from tests.browser_harness import run_plan, serve_site
+    from tests.book.browser_harness import run_plan, serve_site
 
     def test_quiz_grades_without_kernel():
         with serve_site() as base:
@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SITE = REPO / "_build" / "html"
 SCRIPT = REPO / "tools" / "web" / "browser.mjs"
 NODE_MODULES = REPO / "tools" / "web" / "node_modules"

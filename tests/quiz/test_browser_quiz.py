@@ -1,6 +1,6 @@
 """The static quizzes work in the built book: headless Chromium answers questions.
 
-Uses the book's browser harness (tests/browser_harness.py: loopback HTTP server over
+Uses the book's browser harness (tests/book/browser_harness.py: loopback HTTP server over
 ``_build/html`` + tools/web/browser.mjs, playwright-core + Debian chromium; no kernel, no
 network). On the zh and en page of each lesson: one question answered right, one wrong, one
 left empty; the feedback text must be exactly what ``quiz.grade`` says in the page's
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from course_utils import quiz
-from tests.browser_harness import SITE, run_plan, serve_site
+from tests.book.browser_harness import SITE, run_plan, serve_site
 
 ROOT_DIR = Path(os.environ.get("QUIZ_BOOK_HTML", SITE))
 

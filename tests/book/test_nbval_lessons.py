@@ -20,7 +20,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BOOK = REPO / "book"
 LESSONS = ("knobs", "slo-loop")
 CODE_CELL = re.compile(r"^```\{code-cell\}", re.MULTILINE)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from course_utils.core import knobs
+from course_utils.core.slo import SLO
 from course_utils.lab.bench import Workload
 from course_utils.lab.sidebyside import (
     SideBySideError,
@@ -31,10 +32,9 @@ from course_utils.lab.sidebyside import (
     sweep_bench_cmd,
     table_markdown,
 )
-from course_utils.core.slo import SLO
 from course_utils.lab.sweep import load_points, sweep
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm_sweep_fake"
 WARM = ROOT / "tests" / "fixtures" / "vllm_sweep_fake_warmup"
 H200_SBS = ROOT / "labs" / "results" / "h200-2026-11-29b" / "sidebyside"

@@ -9,7 +9,7 @@ import pytest
 
 from course_utils.core import evalset
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EVAL = ROOT / "labs" / "data" / "small_eval.jsonl"
 
 

@@ -24,11 +24,14 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.lab import replay as labtools, offline as llm_point
+from course_utils.core import keep, vllm_logs
+from course_utils.core.records import read_jsonl
+from course_utils.lab import offline as llm_point
+from course_utils.lab import replay as labtools
 
 pm = pytest.importorskip("papermill")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB01 = ROOT / "labs" / "01_knob_sweep.ipynb"
 LAB02 = ROOT / "labs" / "02_slo_loop.ipynb"
 FAKES = ROOT / "tests" / "fakes"
@@ -188,15 +191,15 @@ def slo_run(fake_env: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_slo_lab_records_the_loop(slo_run: Path) -> None:
-    knee = labtools.load_jsonl(slo_run / "knee.jsonl")
+    knee = read_jsonl(slo_run / "knee.jsonl")
     assert [k["rate"] for k in knee] == ["5", "60"]
-    (b1,) = labtools.load_jsonl(slo_run / labtools.BATCH1_FILE)
+    (b1,) = read_jsonl(slo_run / labtools.BATCH1_FILE)
     assert b1["status"] == "ok" and b1["median_tpot_ms"] > 0 and b1["completed"] == 4
     assert all(k["status"] == "ok" and k["diagnosis"]["constraint"] for k in knee)
     # one server, one seed per rate: no prompt was replayed into the prefix cache
     assert [k["workload"]["seed"] for k in knee] == [0, 1]
     assert all(k["valid"] and k["prefix_cache_hit_rate"] < 0.1 for k in knee)
-    steps = labtools.load_jsonl(slo_run / "tune.jsonl")
+    steps = read_jsonl(slo_run / "tune.jsonl")
     assert steps[0]["kind"] == "baseline"
     assert steps[0]["diagnosis"]["constraint"] == "queue"  # max_num_seqs 2 at 25 req/s
     summary = labtools.tune_summary(slo_run)
@@ -211,10 +214,10 @@ def test_slo_lab_records_the_loop(slo_run: Path) -> None:
 def test_slo_lab_resumes_without_repeating_points(slo_run: Path, fake_env: Path) -> None:
     starts = fake_env / "serve-starts.jsonl"
     before = _count(starts)
-    n_points = len(labtools.load_jsonl(slo_run / "points.jsonl"))
+    n_points = len(read_jsonl(slo_run / "points.jsonl"))
     _run(LAB02, slo_run, {"backend": "vllm", **SLO_PARAMS})
     assert _count(starts) == before  # knee rates and every point came from the files
-    assert len(labtools.load_jsonl(slo_run / "points.jsonl")) == n_points
+    assert len(read_jsonl(slo_run / "points.jsonl")) == n_points
 
 
 def test_slo_lab_replay_chooses_what_the_run_chose(slo_run: Path, tmp_path: Path) -> None:
@@ -253,7 +256,7 @@ def test_slo_lab_budget_stop_before_the_baseline_is_a_normal_end(fake_env: Path,
     assert "the loop stopped before a baseline was measured: GPU budget: 0.0 min left" in text
     summary = labtools.tune_summary(out)
     assert summary["stopped_on_budget"] is True and summary["steps"] == 0
-    assert labtools.load_jsonl(out / "knee.jsonl")  # step 0 ran; its results are kept
+    assert read_jsonl(out / "knee.jsonl")  # step 0 ran; its results are kept
 
 
 # ----------------------------------------------------------------------------- lab 01
@@ -271,7 +274,7 @@ def knob_run(fake_env: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_knob_lab_records_the_triple_and_the_fault(knob_run: Path) -> None:
-    recs = {r["value"]: r for r in llm_point.load_results(knob_run / "results.jsonl")}
+    recs = {r["value"]: r for r in read_jsonl(knob_run / "results.jsonl")}
     assert set(recs) == {0.1, 0.5, 0.8}
     assert recs[0.1]["status"] == "failed"
     assert "No available memory for the cache blocks" in recs[0.1]["reason"]
@@ -295,7 +298,7 @@ def test_knob_lab_resumes_after_an_interruption(knob_run: Path, fake_env: Path) 
     before = _count(starts)
     _run(LAB01, knob_run, {"backend": "vllm", **KNOB_PARAMS})
     assert _count(starts) == before + 1  # only the lost point ran again
-    assert len(llm_point.load_results(res)) == 3
+    assert len(read_jsonl(res)) == 3
 
 
 def test_knob_lab_replay_gives_the_recorded_verdict(knob_run: Path, tmp_path: Path) -> None:
@@ -328,13 +331,13 @@ def test_parse_startup_log_reads_vllm_0_26_lines() -> None:
         "tokens per request: 503.68x\n"
         "(EngineCore pid=1) INFO 11-29 [monitor.py:53] torch.compile took 22.54 s in total\n"
     )
-    assert llm_point.parse_startup_log(log) == {
-        "kv_cache_tokens": 2063088, "max_concurrency": 503.68, "kv_cache_gib": 110.18,
-        "weights_gib": 14.29, "torch_compile_s": 22.54,
+    assert vllm_logs.startup_facts(log).as_dict() == {
+        "kv_cache_tokens": 2063088, "max_concurrency": 503.68, "concurrency_len": 4096,
+        "kv_cache_gib": 110.18, "weights_gib": 14.29, "torch_compile_s": 22.54,
     }
-    assert llm_point.parse_startup_log("nothing") == {
-        "kv_cache_tokens": None, "max_concurrency": None, "kv_cache_gib": None,
-        "weights_gib": None, "torch_compile_s": None,
+    assert vllm_logs.startup_facts("nothing").as_dict() == {
+        "kv_cache_tokens": None, "max_concurrency": None, "concurrency_len": None,
+        "kv_cache_gib": None, "weights_gib": None, "torch_compile_s": None,
     }
 
 
@@ -345,14 +348,14 @@ def _rec(value: float, tok_s: float, p99: float, acc: float | None = 0.9) -> dic
 
 def test_verdict_keeps_only_a_worthwhile_gain_inside_the_slo() -> None:
     recs = [_rec(0.8, 1000, 5), _rec(0.9, 1200, 6), _rec(0.94, 1500, 50)]
-    v = llm_point.verdict(recs, baseline=0.8, p99_latency_slo_s=10)
+    v = keep.verdict(recs, baseline=0.8, p99_latency_slo_s=10)
     assert (v["decision"], v["value"]) == ("keep", 0.9)  # 0.94 breaks the SLO
-    v = llm_point.verdict(recs, baseline=0.8, p99_latency_slo_s=10, min_gain=0.3)
+    v = keep.verdict(recs, baseline=0.8, p99_latency_slo_s=10, min_gain=0.3)
     assert (v["decision"], v["value"]) == ("revert", 0.8)
     worse_quality = [_rec(0.8, 1000, 5), _rec(0.9, 1500, 5, acc=0.5)]
-    assert llm_point.verdict(worse_quality, baseline=0.8)["decision"] == "revert"
+    assert keep.verdict(worse_quality, baseline=0.8)["decision"] == "revert"
     failed_base = [{"value": 0.8, "status": "failed"}, _rec(0.9, 1500, 5)]
-    assert llm_point.verdict(failed_base, baseline=0.8)["decision"] == "none"
+    assert keep.verdict(failed_base, baseline=0.8)["decision"] == "none"
 
 
 def _kvrec(value: float, tok_s: float, kv_tokens: int, **kw: object) -> dict:
@@ -363,46 +366,46 @@ def _kvrec(value: float, tok_s: float, kv_tokens: int, **kw: object) -> dict:
 def test_kv_check_binds_only_when_the_pass_needs_more_than_the_pool() -> None:
     # 256 requests x ceil((200 + 1024) / 16) * 16 = 256 x 1232 = 315,392 tokens
     recs = [_kvrec(0.8, 1000, 226_608, prompt_tokens_max=200), _kvrec(0.94, 1300, 289_488)]
-    kv = llm_point.kv_check(recs, baseline=0.8)
+    kv = keep.kv_check(recs, baseline=0.8)
     assert kv["per_request_tokens"] == 1232 and kv["demand_tokens"] == 315_392
     assert kv["binding"] is True and kv["prompt_exact"] is True
     assert kv["kv_concurrency"] == 226_608 // 1232
     # max_num_seqs 128 caps what runs at once: 128 x 1232 = 157,696 < 226,608
-    assert llm_point.kv_check(recs, baseline=0.8, max_num_seqs=128)["binding"] is False
+    assert keep.kv_check(recs, baseline=0.8, max_num_seqs=128)["binding"] is False
     # no recorded prompt length: the bound is used, and said to be one
     old = [_kvrec(0.8, 1000, 226_608)]
-    assert llm_point.kv_check(old, baseline=0.8) is None
-    kv = llm_point.kv_check(old, baseline=0.8, prompt_tokens_bound=209)
+    assert keep.kv_check(old, baseline=0.8) is None
+    kv = keep.kv_check(old, baseline=0.8, prompt_tokens_bound=209)
     assert kv["prompt_exact"] is False and kv["per_request_tokens"] == 1248
     # a run made before load_max_tokens existed: the pass generated max_tokens
     legacy = [{**_kvrec(0.8, 1000, 1_782_064), "load_max_tokens": None, "load_prompts": 1024}]
-    assert llm_point.kv_check(legacy, baseline=0.8, prompt_tokens_bound=209)[
+    assert keep.kv_check(legacy, baseline=0.8, prompt_tokens_bound=209)[
         "demand_tokens"] == 1024 * 352
 
 
 def test_kv_demand_rounds_each_request_up_to_whole_blocks() -> None:
-    assert llm_point.kv_demand(256, 209, 1024) == {
+    assert keep.kv_demand(256, 209, 1024) == {
         "per_request_tokens": 1248, "at_once": 256, "demand_tokens": 319_488}
-    assert llm_point.kv_demand(256, 200, 1024, max_num_seqs=100)["demand_tokens"] == 100 * 1232
-    assert llm_point.kv_demand(4, 1, 15)["per_request_tokens"] == 16  # exactly one block
-    assert llm_point.kv_demand(4, 1, 16)["per_request_tokens"] == 32
+    assert keep.kv_demand(256, 200, 1024, max_num_seqs=100)["demand_tokens"] == 100 * 1232
+    assert keep.kv_demand(4, 1, 15)["per_request_tokens"] == 16  # exactly one block
+    assert keep.kv_demand(4, 1, 16)["per_request_tokens"] == 32
 
 
 def test_verdict_turns_a_keep_into_recheck_when_kv_did_not_bind() -> None:
     recs = [_kvrec(0.8, 1000, 1_782_064, prompt_tokens_max=100),
             _kvrec(0.9, 1300, 2_044_928, prompt_tokens_max=100)]
-    free = llm_point.kv_check(recs, baseline=0.8)
+    free = keep.kv_check(recs, baseline=0.8)
     assert free["binding"] is False
-    v = llm_point.verdict(recs, baseline=0.8, kv=free)
+    v = keep.verdict(recs, baseline=0.8, kv=free)
     assert (v["decision"], v["value"], v["candidate"]) == ("recheck", 0.8, 0.9)
     assert "did not bind" in v["why"] and f"{free['demand_tokens']:,}" in v["why"]
     tight = [_kvrec(0.8, 1000, 200_000, prompt_tokens_max=100),
              _kvrec(0.9, 1300, 260_000, prompt_tokens_max=100)]
-    v = llm_point.verdict(tight, baseline=0.8, kv=llm_point.kv_check(tight, baseline=0.8))
+    v = keep.verdict(tight, baseline=0.8, kv=keep.kv_check(tight, baseline=0.8))
     assert (v["decision"], v["value"]) == ("keep", 0.9)
     # a revert stays a revert whatever the KV check says
     flat = [_kvrec(0.8, 1000, 1_782_064, prompt_tokens_max=100), _kvrec(0.9, 1010, 2_044_928)]
-    assert llm_point.verdict(flat, baseline=0.8, kv=free)["decision"] == "revert"
+    assert keep.verdict(flat, baseline=0.8, kv=free)["decision"] == "revert"
 
 
 STATS = ("INFO {stamp} [loggers.py:310] Engine 000: Avg prompt throughput: {p} tokens/s, Avg "
@@ -421,19 +424,19 @@ def test_engine_stats_and_kv_timeline_read_vllm_0_26_lines() -> None:
                       (0, 5, 0.0, 24000.0, 1024, 0, 0, 60.0),
                       (0, 15, 0.0, 22000.0, 900, 124, 7, 99.9),
                       (0, 25, 0.0, 18000.0, 700, 300, 0, 100.0)]).replace("13:00", "14:00")
-    st = llm_point.engine_stats("noise\n" + log)
-    assert [s["t_s"] for s in st] == [0, 10, 20, 30]  # across the hour
-    assert st[2] == {"t_s": 20, "prompt_tok_s": 0.0, "gen_tok_s": 22000.0, "running": 900,
-                     "waiting": 124, "preemptions": 7, "kv_usage": 0.999}
-    t = llm_point.kv_timeline(st)
+    st = vllm_logs.engine_stats("noise\n" + log)
+    assert [s.t_s for s in st] == [0, 10, 20, 30]  # across the hour
+    assert (st[2].t_s, st[2].prompt_tok_s, st[2].gen_tok_s, st[2].running, st[2].waiting,
+            st[2].preemptions, st[2].kv_usage) == (20, 0.0, 22000.0, 900, 124, 7, 0.999)
+    t = keep.kv_timeline(st)
     # full at the 99.9 % line; before it only the line without prompt work counts
     assert (t["kv_full_at_s"], t["gen_tok_s_before_full"]) == (20, 24000.0)
     assert (t["waiting_max"], t["running_max"], t["lines"]) == (300, 1024, 4)
-    assert llm_point.kv_timeline(st[:2])["kv_full_at_s"] is None
+    assert keep.kv_timeline(st[:2])["kv_full_at_s"] is None
     wrap = _stats_log([(59, 55, 0.0, 1.0, 1, 0, 0, 1.0)] * 2).replace("11-29 13:59:55", "12-31 23:59:55", 1)
     wrap = wrap.replace("11-29 13:59:55", "01-01 00:00:05")  # the log crosses new year
-    assert [s["t_s"] for s in llm_point.engine_stats(wrap)] == [0, 10]
-    assert llm_point.kv_timeline([])["gen_tok_s_before_full"] is None
+    assert [s.t_s for s in vllm_logs.engine_stats(wrap)] == [0, 10]
+    assert keep.kv_timeline([])["gen_tok_s_before_full"] is None
 
 
 def test_same_batch_gap_turns_a_keep_into_recheck(tmp_path: Path) -> None:
@@ -446,26 +449,26 @@ def test_same_batch_gap_turns_a_keep_into_recheck(tmp_path: Path) -> None:
                                                (0, 10, 0.0, g, 1024, 0, 0, 99.5)]))
         recs.append({"status": "ok", "value": v, "key": f"k{i}", "output_tok_s": g,
                      "latency_p99_s": 5.0, "log": "/elsewhere/llm.log"})
-    spread = llm_point.same_batch_gap(tmp_path, recs, baseline=0.8)
+    spread = keep.same_batch_gap(tmp_path, recs, baseline=0.8)
     assert round(spread["gaps"][0.94], 3) == 0.15 and round(spread["max_abs_gap"], 3) == 0.15
-    v = llm_point.verdict(recs, baseline=0.8, spread=spread)
+    v = keep.verdict(recs, baseline=0.8, spread=spread)
     assert (v["decision"], v["value"], v["candidate"]) == ("recheck", 0.8, 0.94)
     assert "before its KV cache filled" in v["why"]
-    assert llm_point.verdict(recs, baseline=0.8)["decision"] == "keep"  # without the check
-    assert llm_point.verdict(recs, baseline=0.8, spread={"gaps": {0.94: 0.01}})[
+    assert keep.verdict(recs, baseline=0.8)["decision"] == "keep"  # without the check
+    assert keep.verdict(recs, baseline=0.8, spread={"gaps": {0.94: 0.01}})[
         "decision"] == "keep"
     (tmp_path / "points" / "k0" / "llm.log").write_text("no stats lines")
-    assert llm_point.same_batch_gap(tmp_path, recs, baseline=0.8) is None
+    assert keep.same_batch_gap(tmp_path, recs, baseline=0.8) is None
 
 
 def test_verdict_says_when_no_point_meets_the_slo() -> None:
     recs = [{"status": "ok", "value": 0.8, "output_tok_s": 100.0, "latency_p99_s": 137.0},
             {"status": "ok", "value": 0.94, "output_tok_s": 90.0, "latency_p99_s": 159.0}]
-    v = llm_point.verdict(recs, baseline=0.8, p99_latency_slo_s=30)
+    v = keep.verdict(recs, baseline=0.8, p99_latency_slo_s=30)
     assert (v["decision"], v["value"], v["slo_met_by"]) == ("revert", 0.8, [])
     assert v["why"].startswith("no setting meets the SLO, the baseline included (p99 latency "
                                "137.0 s > 30 s)")
-    v = llm_point.verdict(recs, baseline=0.8)
+    v = keep.verdict(recs, baseline=0.8)
     assert v["slo_met_by"] == [0.8, 0.94] and v["why"].startswith("the baseline is the fastest")
 
 
@@ -477,7 +480,7 @@ def test_engine_init_times_reads_the_three_forms() -> None:
         pre + "init engine (profile, create kv cache, warmup model) took 7.85 s",
         pre + "init engine (profile, create kv cache, warmup model) took 9.00 s (compilation: "
               "3.00 s — language_model: 2.00 s, encoder: 1.00 s)"])
-    assert llm_point.engine_init_times(log) == [(46.26, 25.15), (7.85, None), (9.0, 3.0)]
+    assert vllm_logs.engine_init_times(log) == [(46.26, 25.15), (7.85, None), (9.0, 3.0)]
 
 
 def test_prompt_tokens_bound_covers_the_longest_chat_prompt() -> None:
@@ -531,18 +534,18 @@ def test_pick_knee() -> None:
         return {"rate": rate, "status": "ok", "request_throughput": done, "meets_slo": meets}
 
     recs = [k("10", 9.8, True), k("20", 19.0, True), k("40", 25.0, False), k("inf", 26, False)]
-    assert labtools.pick_knee(recs)["knee_rate"] == 20
-    assert labtools.pick_knee(recs)["overloaded_rate"] == 40
-    assert labtools.pick_knee([k("10", 3.0, False)])["knee_rate"] is None
+    assert keep.pick_knee(recs)["knee_rate"] == 20
+    assert keep.pick_knee(recs)["overloaded_rate"] == 40
+    assert keep.pick_knee([k("10", 3.0, False)])["knee_rate"] is None
     # a short run completes under the offered rate; without a queue it still kept up
     short = {**k("10", 7.0, True), "diagnosis": {"constraint": "none"}}
-    assert labtools.pick_knee([short])["knee_rate"] == 10
+    assert keep.pick_knee([short])["knee_rate"] == 10
     queued = {**k("10", 7.0, True), "diagnosis": {"constraint": "queue"}}
-    assert labtools.pick_knee([queued])["knee_rate"] is None
+    assert keep.pick_knee([queued])["knee_rate"] is None
     # an invalid rate (prompts replayed into the prefix cache) is no evidence either way
     replayed = {**k("60", 59.0, True), "valid": False,
                 "validity_issues": ["prefix cache hit rate 97% on a workload without ..."]}
-    kn = labtools.pick_knee([k("40", 39.0, True), replayed])
+    kn = keep.pick_knee([k("40", 39.0, True), replayed])
     assert kn["knee_rate"] == 40 and kn["overloaded_rate"] is None
     assert kn["invalid"] == [{"rate": 60.0, "issues": replayed["validity_issues"]}]
 
@@ -551,14 +554,14 @@ def test_pick_knee() -> None:
         return {"status": "ok", "valid": valid, "knob": "max_num_seqs", "value": value,
                 "workload": {"request_rate": rate}, "score": {"meets_slo": meets}}
 
-    kn = labtools.pick_knee([k("40", 39.0, True), replayed], points=[pt(64, False),
+    kn = keep.pick_knee([k("40", 39.0, True), replayed], points=[pt(64, False),
                                                                       pt(1024, False)])
     assert (kn["knee_rate"], kn["overloaded_rate"], kn["overloaded_by"]) == (40, 55, "loop points")
     assert "55 req/s: all 2 valid loop point(s) (max_num_seqs=64, max_num_seqs=1024" in kn["why"]
     # one config met the SLO at 55: not overloaded for every config; invalid points ignored
-    assert labtools.pick_knee([k("40", 39.0, True)], points=[pt(64, False), pt(1024, True)]
+    assert keep.pick_knee([k("40", 39.0, True)], points=[pt(64, False), pt(1024, True)]
                               )["overloaded_rate"] is None
-    assert labtools.pick_knee([k("40", 39.0, True)], points=[pt(64, False, valid=False)]
+    assert keep.pick_knee([k("40", 39.0, True)], points=[pt(64, False, valid=False)]
                               )["overloaded_rate"] is None
 
 
@@ -620,7 +623,7 @@ def test_real_slo_baseline_is_a_queue_and_rate_40_is_not(h200_replay: tuple[Path
 
     rec, _, text = h200_replay
     points = {p["key"]: p for p in labtools.load_points_checked(rec)}
-    steps = labtools.load_jsonl(rec / "tune.jsonl")
+    steps = read_jsonl(rec / "tune.jsonl")
     base = points[steps[0]["point"]]
     assert (base["diagnosis"]["constraint"], base["diagnosis"]["leaf"]) == ("queue", "queue_cap")
     series = metrics.load_series(labtools.point_files(rec, base)["metrics"])
@@ -706,7 +709,7 @@ def test_real_slo_loop_keeps_an_improvement_and_stops(c_replay: tuple[Path, Path
     from course_utils.core import metrics
 
     rec, out, text = c_replay
-    steps = labtools.load_jsonl(rec / "tune.jsonl")
+    steps = read_jsonl(rec / "tune.jsonl")
     base, sweep_step, summary = steps[0], steps[1], steps[-1]
     assert base["kind"] == "baseline" and base["diagnosis"]["leaf"] == "queue_cap"
     points = {p["key"]: p for p in labtools.load_points_checked(rec)}

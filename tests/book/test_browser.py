@@ -1,7 +1,7 @@
 """Headless Chromium on the built book: Mermaid rendered, CJK font used, language switch
 resolves, nothing fetched from outside 127.0.0.1. Screenshots: .artifacts/screenshots/.
 
-The harness (tests/browser_harness.py) is reusable by other tests; see its docstring.
+The harness (tests/book/browser_harness.py) is reusable by other tests; see its docstring.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser_harness import SCREENSHOTS, run_plan, serve_site
+from tests.book.browser_harness import SCREENSHOTS, run_plan, serve_site
 
 LANGS = ("zh", "en")
 PAGES = ("index", "knobs", "slo-loop", "glossary")

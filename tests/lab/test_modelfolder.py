@@ -46,7 +46,7 @@ def test_full_qwen_vocab_has_specials_at_real_ids(tmp_path: Path) -> None:
     out = make_dummy_model_folder(tmp_path / "q", corpus=stdlib_corpus(200_000))
     cfg = json.loads((out / "config.json").read_text())
     shipped = json.loads(
-        (Path(modelfolder.__file__).parent / "data/models/qwen2.5-7b-instruct/config.json")
+        (Path(modelfolder.__file__).parents[1] / "data/models/qwen2.5-7b-instruct/config.json")
         .read_text()
     )
     assert cfg == shipped  # copied unchanged

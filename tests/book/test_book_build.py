@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SITE = REPO / "_build" / "html"
 BOOK = REPO / "book"
 LANGS = ("zh", "en")

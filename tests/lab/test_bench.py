@@ -9,11 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.lab.bench import BenchError, Workload, bench_args, run_bench, validity_issues, warmup
-from course_utils.lab.server import VllmServer
 from course_utils.core.slo import SLO
+from course_utils.core.validity import validity_issues
+from course_utils.lab.bench import (
+    BenchError,
+    Workload,
+    bench_args,
+    run_bench,
+    warmup,
+)
+from course_utils.lab.server import VllmServer
 
-FAKES = Path(__file__).resolve().parent / "fakes"
+FAKES = Path(__file__).resolve().parents[1] / "fakes"
 VLLM_SRC = Path("/work/vllm-src/src/vllm")
 FLAGS = {ln.strip() for ln in (FAKES / "vllm_0_26_0_bench_serve_flags.txt").read_text().splitlines()
          if ln.strip() and not ln.startswith("#")}

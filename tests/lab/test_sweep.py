@@ -8,21 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.core import knobs
+from course_utils.core import keep, knobs
+from course_utils.core.keep import _early_stop, best_point, choose, objective_value
+from course_utils.core.slo import SLO
 from course_utils.lab.bench import Workload
 from course_utils.lab.server import group_pids
-from course_utils.core.slo import SLO
-from course_utils.lab.sweep import (
-    _early_stop,
-    add_cli,
-    best_point,
-    choose,
-    couple_knobs,
-    load_points,
-    objective_value,
-    sweep,
-    tune,
-)
+from course_utils.lab.sweep import add_cli, couple_knobs, load_points, sweep, tune
 
 SLO_LOOSE = SLO.parse("ttft:5000 tpot:1000")
 W = Workload(input_len=16, output_len=8, num_prompts=12, request_rate=400)
@@ -438,14 +429,18 @@ def test_a_replayed_knee_rate_is_flagged_and_ignored(tmp_path: Path, fake_vllm: 
     again = labtools.load_knee(out)
     assert [r["valid"] for r in again] == [True, False]
     assert again[1]["validity_issues"] == second["validity_issues"]
-    kn = labtools.pick_knee(again)
+    kn = keep.pick_knee(again)
     assert kn["knee_rate"] == 50 and [i["rate"] for i in kn["invalid"]] == [100]
     assert "ignored invalid rate(s) 100 (prefix cache hit rate" in kn["why"]
 
 
 def test_prefix_cache_check_needs_no_shared_prefix(tmp_path: Path) -> None:
-    from course_utils.lab.bench import prefix_cache_hit_rate, prefix_cache_issue, validity_issues
     from course_utils.core.metrics import Snapshot
+    from course_utils.core.validity import (
+        prefix_cache_hit_rate,
+        prefix_cache_issue,
+        validity_issues,
+    )
 
     def snap(t: float, q: float, h: float) -> Snapshot:
         return Snapshot(t=t, values={"vllm:prefix_cache_queries": q, "vllm:prefix_cache_hits": h})

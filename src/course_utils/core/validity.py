@@ -1,0 +1,135 @@
+"""Is a measured window valid? The checks every window passes before it may keep or reject
+a value: failed requests, achieved vs offered rate, output length, prefix-cache hits from
+replayed prompts, a vLLM JIT compile inside the window and a warm-up that did not reach the
+load's batch shapes. An invalid window is re-measured, never used (lab.measure)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from course_utils.core.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
+from course_utils.core.records import Workload
+from course_utils.core.vllm_logs import JitCompile
+
+__all__ = [
+    "REPLAY_HIT_RATE",
+    "WARMUP_COVERAGE",
+    "jit_issue",
+    "prefix_cache_hit_rate",
+    "prefix_cache_issue",
+    "validity_issues",
+    "warmup_issue",
+]
+
+
+# A workload without a shared prefix hits the prefix cache only by chance (block-aligned
+# repeats of random tokens: ~0.5 % on the H200 run). Far above that, the prompts were sent
+# before on the same server: `vllm bench serve --dataset-name random` draws its prompts
+# from `--seed` (vllm/benchmarks/datasets/datasets.py RandomDataset: np.random.default_rng
+# (random_seed)), so two runs with the same seed replay the same prompts. vLLM's own
+# `vllm bench sweep serve` resets the caches between runs instead
+# (vllm/benchmarks/sweep/server.py `ServerProcess.reset_caches`: POST /reset_prefix_cache,
+# a dev route, vllm/entrypoints/serve/dev/cache/api_router.py, mounted only with
+# VLLM_SERVER_DEV_MODE=1, vllm/entrypoints/openai/api_server.py). The course varies the seed.
+REPLAY_HIT_RATE = 0.5
+
+
+def prefix_cache_hit_rate(samples: Sequence[Any]) -> float | None:
+    """Prefix-cache hit rate during a measured load: the delta of `vllm:prefix_cache_hits`
+    over the delta of `vllm:prefix_cache_queries` (both counted in tokens; 0.26.0
+    vllm/v1/metrics/loggers.py) from the first to the last /metrics sample.
+    None without samples, without the counters (prefix caching off) or without queries."""
+
+    if len(samples) < 2:
+        return None
+    first, last = samples[0], samples[-1]
+    q1, h1 = last.counter(PREFIX_CACHE_QUERIES), last.counter(PREFIX_CACHE_HITS)
+    if q1 is None or h1 is None:
+        return None
+    dq = q1 - (first.counter(PREFIX_CACHE_QUERIES) or 0.0)
+    dh = h1 - (first.counter(PREFIX_CACHE_HITS) or 0.0)
+    return dh / dq if dq > 0 else None
+
+
+def prefix_cache_issue(hit_rate: float | None, workload: Workload) -> str | None:
+    """The validity issue of a replayed workload, or None."""
+    if hit_rate is None or workload.prefix_len > 0 or hit_rate <= REPLAY_HIT_RATE:
+        return None
+    return (f"prefix cache hit rate {hit_rate:.0%} on a workload without a shared prefix: "
+            "prompts were replayed, results are inflated")
+
+
+def validity_issues(raw: Mapping[str, Any], workload: Workload, *,
+                    prefix_cache_hit_rate: float | None = None) -> list[str]:
+    """Checks that a bench result measured what the workload asked for.
+
+    - achieved vs offered request rate: the arrival rate the client really produced
+      (from `start_times`, needs --save-detailed), within max(10 %, 3/sqrt(n)) for Poisson;
+    - completed vs failed requests; completed + failed == num_prompts;
+    - mean output tokens per completed request vs the requested output_len (>= 95 %);
+    - with `prefix_cache_hit_rate` (from the /metrics samples of the run, see
+      `prefix_cache_hit_rate()`): a workload without a shared prefix must not hit the
+      prefix cache (> REPLAY_HIT_RATE means its prompts were replayed).
+    """
+    issues: list[str] = []
+    n = int(workload.num_prompts)
+    completed = int(raw.get("completed") or 0)
+    failed = int(raw.get("failed") or 0)
+    if completed == 0:
+        issues.append(f"no request completed ({failed} failed)")
+    elif failed:
+        issues.append(f"{failed} of {completed + failed} requests failed")
+    if completed + failed != n:
+        issues.append(f"completed+failed = {completed + failed}, expected num_prompts {n}")
+    if completed:
+        mean_out = float(raw.get("total_output_tokens") or 0) / completed
+        if mean_out < 0.95 * workload.output_len:
+            issues.append(
+                f"mean output {mean_out:.1f} tokens/request < requested {workload.output_len}"
+                " (EOS hit early? pass ignore_eos)"
+            )
+    starts = [float(s) for s in (raw.get("start_times") or []) if s is not None]
+    if (
+        not math.isinf(workload.request_rate)
+        and workload.max_concurrency is None
+        and len(starts) >= 3
+    ):
+        span = max(starts) - min(starts)
+        achieved = (len(starts) - 1) / span if span > 0 else math.inf
+        tol = max(0.10, 3.0 / math.sqrt(len(starts)))
+        if abs(achieved - workload.request_rate) > tol * workload.request_rate:
+            issues.append(
+                f"offered rate {achieved:.2f} req/s vs requested {workload.request_rate:g} "
+                f"(tolerance {tol:.0%}): the client could not keep the schedule"
+            )
+    replayed = prefix_cache_issue(prefix_cache_hit_rate, workload)
+    if replayed:
+        issues.append(replayed)
+    return issues
+
+
+def jit_issue(compiles: Sequence[JitCompile]) -> str | None:
+    """The validity issue of a window that held a vLLM JIT compile (its latency spike is a
+    one-time cost, not the configuration's)."""
+    if not compiles:
+        return None
+    kernels = ", ".join(sorted({c.kernel for c in compiles}))
+    return (f"vLLM JIT-compiled {len(compiles)} kernel(s) inside the measured window "
+            f"({kernels}): a one-time latency spike, re-measure on the warm server")
+
+
+# a warm-up must reach this share of the load's peak concurrency (vLLM bench's
+# max_concurrent_requests) to have run the batch shapes the load runs
+WARMUP_COVERAGE = 0.8
+
+
+def warmup_issue(warmup_peak: float | None, load_peak: float | None) -> str | None:
+    """The validity issue of a warm-up whose peak concurrency fell short of the load's."""
+    if warmup_peak is None or not load_peak:
+        return None
+    if warmup_peak >= WARMUP_COVERAGE * load_peak:
+        return None
+    return (f"the warm-up reached {warmup_peak:.0f} concurrent requests, the load "
+            f"{load_peak:.0f}: batch shapes of the load were not warmed up")

@@ -15,7 +15,7 @@ from typing import Any
 
 from course_utils import quiz
 from course_utils.core import capacity, diagnose, knobs, metrics, slo
-from course_utils.lab import sweep as sweep_cli
+from course_utils.lab import cli as lab_cli
 
 EXIT_BAD_INPUT = 2
 
@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--mermaid", action="store_true", help="print the tree as Mermaid")
     d.set_defaults(func=cmd_diagnose)
 
-    sweep_cli.add_cli(sub)
+    lab_cli.add_cli(sub)
     quiz.add_cli(sub)
     return p
 

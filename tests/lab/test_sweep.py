@@ -12,8 +12,9 @@ from course_utils.core import keep, knobs
 from course_utils.core.keep import _early_stop, best_point, choose, objective_value
 from course_utils.core.slo import SLO
 from course_utils.lab.bench import Workload
+from course_utils.lab.cli import add_cli
 from course_utils.lab.server import group_pids
-from course_utils.lab.sweep import add_cli, couple_knobs, load_points, sweep, tune
+from course_utils.lab.sweep import couple_knobs, load_points, sweep, tune
 
 SLO_LOOSE = SLO.parse("ttft:5000 tpot:1000")
 W = Workload(input_len=16, output_len=8, num_prompts=12, request_rate=400)

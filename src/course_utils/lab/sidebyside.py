@@ -739,9 +739,9 @@ def table_markdown(cmp: Mapping[str, Any]) -> str:
 
 
 def _values(s: str) -> list[Any]:
-    from course_utils.lab.sweep import _parse_values
+    from course_utils.lab.cli import parse_values
 
-    return _parse_values(s)
+    return parse_values(s)
 
 
 def _non_negative(s: str) -> int:

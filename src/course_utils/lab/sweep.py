@@ -40,7 +40,6 @@ failed point (tools/gpu/faults.sh records that on the real server).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -88,7 +87,6 @@ __all__ = [
     "run_point",
     "sweep",
     "tune",
-    "add_cli",
 ]
 
 POINTS_FILE = "points.jsonl"
@@ -693,123 +691,17 @@ class _Stop(Exception):
 # --------------------------------------------------------------------------------------
 
 
-def _parse_value(s: str) -> Any:
-    t = s.strip()
-    if t.lower() in ("true", "false"):
-        return t.lower() == "true"
-    if t.lower() in ("none", "null"):
-        return None
-    for conv in (int, float):
-        try:
-            return conv(t)
-        except ValueError:
-            pass
-    return t
 
 
-def _parse_values(s: str) -> list[Any]:
-    return [_parse_value(x) for x in s.split(",") if x.strip()]
 
 
-def _parse_assign(items: Sequence[str] | None, many: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items or []:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise SystemExit(f"expected KNOB=VALUE, got {item!r}")
-        out[k.strip().lstrip("-").replace("-", "_")] = _parse_values(v) if many else _parse_value(v)
-    return out
 
 
-def _common_cli(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="model path or HF id for `vllm serve`")
-    p.add_argument("--slo", required=True, help='e.g. "ttft:300 tpot:50" (ms, p99)')
-    p.add_argument("--rate", type=float, default=math.inf, help="offered request rate (req/s)")
-    p.add_argument("--out", required=True, help="output folder (points.jsonl, tune.jsonl)")
-    p.add_argument("--base", action="append", metavar="KNOB=VALUE", help="fixed knob values")
-    p.add_argument("--input-len", type=int, default=512)
-    p.add_argument("--output-len", type=int, default=128)
-    p.add_argument("--num-prompts", type=int, default=200)
-    p.add_argument("--prefix-len", type=int, default=0)
-    p.add_argument("--max-concurrency", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--ignore-eos", action="store_true")
-    p.add_argument("--load-format", default=None, help="e.g. dummy (random weights)")
-    p.add_argument("--tokenizer", default=None)
-    p.add_argument("--gpu-memory-gib", type=float, default=None)
-    p.add_argument("--startup-timeout", type=float, default=900.0)
-    p.add_argument("--bench-timeout", type=float, default=1800.0)
-    p.add_argument("--vllm-cmd", default="vllm", help="the vllm executable (split like a shell)")
-    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--patience", type=int, default=2)
-    p.add_argument("--objective", choices=OBJECTIVES, default="request_goodput",
-                   help="request_goodput: vLLM's per-request goodput; gate: the p99 gate")
-    p.add_argument("--no-progress", action="store_true")
 
 
-def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
-    from course_utils.core.slo import SLO
-
-    workload = Workload(input_len=a.input_len, output_len=a.output_len,
-                        num_prompts=a.num_prompts, request_rate=a.rate, prefix_len=a.prefix_len,
-                        seed=a.seed, ignore_eos=a.ignore_eos, max_concurrency=a.max_concurrency)
-    vllm_cmd = shlex.split(a.vllm_cmd)
-    server_kwargs: dict[str, Any] = {"vllm_cmd": vllm_cmd, "startup_timeout_s": a.startup_timeout}
-    if a.load_format:
-        server_kwargs["load_format"] = a.load_format
-    bench_kwargs: dict[str, Any] = {"timeout_s": a.bench_timeout}
-    if a.tokenizer:
-        bench_kwargs["tokenizer"] = a.tokenizer
-    slo = SLO.parse(a.slo, rate=None if math.isinf(a.rate) else a.rate)
-    return dict(workload=workload, slo=slo, out_dir=a.out, base_knobs=_parse_assign(a.base, False),
-                resume=a.resume, patience=a.patience, server_kwargs=server_kwargs,
-                bench_kwargs=bench_kwargs, gpu_memory_gib=a.gpu_memory_gib,
-                progress=not a.no_progress, objective=a.objective)
 
 
-def _cmd_sweep(a: argparse.Namespace) -> int:
-    kw = _kwargs_from(a)
-    recs = sweep(a.model, a.knob, _parse_values(a.values), early_stop=not a.no_early_stop,
-                 couple=a.couple, **kw)
-    for r in recs:
-        s = r.get("score") or {}
-        print(json.dumps({"value": r["value"], "status": r["status"], "reason": r.get("reason"),
-                          "gate_goodput": s.get("gate_goodput"),
-                          "request_goodput": s.get("request_goodput"),
-                          "meets_slo": s.get("meets_slo"),
-                          "valid": r.get("valid"),
-                          "constraint": (r.get("diagnosis") or {}).get("constraint")}))
-    return 0
 
 
-def _cmd_tune(a: argparse.Namespace) -> int:
-    kw = _kwargs_from(a)
-    cand = _parse_assign(a.candidate, True)
-    if not cand:
-        raise SystemExit("give at least one --candidate KNOB=V1,V2,...")
-    summary = tune(a.model, cand, plateau=a.plateau, gpu_minutes=a.gpu_minutes,
-                   max_steps=a.max_steps, couple=not a.no_couple, **kw)
-    print(json.dumps(summary, indent=2))
-    return 0
 
 
-def add_cli(subparsers: Any) -> None:
-    """Register `sweep` and `tune` (each sets `func(args) -> int`)."""
-    p = subparsers.add_parser("sweep", help="sweep one vLLM knob against an SLO")
-    _common_cli(p)
-    p.add_argument("--knob", required=True, help="e.g. max_num_seqs")
-    p.add_argument("--values", required=True, help="comma-separated, e.g. 64,128,256")
-    p.add_argument("--couple", action="store_true",
-                   help="raise max_num_batched_tokens with max_num_seqs when needed")
-    p.add_argument("--no-early-stop", action="store_true")
-    p.set_defaults(func=_cmd_sweep)
-
-    t = subparsers.add_parser("tune", help="lesson 000's closed loop: diagnose, sweep, keep")
-    _common_cli(t)
-    t.add_argument("--candidate", action="append", metavar="KNOB=V1,V2,...",
-                   help="values to try for a knob (repeat per knob)")
-    t.add_argument("--plateau", type=float, default=0.02, help="min relative goodput gain")
-    t.add_argument("--gpu-minutes", type=float, default=None, help="GPU-minute budget")
-    t.add_argument("--max-steps", type=int, default=6)
-    t.add_argument("--no-couple", action="store_true")
-    t.set_defaults(func=_cmd_tune)

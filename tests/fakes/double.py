@@ -38,7 +38,8 @@ class Engine:
 
     def __init__(self, model: str, max_num_seqs: int, kv_tokens: int, tpot_s: float,
                  prefill_s_per_token: float, die_after: int | None,
-                 prefix_caching: bool = True) -> None:
+                 prefix_caching: bool = True, jit_at: int | None = None,
+                 jit_stall_s: float = 0.0) -> None:
         self.model = model
         self.prefix_caching = prefix_caching
         self.cached_blocks: set[int] = set()
@@ -48,6 +49,9 @@ class Engine:
         self.tpot_s = tpot_s
         self.prefill_s_per_token = prefill_s_per_token
         self.die_after = die_after
+        self.jit_at = jit_at  # vLLM's JIT monitor: one compile at this request, once per process
+        self.jit_stall_s = jit_stall_s
+        self.stall_until = 0.0
         self.lock = threading.Lock()
         self.running = 0
         self.waiting = 0
@@ -129,6 +133,13 @@ class Engine:
         with self.lock:
             self.served += 1
             n = self.served
+        if self.jit_at is not None and n == self.jit_at:
+            # vllm/utils/jit_monitor.py _handle_jit_event (0.26.0), logged by the EngineCore
+            stamp = time.strftime("%m-%d %H:%M:%S")
+            print(f"(EngineCore pid=4243) WARNING {stamp} [jit_monitor.py:135] Triton kernel JIT "
+                  "compilation during inference: _topk_topp_kernel. This causes a latency "
+                  "spike; consider extending warmup to cover this shape/config.", flush=True)
+            self.stall_until = time.perf_counter() + self.jit_stall_s  # the compile stalls steps
         if self.die_after is not None and n > self.die_after:
             print("ERROR [core.py] EngineCore encountered a fatal error.", flush=True)
             print("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
@@ -197,6 +208,8 @@ class Handler(BaseHTTPRequestHandler):
             texts: list[str] = []
             last = t_first
             for i in range(max_tokens):
+                if eng.stall_until > time.perf_counter():
+                    time.sleep(eng.stall_until - time.perf_counter())
                 if i:
                     with eng.lock:
                         running = eng.running

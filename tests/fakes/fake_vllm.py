@@ -12,6 +12,8 @@ failure, printed the way vLLM 0.26.0 prints it (texts copied from its source):
   unknown flag                                   -> argparse "unrecognized arguments"
   FAKE_VLLM_DIE_AFTER=N                          -> the server dies after N completions
   FAKE_VLLM_STARTUP_S=S                          -> bind, then wait S seconds before serving
+  FAKE_VLLM_JIT_AT=N [FAKE_VLLM_JIT_STALL_S=S]   -> log vLLM's JIT-monitor line at the Nth
+                                                    completion (once per server) and stall S s
   FAKE_VLLM_STUBBORN=1                           -> the engine child ignores SIGINT/SIGTERM
   FAKE_VLLM_STARTS=path                          -> append one line per `serve` start
   --no-enable-prefix-caching                     -> no prefix cache (0.26.0: on by default)
@@ -144,6 +146,8 @@ def serve(argv: list[str]) -> int:
         die_after=int(os.environ["FAKE_VLLM_DIE_AFTER"]) if os.environ.get(
             "FAKE_VLLM_DIE_AFTER") else None,
         prefix_caching=not a.no_enable_prefix_caching,
+        jit_at=int(os.environ["FAKE_VLLM_JIT_AT"]) if os.environ.get("FAKE_VLLM_JIT_AT") else None,
+        jit_stall_s=float(os.environ.get("FAKE_VLLM_JIT_STALL_S", "0")),
     )
     try:
         srv = make_server(host, port, engine)  # vllm binds before starting the engine

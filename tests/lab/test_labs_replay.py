@@ -191,8 +191,13 @@ def slo_run(fake_env: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_slo_lab_records_the_loop(slo_run: Path) -> None:
-    knee = read_jsonl(slo_run / "knee.jsonl")
+    knee = labtools.load_knee(slo_run)  # the last record of each rate
     assert [k["rate"] for k in knee] == ["5", "60"]
+    # the rates that bracket the knee were measured again with fresh prompts
+    kn = keep.pick_knee(knee)
+    bracket = {f"{r:g}" for r in (kn["knee_rate"], kn["overloaded_rate"]) if r is not None}
+    assert bracket and all(len(k["windows"]) == (2 if k["rate"] in bracket else 1)
+                           for k in knee)
     (b1,) = read_jsonl(slo_run / labtools.BATCH1_FILE)
     assert b1["status"] == "ok" and b1["median_tpot_ms"] > 0 and b1["completed"] == 4
     assert all(k["status"] == "ok" and k["diagnosis"]["constraint"] for k in knee)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from course_utils.core import knobs
+from course_utils.core.records import PointPaths
 from course_utils.core.slo import SLO
 from course_utils.lab.bench import Workload
 from course_utils.lab.sidebyside import (
@@ -248,7 +249,7 @@ def test_prevalidate_false_lets_vllm_reject_the_combination(
                                  "be >= max_num_seqs (256); raise --max-num-batched-tokens "
                                  "with it")
     assert "--max-num-seqs 256 --max-num-batched-tokens 128" in recs[0]["serve_cmd"]
-    log = Path(recs[0]["files"]["server_log"]).read_text()
+    log = PointPaths.of(tmp_path / "o", recs[0]["key"]).server_log.read_text()
     assert "ValueError: max_num_batched_tokens (128) must be greater than or equal to" in log
     # types are still coerced; a knob on its own is still checked
     with pytest.raises(knobs.KnobError, match="not a valid int"):

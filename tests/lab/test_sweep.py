@@ -9,12 +9,16 @@ from pathlib import Path
 import pytest
 
 from course_utils.core import keep, knobs
-from course_utils.core.keep import _early_stop, best_point, choose, objective_value
+from course_utils.core.keep import best_point, choose, objective_value
+from course_utils.core.keep import early_stop_reason as _early_stop
+from course_utils.core.records import PointPaths
 from course_utils.core.slo import SLO
+from course_utils.lab import knee
 from course_utils.lab.bench import Workload
 from course_utils.lab.cli import add_cli
 from course_utils.lab.server import group_pids
-from course_utils.lab.sweep import couple_knobs, load_points, sweep, tune
+from course_utils.lab.sweep import couple_knobs, load_points, sweep
+from course_utils.lab.tune import tune
 
 SLO_LOOSE = SLO.parse("ttft:5000 tpot:1000")
 W = Workload(input_len=16, output_len=8, num_prompts=12, request_rate=400)
@@ -44,11 +48,11 @@ def test_sweep_writes_one_scored_point_per_value(tmp_path: Path, fake_vllm: Path
         assert r["diagnosis"]["constraint"] in ("queue", "prefill", "decode", "kv", "none")
         assert r["diagnosis"]["why_en"]
         assert r["bench"]["completed"] == W.num_prompts
-        assert Path(r["files"]["metrics"]).read_text().count("\n") >= 1
+        assert PointPaths.of(out, r["key"]).metrics(0).read_text().count("\n") >= 1
         assert r["serve_cmd"].startswith("vllm serve fake-model --enable-prefix-caching "
                                          f"--max-num-seqs {r['value']} --host 127.0.0.1")
     assert len(_starts(tmp_path)) == 2
-    assert best_point(recs)["value"] in (2, 8)
+    assert best_point(recs).value in (2, 8)
 
 
 def test_failed_points_are_recorded_and_the_sweep_goes_on(tmp_path: Path, fake_vllm: Path,
@@ -176,15 +180,15 @@ def test_keep_rule_by_objective_on_the_h200_numbers() -> None:
     recs = [_rec(128, 0, False, request_goodput=10.10), _rec(256, 0, False, request_goodput=28.16),
             _rec(1024, 0, False, request_goodput=35.92)]
     best, gain, kept = choose(recs, 4.13, objective="request_goodput", plateau=0.02)
-    assert kept and best["value"] == 1024 and gain == pytest.approx(35.92 / 4.13 - 1)
+    assert kept and best is not None and best.value == 1024 and gain == pytest.approx(35.92 / 4.13 - 1)
     assert choose(recs, 0.0, objective="gate", plateau=0.02) == (None, None, False)
     assert objective_value(recs[0], "gate") == 0.0
     assert objective_value(recs[0], "request_goodput") == 10.10
     # the plateau: a further move must beat the nearer one by more than the plateau
-    assert best_point(recs, plateau=0.30)["value"] == 256  # 35.92 / 28.16 = +27.6 %
-    assert best_point(recs, plateau=0.02)["value"] == 1024
+    assert best_point(recs, plateau=0.30).value == 256  # 35.92 / 28.16 = +27.6 %
+    assert best_point(recs, plateau=0.02).value == 1024
     # only valid points count; a gain of exactly the plateau is not "more than"
-    assert best_point([*recs[:2], {**recs[2], "valid": False}])["value"] == 256
+    assert best_point([*recs[:2], {**recs[2], "valid": False}]).value == 256
     assert choose([_rec(8, 0, False, request_goodput=10.0)], 8.0, plateau=0.25)[2] is False
     assert choose([_rec(8, 0, False, request_goodput=10.5)], 8.0, plateau=0.25)[2] is True
     with pytest.raises(ValueError, match="objective"):
@@ -242,7 +246,7 @@ def test_tune_request_goodput_keeps_a_value_while_the_gate_stays_zero(
     assert r4["request_goodput"] > 1.5 * base["request_goodput"] > 0
     assert step["kept"] is True and step["best_value"] == 4
     assert step["score_before"] == base["request_goodput"]  # both scores in every step
-    assert step["goodput_before"] == 0.0 and step["goodput_best"] == 0.0
+    assert step["decision"] == "keep" and step["margin"] >= 0.02
     assert summary["knobs"]["max_num_seqs"] == 4 and summary["objective"] == "request_goodput"
     assert summary["gate_goodput"] == 0.0 and summary["request_goodput"] == r4["request_goodput"]
     # the same points under lesson 000's gate: nothing to keep (all resumed, no new server)
@@ -389,50 +393,62 @@ def test_knee_scan_sends_fresh_prompts_at_every_rate(tmp_path: Path, fake_vllm: 
 
     log = tmp_path / "bench-argv.jsonl"
     monkeypatch.setenv("FAKE_VLLM_BENCH_ARGV", str(log))
-    recs = labtools.knee_scan("fake-model", [50, 100, 200], workload=KNEE_W, slo=SLO_LOOSE,
-                              out_dir=tmp_path / "k", batch1_prompts=2, **KNEE_FAST)
+    recs = knee.knee_scan("fake-model", [50, 100, 200], workload=KNEE_W, slo=SLO_LOOSE,
+                          out_dir=tmp_path / "k", batch1_prompts=2, **KNEE_FAST)
     argvs = _bench_argvs(log)
     assert len(_starts(tmp_path)) == 1  # one server for every rate
-    assert [(_flag(a, "--request-rate"), _flag(a, "--seed")) for a in argvs] == [
-        ("50", "7"), ("100", "8"), ("200", "9"), ("inf", "10")]  # the last: batch 1
+    seeds = [_flag(a, "--seed") for a in argvs]
+    assert len(seeds) == len(set(seeds))  # no prompt set is ever sent twice to the server
+    # each rate: a warm-up at that rate, then its window 0 with the rate's own seed
+    assert [(_flag(a, "--request-rate"), _flag(a, "--seed")) for a in argvs[:6]] == [
+        ("50", "100007"), ("50", "7"), ("100", "100008"), ("100", "8"),
+        ("200", "100009"), ("200", "9")]
+    # every rate met the SLO: the knee is above 200, so 200 is measured again, then batch 1
+    # (a window the gate rejects on this shared CPU is measured once more: seeds 2009, ...)
+    tail = [(_flag(a, "--request-rate"), _flag(a, "--seed")) for a in argvs[6:]]
+    assert tail[0] == ("200", "1009") and tail[-1] == ("inf", "10")
     assert [r["workload"]["seed"] for r in recs] == [7, 8, 9]
+    assert [w["valid"] for w in recs[2]["windows"]].count(True) == 2
     for r in recs:
         assert r["status"] == "ok" and r["valid"] is True, r.get("validity_issues")
         assert r["prefix_cache_hit_rate"] is not None and r["prefix_cache_hit_rate"] < 0.1
+        assert r["warmup"]["status"] == "ok" and r["warmup"]["seed"] == r["workload"]["seed"] + 100000
     assert all(r["valid"] for r in labtools.load_knee(tmp_path / "k"))
+    kn = keep.pick_knee(recs)
+    assert kn["knee_rate"] == 200 and kn["windows"]["200"] == 2
 
 
-def test_a_replayed_knee_rate_is_flagged_and_ignored(tmp_path: Path, fake_vllm: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """The H200 bug, reproduced: one seed for every rate on one server."""
+def test_a_replayed_knee_rate_is_remeasured_on_fresh_prompts(
+        tmp_path: Path, fake_vllm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The H200 bug, reproduced: one seed for every rate on one server. The gate flags the
+    replayed window and measures the rate again with fresh prompts."""
     from course_utils.lab import replay as labtools
 
-    log = tmp_path / "bench-argv.jsonl"
-    monkeypatch.setenv("FAKE_VLLM_BENCH_ARGV", str(log))
-    monkeypatch.setattr(labtools, "knee_seed", lambda seed, rates, rate: seed)
+    monkeypatch.setattr(knee, "knee_seed", lambda seed, rates, rate: seed)
     out = tmp_path / "k"
-    recs = labtools.knee_scan("fake-model", [50, 100], workload=KNEE_W, slo=SLO_LOOSE,
-                              out_dir=out, **KNEE_FAST)
-    assert {_flag(a, "--seed") for a in _bench_argvs(log)} == {"7"}
-    first, second = recs
-    assert first["valid"] is True and first["prefix_cache_hit_rate"] < 0.1
-    assert second["valid"] is False and second["prefix_cache_hit_rate"] > 0.9
-    pct = f"{second['prefix_cache_hit_rate']:.0%}"
-    assert second["validity_issues"] == [
+    first, second = knee.knee_scan("fake-model", [50, 100], workload=KNEE_W, slo=SLO_LOOSE,
+                                   out_dir=out, bracket_repeats=0, **KNEE_FAST)
+    assert first["valid"] is True and len(first["windows"]) == 1
+    w0, w1 = second["windows"]
+    assert (w0["seed"], w0["purpose"], w0["valid"]) == (7, "measure", False)
+    pct = f"{w0['prefix_cache_hit_rate']:.0%}"
+    assert w0["validity_issues"] == [
         f"prefix cache hit rate {pct} on a workload without a shared prefix: prompts were "
         "replayed, results are inflated"]
-    # replay re-derives it from the recorded series, even for a record written without it
+    assert (w1["seed"], w1["purpose"], w1["valid"]) == (1007, "remeasure", True)
+    assert second["valid"] is True and second["invalid_windows"] == [0]
+    assert second["prefix_cache_hit_rate"] == w1["prefix_cache_hit_rate"] < 0.1
+    # replay re-derives window 0's verdict from its recorded series, even when stripped
     lines = [json.loads(x) for x in (out / "knee.jsonl").read_text().splitlines()]
     for r in lines:
-        r.pop("valid"), r.pop("prefix_cache_hit_rate")
-        r["validity_issues"] = []
+        for w in r["windows"]:
+            w.pop("prefix_cache_hit_rate")
+            w.update(valid=True, validity_issues=[])
     (out / "knee.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     again = labtools.load_knee(out)
-    assert [r["valid"] for r in again] == [True, False]
-    assert again[1]["validity_issues"] == second["validity_issues"]
-    kn = keep.pick_knee(again)
-    assert kn["knee_rate"] == 50 and [i["rate"] for i in kn["invalid"]] == [100]
-    assert "ignored invalid rate(s) 100 (prefix cache hit rate" in kn["why"]
+    assert [w["valid"] for w in again[1]["windows"]] == [False, True]
+    assert again[1]["windows"][0]["validity_issues"] == w0["validity_issues"]
+    assert keep.pick_knee(again)["knee_rate"] == 100
 
 
 def test_prefix_cache_check_needs_no_shared_prefix(tmp_path: Path) -> None:

@@ -11,17 +11,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from course_utils.core import knobs as knobs_mod
 from course_utils.core.capacity import BLOCK_SIZE, get_gpu
+from course_utils.core.records import ServedPoint
 from course_utils.core.vllm_logs import EngineStatsLine, engine_stats
 
 __all__ = [
     "OBJECTIVES",
+    "KeepDecision",
+    "as_point",
     "best_point",
+    "check_objective",
     "choose",
+    "decide",
+    "early_stop_reason",
+    "objective_label",
+    "order_candidates",
     "judge",
     "kv_check",
     "kv_demand",
@@ -37,110 +46,157 @@ __all__ = [
 OBJECTIVES = ("request_goodput", "gate")
 
 
-def _check_objective(objective: str) -> str:
+Point = ServedPoint | Mapping[str, Any]
+
+
+def as_point(rec: Point) -> ServedPoint:
+    """A served point from a record (``to_json()``, or a record of an older run)."""
+    return rec if isinstance(rec, ServedPoint) else ServedPoint.from_json(rec)
+
+
+def check_objective(objective: str) -> str:
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, not {objective!r}")
     return objective
 
 
-def objective_value(rec: Mapping[str, Any], objective: str = "request_goodput") -> float:
-    """A point's score under `objective` (0 for a failed point or a missing score)."""
-    if rec.get("status") != "ok":
+def objective_value(rec: Point | None, objective: str = "request_goodput") -> float:
+    """A point's score under ``objective``: the mean over its valid windows (0 for a failed
+    point; an invalid one scores its last window, which no rule here uses to decide)."""
+    if rec is None:
         return 0.0
-    s = rec.get("score") or {}
-    key = "gate_goodput" if _check_objective(objective) == "gate" else "request_goodput"
-    return float(s.get(key) or 0.0)
+    p = as_point(rec)
+    check_objective(objective)
+    if p.status != "ok":
+        return 0.0
+    if p.valid_windows:
+        return p.objective(objective)
+    sc = p.scores()
+    return sc.objective(objective) if sc else 0.0
 
 
-def _label(objective: str) -> str:
+def objective_label(objective: str) -> str:
     return "gate goodput" if objective == "gate" else "request goodput"
 
 
-def _early_stop(records: Iterable[Mapping[str, Any]], patience: int, min_gain: float,
-                objective: str = "request_goodput") -> str | None:
-    """Stop a sweep: `patience` points without an objective gain > `min_gain`; with the gate
-    objective also when a point breaks the SLO after an earlier one met it (request goodput
-    counts SLO attainment per request itself, so patience alone decides there)."""
+def early_stop_reason(records: Iterable[Point], patience: int, min_gain: float,
+                      objective: str = "request_goodput") -> str | None:
+    """Stop a sweep: ``patience`` points without an objective gain > ``min_gain``; with the
+    gate objective also when a point breaks the SLO after an earlier one met it."""
     best = 0.0
     since = 0
     seen_meet = False
-    for r in records:
-        if r.get("status") == "ok":
-            s = r["score"]
-            g = objective_value(r, objective)
+    for rec in records:
+        p = as_point(rec)
+        if p.valid:
+            g = p.objective(objective)
             if objective == "gate":
-                if s["meets_slo"]:
+                if p.meets_slo:
                     seen_meet = True
                 elif seen_meet:
-                    return f"SLO broke at {r['knob']}={r['value']} ({'; '.join(s['violations'])})"
+                    sc = p.scores()
+                    why = "; ".join(sc.violations) if sc else ""
+                    return f"SLO broke at {p.knob}={p.value} ({why})"
             if g > 0 and g > best * (1.0 + min_gain):
                 best, since = g, 0
                 continue
         if best > 0:
             since += 1
             if since >= patience:
-                return (f"{_label(objective)} stopped improving for {since} point(s) "
+                return (f"{objective_label(objective)} stopped improving for {since} point(s) "
                         f"(best {best:.2f})")
     return None
 
 
-def best_point(records: Iterable[Mapping[str, Any]], *, require_valid: bool = True,
-               objective: str = "request_goodput", plateau: float = 0.0,
-               ) -> dict[str, Any] | None:
-    """The valid ok point with the highest `objective` score (> 0; "gate": it meets the SLO).
+def best_point(records: Iterable[Point], *, objective: str = "request_goodput",
+               plateau: float = 0.0) -> ServedPoint | None:
+    """The valid point with the highest ``objective`` (> 0; "gate": it meets the SLO).
 
-    With `plateau` > 0, the first point in sweep order (the smallest move from the current
-    value) that the best does not beat by more than `plateau` (relative): a further move
-    must earn its keep like a kept value does.
+    With ``plateau`` > 0, the first point in sweep order (the smallest move from the current
+    value) that the best does not beat by more than ``plateau``: a further move must earn
+    its keep like a kept value does. Invalid points never count.
     """
-    _check_objective(objective)
-    ok = []
-    for r in records:
-        if r.get("status") != "ok" or (require_valid and not r.get("valid", False)):
-            continue
-        if objective == "gate" and not r["score"]["meets_slo"]:
-            continue
-        if objective_value(r, objective) > 0:
-            ok.append(r)
+    check_objective(objective)
+    ok = [p for p in map(as_point, records)
+          if p.valid and (objective != "gate" or p.meets_slo) and p.objective(objective) > 0]
     if not ok:
         return None
-    top = max(objective_value(r, objective) for r in ok)
-    for r in ok:
-        if top <= objective_value(r, objective) * (1.0 + plateau):
-            return dict(r)
-    return None  # pragma: no cover - the max itself always qualifies
+    top = max(p.objective(objective) for p in ok)
+    return next(p for p in ok if top <= p.objective(objective) * (1.0 + plateau))
 
 
-def choose(records: Sequence[Mapping[str, Any]], current: float, *,
-           objective: str = "request_goodput", plateau: float = 0.02,
-           ) -> tuple[dict[str, Any] | None, float | None, bool]:
-    """The keep rule of `tune` (and of labtools.replay_tune): (best point, relative gain
-    over `current`, kept). Kept only if the best raises the objective by more than
-    `plateau`; any gain over a current score of 0 is infinite."""
+@dataclass
+class KeepDecision:
+    """What the keep rule decided for one sweep: ``decision`` is "keep", "tie" (a gain, but
+    inside the run-to-run spread), "revert" (no gain beyond the plateau) or "undecided" (no
+    valid point: nothing is kept or rejected)."""
+
+    decision: str
+    best: ServedPoint | None
+    gain: float | None
+    margin: float
+    spread: float | None
+    why: str
+
+    @property
+    def kept(self) -> bool:
+        return self.decision == "keep"
+
+
+def decide(records: Sequence[Point], current: float, *, objective: str = "request_goodput",
+           plateau: float = 0.02, current_spread: float | None = None) -> KeepDecision:
+    """The keep rule of ``tune`` (and of replay): keep the best valid value only if it raises
+    the objective by more than the plateau AND by more than the run-to-run spread measured
+    on the current point and on the best (their repeated windows). A gain over a current
+    score of 0 is infinite."""
     best = best_point(records, objective=objective, plateau=plateau)
+    points = [as_point(r) for r in records]
     if best is None:
-        return None, None, False
-    g = objective_value(best, objective)
+        bad = [p for p in points if p.status == "ok" and not p.valid]
+        why = ("no valid point: " + "; ".join(p.validity_issues[0] for p in bad
+                                              if p.validity_issues)
+               if bad else "no point scored above 0")
+        return KeepDecision("undecided" if bad else "revert", None, None, plateau, None, why)
+    g = best.objective(objective)
     gain = math.inf if current <= 0 else (g - current) / current
-    return best, gain, g > current and gain > plateau
+    spreads = [s for s in (current_spread, best.spread(objective)) if s is not None]
+    spread = max(spreads) if spreads else None
+    margin = max([plateau, *spreads])
+    label = f"{best.knob}={best.value}"
+    if g > current and gain > margin:
+        return KeepDecision("keep", best, gain, margin, spread,
+                            f"{label}: {_pct(gain)} > margin {margin:.1%}")
+    if g > current and gain > plateau:
+        return KeepDecision("tie", best, gain, margin, spread,
+                            f"{label}: {_pct(gain)} is inside the run-to-run spread "
+                            f"{spread or 0:.1%}: a tie, the current value stays")
+    return KeepDecision("revert", best, gain, margin, spread,
+                        f"{label}: {_pct(gain)} <= plateau {plateau:.0%}")
 
 
-def _order_candidates(name: str, candidates: Sequence[Any], current: Any, move: str | None
-                      ) -> list[Any]:
+def _pct(gain: float) -> str:
+    return "+inf" if math.isinf(gain) else f"{gain:+.1%}"
+
+
+def choose(records: Sequence[Point], current: float, *, objective: str = "request_goodput",
+           plateau: float = 0.02, current_spread: float | None = None,
+           ) -> tuple[ServedPoint | None, float | None, bool]:
+    """``decide`` as (best point, relative gain, kept)."""
+    d = decide(records, current, objective=objective, plateau=plateau,
+               current_spread=current_spread)
+    return d.best, d.gain, d.kept
+
+
+def order_candidates(candidates: Sequence[Any], current: Any, move: str | None) -> list[Any]:
+    """The values to try from ``current``: those in the direction of ``move``, nearest first."""
     vals = [v for v in candidates if v != current]
-    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
-    if numeric and current is not None and isinstance(current, (int, float)):
+    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in vals)
+    if numeric and current is not None and isinstance(current, int | float):
         if move == "raise":
             return sorted(v for v in vals if v > current)
         if move == "lower":
             return sorted((v for v in vals if v < current), reverse=True)
     return vals
-
-
-def _scores(rec: Mapping[str, Any] | None) -> dict[str, Any]:
-    s = (rec or {}).get("score") or {}
-    return {"gate_goodput": s.get("gate_goodput"), "request_goodput": s.get("request_goodput"),
-            "meets_slo": s.get("meets_slo")}
 
 
 def next_knob(diag: Mapping[str, Any] | None,
@@ -154,80 +210,94 @@ def next_knob(diag: Mapping[str, Any] | None,
             "has_candidates": None if candidates is None else k in candidates}
 
 
-def goodput_of(steps: Sequence[Mapping[str, Any]]) -> float | None:
-    """The gate goodput of the knobs kept after `steps` (baseline if nothing was kept)."""
-    g = None
-    for s in steps:
-        if s.get("kind") == "baseline":
-            g = s.get("gate_goodput")
-        elif s.get("kind") == "sweep" and s.get("kept"):
-            g = s.get("goodput_best")
-    return g
+def _label_of(p: ServedPoint) -> str:
+    return "baseline" if p.knob in (None, "baseline") else f"{p.knob}={p.value}"
 
 
-def _is_valid(r: Mapping[str, Any]) -> bool:
-    return bool(r.get("valid", not r.get("validity_issues")))
+@dataclass
+class _Rate:
+    rate: float
+    met: bool | None  # True: met the SLO (and kept up) in every valid window; None: mixed
+    windows: int
 
 
-def _point_label(p: Mapping[str, Any]) -> str:
-    return "baseline" if p.get("knob") in (None, "baseline") else f"{p['knob']}={p['value']}"
+def _rate_verdict(p: ServedPoint, keep_up: float) -> _Rate:
+    rate = float(p.rate_key or p.value)
+    outcomes = []
+    for w in p.valid_windows:
+        assert w.score is not None
+        keeps = w.score.request_throughput >= keep_up * rate
+        queued = w.diagnosis.get("constraint") == "queue"
+        outcomes.append(w.score.meets_slo and (keeps or not queued))
+    met = True if all(outcomes) else False if not any(outcomes) else None
+    return _Rate(rate, met, len(outcomes))
 
 
-def pick_knee(records: Sequence[Mapping[str, Any]], keep_up: float = 0.8,
-              points: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    """The knee: the highest finite offered rate that met the SLO while keeping up: it
-    completed at least ``keep_up`` of the offered rate (a short Poisson run completes a
-    little under it), or its diagnosis was not a queue. The first rate above it that did
-    not is the overloaded one.
+def pick_knee(records: Sequence[Point], keep_up: float = 0.8,
+              points: Sequence[Point] = ()) -> dict[str, Any]:
+    """The knee as the range the valid data supports.
 
-    Invalid rates (``valid: false``, e.g. a prefix-cache replay) are ignored and listed in
-    ``invalid``. ``points`` (the loop's points, each at its workload's rate on a fresh
-    server) are evidence for the upper bound: a rate above the knee at which every valid
-    loop point broke the SLO is overloaded for every configuration the loop tried (which
-    includes vLLM's defaults when the loop swept max_num_seqs up to the default).
+    A rate met the SLO if it met it (while completing at least ``keep_up`` of the offered
+    rate, or without a queue diagnosis) in every valid window measured at it; it missed if
+    it missed in every one; repeated windows that disagree make it undecided. The knee lies
+    between the highest rate that met (``knee_rate``) and the lowest rate above it that
+    missed (``overloaded_rate``); undecided rates lie inside that range. Invalid rates are
+    ignored and listed. ``points`` (the loop's points, each at its workload's rate on a
+    fresh server) can supply the upper bound: a rate above the knee at which every valid
+    loop point broke the SLO.
     """
-    fin = [r for r in records if r.get("status") == "ok" and r["rate"] != "inf"]
-    invalid = [{"rate": float(r["rate"]), "issues": list(r.get("validity_issues") or [])}
-               for r in fin if not _is_valid(r)]
-    ok = sorted((r for r in fin if _is_valid(r)), key=lambda r: float(r["rate"]))
-    knee = None
-    over = None
-    for r in ok:
-        rate = float(r["rate"])
-        keeps = (r.get("request_throughput") or 0) >= keep_up * rate
-        queued = (r.get("diagnosis") or {}).get("constraint") == "queue"
-        if r.get("meets_slo") and (keeps or not queued):
-            knee = rate
-        elif over is None and knee is not None:
-            over = rate
+    fin = [as_point(r) for r in records]
+    fin = [p for p in fin if p.status == "ok" and str(p.rate_key) != "inf"]
+    invalid = [{"rate": float(p.rate_key or 0),
+                "issues": [i for w in p.windows for i in w.validity_issues]}
+               for p in fin if not p.valid]
+    verdicts = sorted((_rate_verdict(p, keep_up) for p in fin if p.valid), key=lambda v: v.rate)
+    met = [v.rate for v in verdicts if v.met is True]
+    knee = max(met) if met else None
+    over = next((v.rate for v in verdicts if v.met is False and knee is not None
+                 and v.rate > knee), None)
+    undecided = [v.rate for v in verdicts if v.met is None]
     over_by = "knee scan" if over is not None else None
     evidence = ""
-    by_rate: dict[float, list[Mapping[str, Any]]] = {}
-    for p in points:
-        rr = (p.get("workload") or {}).get("request_rate")
-        if p.get("status") == "ok" and _is_valid(p) and rr not in (None, "inf"):
-            by_rate.setdefault(float(rr), []).append(p)
-    for rate in sorted(by_rate):
-        ps = by_rate[rate]
+    for rate, ps in _loop_points_by_rate(points).items():
         if knee is not None and rate > knee and (over is None or rate < over) and not any(
-                p["score"]["meets_slo"] for p in ps):
+                p.meets_slo for p in ps):
             over, over_by = rate, "loop points"
             evidence = (f"; {rate:g} req/s: all {len(ps)} valid loop point(s) "
-                        f"({', '.join(_point_label(p) for p in ps)}; fresh servers) broke the SLO")
+                        f"({', '.join(_label_of(p) for p in ps)}; fresh servers) broke the SLO")
             break
-    if knee is None:
-        why = "no valid tested rate met the SLO: lower the rates (or the SLO is out of reach)"
-    elif over is None:
-        why = f"every valid tested rate up to {knee:g} req/s met the SLO: the knee is higher"
-    else:
-        why = (f"knee between {knee:g} req/s (the highest valid rate that met the SLO) and "
-               f"{over:g} req/s ({over_by}){evidence}")
+    why = _knee_why(knee, over, over_by, evidence, undecided, verdicts)
     if invalid:
         first = next((i["issues"][0] for i in invalid if i["issues"]), "invalid")
         names = ", ".join(f"{i['rate']:g}" for i in invalid)
         why += f"; ignored invalid rate(s) {names} ({first})"
     return {"knee_rate": knee, "overloaded_rate": over, "overloaded_by": over_by,
-            "invalid": invalid, "why": why}
+            "undecided": undecided, "invalid": invalid, "why": why,
+            "windows": {f"{v.rate:g}": v.windows for v in verdicts}}
+
+
+def _loop_points_by_rate(points: Sequence[Point]) -> dict[float, list[ServedPoint]]:
+    by_rate: dict[float, list[ServedPoint]] = {}
+    for p in map(as_point, points):
+        rr = p.workload.get("request_rate")
+        if p.valid and rr not in (None, "inf"):
+            by_rate.setdefault(float(rr), []).append(p)
+    return dict(sorted(by_rate.items()))
+
+
+def _knee_why(knee: float | None, over: float | None, over_by: str | None, evidence: str,
+              undecided: list[float], verdicts: Sequence[_Rate]) -> str:
+    if knee is None:
+        return "no valid tested rate met the SLO: lower the rates (or the SLO is out of reach)"
+    if over is None:
+        return f"every valid tested rate up to {knee:g} req/s met the SLO: the knee is higher"
+    inside = [u for u in undecided if knee < u < over]
+    mixed = (f"; {', '.join(f'{u:g}' for u in inside)} req/s met the SLO in some repeated "
+             "windows and missed it in others" if inside else "")
+    reps = ", ".join(f"{v.rate:g}: {v.windows}" for v in verdicts if v.windows > 1)
+    repeated = f" (valid windows per rate {reps})" if reps else ""
+    return (f"knee between {knee:g} req/s (the highest valid rate that met the SLO) and "
+            f"{over:g} req/s ({over_by}){evidence}{mixed}{repeated}")
 
 
 def kv_timeline(stats: Sequence[EngineStatsLine], full: float = 0.99) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +145,284 @@ class Workload:
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+# --------------------------------------------------------------------------------------
+# served points: one `vllm serve` process, a warm-up and one or more measured windows
+# --------------------------------------------------------------------------------------
+
+# the vLLM bench keys a window keeps (vllm/benchmarks/serve.py result JSON, 0.26.0)
+BENCH_KEYS = ("duration", "completed", "failed", "num_prompts", "request_rate",
+              "request_throughput", "request_goodput", "output_throughput",
+              "total_token_throughput", "max_concurrent_requests", "total_output_tokens",
+              "median_ttft_ms", "median_tpot_ms", "median_itl_ms", "median_e2el_ms")
+BENCH_PERCENTILES = tuple(f"{p}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
+                          for p in ("mean", "p50", "p90", "p99"))
+
+
+def bench_summary(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys of a vLLM bench result a record keeps (per-request lists left out)."""
+    out = {k: raw.get(k) for k in BENCH_KEYS}
+    out.update({k: raw[k] for k in BENCH_PERCENTILES if k in raw})
+    return out
+
+
+@dataclass
+class Scores:
+    """A window's scores (course_utils.core.slo.score)."""
+
+    gate_goodput: float
+    request_goodput: float | None
+    request_throughput: float
+    meets_slo: bool
+    violations: list[str] = field(default_factory=list)
+
+    def objective(self, objective: str) -> float:
+        v = self.gate_goodput if objective == "gate" else self.request_goodput
+        return float(v or 0.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Scores:
+        return cls(gate_goodput=float(d.get("gate_goodput") or 0.0),
+                   request_goodput=_opt_float(d.get("request_goodput")),
+                   request_throughput=float(d.get("request_throughput") or 0.0),
+                   meets_slo=bool(d.get("meets_slo")),
+                   violations=list(d.get("violations") or []))
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+@dataclass
+class Window:
+    """One measured load on a running server: `vllm bench serve` with /metrics sampled.
+
+    ``purpose``: "measure" (the first), "remeasure" (after an invalid one), "repeat" (for the
+    run-to-run spread). ``log_span``: byte offsets of the server log during the window, so
+    the vLLM lines logged inside it can be read again (JIT compiles)."""
+
+    index: int
+    purpose: str
+    seed: int
+    status: str
+    reason: str | None = None
+    valid: bool = False
+    validity_issues: list[str] = field(default_factory=list)
+    prefix_cache_hit_rate: float | None = None
+    jit: list[dict[str, Any]] = field(default_factory=list)
+    started_at: float | None = None
+    ended_at: float | None = None
+    log_span: list[int] | None = None
+    score: Scores | None = None
+    bench: dict[str, Any] = field(default_factory=dict)
+    load: dict[str, Any] = field(default_factory=dict)
+    diagnosis: dict[str, Any] = field(default_factory=dict)
+    elapsed_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["score"] = self.score.to_json() if self.score else None
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Window:
+        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        kw["score"] = Scores.from_json(d["score"]) if d.get("score") else None
+        return cls(**kw)
+
+
+@dataclass
+class Warmup:
+    """The warm-up before the first window: `vllm bench serve` at the load's rate with
+    prompts of its own seed; its engine peak (running requests from /metrics) is what the
+    windows' batch shapes are compared with."""
+
+    seed: int
+    num_prompts: int
+    status: str
+    reason: str | None = None
+    running_max: float | None = None
+    max_concurrent_requests: float | None = None
+    jit: list[dict[str, Any]] = field(default_factory=list)
+    elapsed_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Warmup:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass
+class ServedPoint:
+    """One configuration served by a fresh `vllm serve` and measured in windows.
+
+    The point's score under an objective is the mean over its valid windows, its spread the
+    relative range of those windows; a point with no valid window decides nothing. A knee
+    rate is a served point too (``tag`` "knee", ``rate_key`` set). ``to_json`` also writes
+    the flat fields of the deciding window (score, bench, load, diagnosis, valid) so a
+    page reads a record without this class; ``from_json`` reads records written before
+    windows existed as one window."""
+
+    key: str
+    knob: str
+    value: Any
+    knobs: dict[str, Any]
+    workload: dict[str, Any]
+    slo: str
+    status: str
+    reason: str | None = None
+    tag: str | None = None
+    model: str = ""
+    base_knobs: dict[str, Any] = field(default_factory=dict)
+    coupled: dict[str, Any] = field(default_factory=dict)
+    rate_key: str | None = None
+    serve_cmd: str = ""
+    startup_s: float | None = None
+    elapsed_s: float | None = None
+    time: str = ""
+    warmup: Warmup | None = None
+    windows: list[Window] = field(default_factory=list)
+
+    # ---- what decides -----------------------------------------------------------------
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and any(w.ok for w in self.windows)
+
+    @property
+    def valid_windows(self) -> list[Window]:
+        return [w for w in self.windows if w.ok and w.valid and w.score is not None]
+
+    @property
+    def valid(self) -> bool:
+        return self.status == "ok" and bool(self.valid_windows)
+
+    @property
+    def deciding(self) -> Window | None:
+        """The first valid window, else the last measured one (for display only)."""
+        good = self.valid_windows
+        if good:
+            return good[0]
+        done = [w for w in self.windows if w.ok]
+        return done[-1] if done else None
+
+    def objective(self, objective: str) -> float:
+        """Mean over the valid windows (0 without one)."""
+        vals = [w.score.objective(objective) for w in self.valid_windows if w.score]
+        return sum(vals) / len(vals) if vals else 0.0
+
+    def spread(self, objective: str) -> float | None:
+        """(max - min) / mean over the valid windows; None with fewer than two."""
+        vals = [w.score.objective(objective) for w in self.valid_windows if w.score]
+        if len(vals) < 2:
+            return None
+        mean = sum(vals) / len(vals)
+        return (max(vals) - min(vals)) / mean if mean > 0 else 0.0
+
+    @property
+    def meets_slo(self) -> bool:
+        good = self.valid_windows
+        return bool(good) and all(w.score is not None and w.score.meets_slo for w in good)
+
+    def scores(self) -> Scores | None:
+        """The mean scores over the valid windows (the deciding window's when only one)."""
+        good = [w.score for w in self.valid_windows if w.score]
+        if not good:
+            d = self.deciding
+            return d.score if d else None
+        n = len(good)
+        rg = [s.request_goodput for s in good if s.request_goodput is not None]
+        return Scores(gate_goodput=sum(s.gate_goodput for s in good) / n,
+                      request_goodput=sum(rg) / len(rg) if rg else None,
+                      request_throughput=sum(s.request_throughput for s in good) / n,
+                      meets_slo=all(s.meets_slo for s in good),
+                      violations=sorted({v for s in good for v in s.violations}))
+
+    @property
+    def diagnosis(self) -> dict[str, Any]:
+        d = self.deciding
+        return d.diagnosis if d else {}
+
+    @property
+    def validity_issues(self) -> list[str]:
+        """Why each invalid window was not used ("window 0: ...")."""
+        return [f"window {w.index}: {i}" for w in self.windows for i in w.validity_issues]
+
+    # ---- JSON ---------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__
+             if k not in ("warmup", "windows")}
+        d["warmup"] = self.warmup.to_json() if self.warmup else None
+        d["windows"] = [w.to_json() for w in self.windows]
+        dec = self.deciding
+        sc = self.scores()
+        d.update(valid=self.valid,
+                 validity_issues=[] if self.valid else self.validity_issues,
+                 invalid_windows=[w.index for w in self.windows if not w.valid],
+                 score=sc.to_json() if sc else None,
+                 spread={o: self.spread(o) for o in ("request_goodput", "gate")},
+                 bench=dec.bench if dec else {}, load=dec.load if dec else {},
+                 diagnosis=dec.diagnosis if dec else {},
+                 prefix_cache_hit_rate=dec.prefix_cache_hit_rate if dec else None)
+        if self.rate_key is not None:  # a knee rate: the flat keys the knee pages read
+            b = d["bench"]
+            d.update(rate=self.rate_key,
+                     request_throughput=sc.request_throughput if sc else None,
+                     request_goodput=sc.request_goodput if sc else None,
+                     gate_goodput=sc.gate_goodput if sc else None,
+                     meets_slo=self.meets_slo, violations=sc.violations if sc else [],
+                     output_throughput=b.get("output_throughput"),
+                     p99_ttft_ms=b.get("p99_ttft_ms"), p99_tpot_ms=b.get("p99_tpot_ms"),
+                     max_concurrent_requests=b.get("max_concurrent_requests"),
+                     server_startup_s=self.startup_s)
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ServedPoint:
+        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k not in
+              ("warmup", "windows")}
+        if d.get("rate_key") is None and d.get("rate") is not None and "knob" not in d:
+            kw["rate_key"] = str(d["rate"])  # a knee record that kept only its rate
+        kw.setdefault("knob", "rate" if kw.get("rate_key") is not None else "baseline")
+        kw.setdefault("value", d.get("rate"))
+        kw.setdefault("knobs", {})
+        kw.setdefault("workload", {})
+        kw.setdefault("slo", "")
+        kw.setdefault("status", "failed")
+        kw.setdefault("key", str(d.get("rate_key") or ""))
+        if kw.get("startup_s") is None and d.get("server_startup_s") is not None:
+            kw["startup_s"] = d["server_startup_s"]
+        p = cls(**kw)
+        p.warmup = Warmup.from_json(d["warmup"]) if d.get("warmup") else None
+        if "windows" in d:
+            p.windows = [Window.from_json(w) for w in d["windows"]]
+        elif d.get("status") == "ok":  # a record from before windows: its one window
+            p.windows = [_legacy_window(d)]
+        return p
+
+
+def _legacy_window(d: Mapping[str, Any]) -> Window:
+    score = d.get("score")
+    if score is None and ("gate_goodput" in d or "meets_slo" in d):  # knee scores were flat
+        score = {k: d.get(k) for k in ("gate_goodput", "request_goodput",
+                                       "request_throughput", "meets_slo", "violations")}
+    issues = list(d.get("validity_issues") or [])
+    return Window(index=0, purpose="measure", seed=int((d.get("workload") or {}).get("seed", 0)),
+                  status="ok", valid=bool(d.get("valid", not issues)), validity_issues=issues,
+                  prefix_cache_hit_rate=d.get("prefix_cache_hit_rate"),
+                  score=Scores.from_json(score) if score else None,
+                  bench=dict(d.get("bench") or {}), load=dict(d.get("load") or {}),
+                  diagnosis=dict(d.get("diagnosis") or {}), elapsed_s=d.get("elapsed_s"))
+
+
+def point_key(parts: Mapping[str, Any]) -> str:
+    """Stable id of a point: a hash of everything that changes what is measured."""
+    blob = json.dumps(jsonable(dict(parts)), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -11,7 +11,6 @@ from typing import Any
 
 from course_utils.core.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
 from course_utils.core.records import Workload
-from course_utils.core.vllm_logs import JitCompile
 
 __all__ = [
     "REPLAY_HIT_RATE",
@@ -110,26 +109,27 @@ def validity_issues(raw: Mapping[str, Any], workload: Workload, *,
     return issues
 
 
-def jit_issue(compiles: Sequence[JitCompile]) -> str | None:
-    """The validity issue of a window that held a vLLM JIT compile (its latency spike is a
-    one-time cost, not the configuration's)."""
-    if not compiles:
+def jit_issue(kernels: Sequence[str]) -> str | None:
+    """The validity issue of a window in which vLLM's JIT monitor logged these kernels'
+    compiles (a one-time latency spike, not the configuration's cost)."""
+    if not kernels:
         return None
-    kernels = ", ".join(sorted({c.kernel for c in compiles}))
-    return (f"vLLM JIT-compiled {len(compiles)} kernel(s) inside the measured window "
-            f"({kernels}): a one-time latency spike, re-measure on the warm server")
+    names = ", ".join(sorted(set(kernels)))
+    return (f"vLLM JIT-compiled {len(kernels)} kernel(s) inside the measured window "
+            f"({names}): a one-time latency spike, re-measure on the warm server")
 
 
-# a warm-up must reach this share of the load's peak concurrency (vLLM bench's
-# max_concurrent_requests) to have run the batch shapes the load runs
-WARMUP_COVERAGE = 0.8
+# a warm-up must reach this share of the window's engine peak (running requests, sampled
+# from /metrics) to have run the batch sizes the window runs; sampled peaks are noisy, so
+# the bar is half, and a warm-up whose samples saw no request running is not judged
+WARMUP_COVERAGE = 0.5
 
 
 def warmup_issue(warmup_peak: float | None, load_peak: float | None) -> str | None:
-    """The validity issue of a warm-up whose peak concurrency fell short of the load's."""
-    if warmup_peak is None or not load_peak:
+    """The validity issue of a warm-up whose engine peak fell short of the window's."""
+    if not warmup_peak or not load_peak:
         return None
     if warmup_peak >= WARMUP_COVERAGE * load_peak:
         return None
-    return (f"the warm-up reached {warmup_peak:.0f} concurrent requests, the load "
-            f"{load_peak:.0f}: batch shapes of the load were not warmed up")
+    return (f"the warm-up ran at most {warmup_peak:.0f} requests at once, the window "
+            f"{load_peak:.0f}: the load's batch sizes were not warmed up")

@@ -11,7 +11,8 @@ from typing import Any
 
 from course_utils.core.keep import OBJECTIVES
 from course_utils.core.records import Workload
-from course_utils.lab.sweep import sweep, tune
+from course_utils.lab.sweep import sweep
+from course_utils.lab.tune import tune
 
 __all__ = ["add_cli", "parse_value", "parse_values"]
 

@@ -1,19 +1,13 @@
-"""What the two lab notebooks call beyond the harness: the knee scan, replay, plots, files.
+"""Replay of recorded runs: what the lab pages and CI read back.
 
-- ``knee_scan``: lab 02 step 0. ONE `vllm serve` (server starts are the expensive part),
-  one ``vllm bench serve`` per offered rate with /metrics sampled during each run, a
-  diagnosis per rate; one JSON line per rate in ``knee.jsonl`` (resumable). Each rate gets
-  its own bench seed (seed + its index in ``rates``): with one seed every rate replayed the
-  same prompts into the prefix cache of the same server (97 % hits at rates 60/75/90 of
-  the H200 run, which made them look far better than fresh servers).
 - ``load_knee`` / ``load_points_checked``: recorded records with the measurement-validity
   checks re-run from the recorded /metrics series (so old records are judged by today's
   rules, e.g. the prefix-cache replay check).
 - ``replay_tune``: re-derives the loop's kept configuration from the recorded points with
-  ``keep.choose``, the keep rule of ``sweep.tune``, under either objective, so replay
-  checks the analysis against what the GPU run chose and can say what another objective
-  would have chosen on the same points.
-- plots (matplotlib, Agg), results-folder discovery, and the environment record.
+  ``keep.decide``, the keep rule of ``tune``, under either objective, so replay checks the
+  analysis against what the GPU run chose and can say what another objective would have
+  chosen on the same points.
+- results-folder discovery, device minutes and the environment record.
 """
 
 from __future__ import annotations
@@ -23,26 +17,25 @@ import math
 import os
 import platform
 import re
-import shlex
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.records import append_jsonl
+from course_utils.core.keep import as_point, decide, next_knob, objective_value
+from course_utils.core.metrics import load_series
+from course_utils.core.records import PointPaths, ServedPoint, Workload
 from course_utils.core.records import read_jsonl as load_jsonl
-from course_utils.lab.bench import WARMUP_PROMPTS
+from course_utils.core.validity import prefix_cache_hit_rate, prefix_cache_issue
+from course_utils.lab.knee import BATCH1_FILE, KNEE_FILE, latest_by_rate, rate_key
 
 __all__ = [
     "BATCH1_FILE",
     "KNEE_FILE",
-    "knee_scan",
-    "knee_seed",
+    "recheck",
     "load_knee",
     "load_points_checked",
-    "load_jsonl",
     "latest_results",
     "model_shape",
     "MODEL_CONFIG_FILE",
@@ -57,12 +50,8 @@ __all__ = [
     "run_label",
 ]
 
-KNEE_FILE = "knee.jsonl"
-BATCH1_FILE = "batch1.jsonl"
 
 
-def _rate_key(rate: float) -> str:
-    return "inf" if math.isinf(rate) else f"{float(rate):g}"
 
 
 # --------------------------------------------------------------------------------------
@@ -70,189 +59,53 @@ def _rate_key(rate: float) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def knee_scan(
-    model: str,
-    rates: Sequence[float],
-    *,
-    workload: Any,
-    slo: Any,
-    out_dir: str | Path,
-    base_knobs: Mapping[str, Any] | None = None,
-    server_kwargs: Mapping[str, Any] | None = None,
-    bench_kwargs: Mapping[str, Any] | None = None,
-    warmup_prompts: int = WARMUP_PROMPTS,
-    metrics_interval_s: float = 0.5,
-    gpu_memory_gib: float | None = None,
-    batch1_prompts: int = 0,
-    progress: Callable[[str], None] | None = print,
-) -> list[dict[str, Any]]:
-    """Offered-rate scan on one server; returns records in ``rates`` order (resumed ones too).
-
-    With ``batch1_prompts`` > 0 the same server also runs that many requests one at a time
-    (``--max-concurrency 1``): the batch-1 TPOT to hold against the roofline floor
-    (``capacity.tpot_floor_ms``), one line in ``batch1.jsonl``.
-
-    Rate i is measured with bench seed ``workload.seed + i`` (``knee_seed``), the batch-1
-    run with ``workload.seed + len(rates)``: all of them share one server and its prefix
-    cache, so they must not send the same prompts. (vLLM's own ``vllm bench sweep serve``
-    instead resets the caches between runs: vllm/benchmarks/sweep/server.py
-    ``ServerProcess.reset_caches`` -> POST /reset_prefix_cache, which needs the server to
-    run with VLLM_SERVER_DEV_MODE=1, a development mode this course does not turn on.)
-    Every rate is checked for a prefix-cache replay anyway (``bench.prefix_cache_hit_rate``).
-    """
-    from dataclasses import replace
-
-    from course_utils.core import knobs as knobs_mod
-    from course_utils.core.diagnose import diagnose
-    from course_utils.core.metrics import MetricsSampler, summarize
-    from course_utils.core.slo import score
-    from course_utils.core.validity import prefix_cache_hit_rate, validity_issues
-    from course_utils.lab.bench import BenchError, run_bench, warmup
-    from course_utils.lab.server import ServerStartError, VllmServer
-    from course_utils.lab.server import gpu_memory_gib as _gpu_gib
-
-    out = Path(out_dir)
-    kdir = out / "knee"
-    kdir.mkdir(parents=True, exist_ok=True)
-    path = out / KNEE_FILE
-    done = {r["rate_key"]: r for r in load_jsonl(path)}
-    todo = [r for r in rates if _rate_key(r) not in done]
-    b1_path = out / BATCH1_FILE
-    need_b1 = batch1_prompts > 0 and not load_jsonl(b1_path)
-    knobs = dict(base_knobs or {})
-    gib = gpu_memory_gib if gpu_memory_gib is not None else (_gpu_gib() or 24.0)
-    mns = knobs.get("max_num_seqs") or knobs_mod.default("max_num_seqs", gpu_memory_gib=gib)
-    say = progress or (lambda _m: None)
-    if todo or need_b1:
-        srv = VllmServer(model, knobs, log_path=kdir / "serve.log", **dict(server_kwargs or {}))
-        try:
-            with srv:
-                say(f"knee: server up in {srv.startup_s:.0f} s; rates {[_rate_key(r) for r in todo]}")
-                warmup(srv.base_url, model, workload, num_prompts=warmup_prompts)
-                for rate in todo:
-                    rk = _rate_key(rate)
-                    w = replace(workload, request_rate=float(rate),
-                                seed=knee_seed(workload.seed, rates, rate))
-                    rdir = kdir / f"rate-{rk}"
-                    t0 = time.monotonic()
-                    sampler = MetricsSampler(srv.metrics_url, interval_s=metrics_interval_s)
-                    rec: dict[str, Any] = {"rate": rk, "rate_key": rk, "knobs": knobs,
-                                           "server_startup_s": round(srv.startup_s or 0.0, 2),
-                                           "workload": w.to_dict(), "slo": str(slo),
-                                           "serve_cmd": shlex.join(srv.argv),
-                                           "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
-                    try:
-                        with sampler:
-                            res = run_bench(srv.base_url, model, w, slo, rdir, "bench.json",
-                                            **dict(bench_kwargs or {}))
-                    except BenchError as exc:
-                        sampler.save_jsonl(rdir / "metrics.jsonl")
-                        rec.update(status="failed", reason=f"bench failed: {exc.reason}")
-                    else:
-                        sampler.save_jsonl(rdir / "metrics.jsonl")
-                        targets = {}
-                        for pair in slo.goodput_args():
-                            k, _, v = str(pair).partition(":")
-                            targets[k] = float(v)
-                        res.raw["goodput_slo"] = targets
-                        sc = score(res, slo)
-                        diag = diagnose(sampler.samples, res, slo, max_num_seqs=int(mns))
-                        raw = res.raw
-                        hit = prefix_cache_hit_rate(sampler.samples)
-                        issues = validity_issues(raw, w, prefix_cache_hit_rate=hit)
-                        rec.update(
-                            status="ok", reason=None, valid=not issues,
-                            validity_issues=issues, prefix_cache_hit_rate=hit,
-                            request_throughput=raw.get("request_throughput"),
-                            request_goodput=sc.request_goodput,
-                            gate_goodput=sc.gate_goodput, meets_slo=sc.meets_slo,
-                            violations=list(sc.violations),
-                            output_throughput=raw.get("output_throughput"),
-                            p99_ttft_ms=res.percentile("ttft", 99),
-                            p99_tpot_ms=res.percentile("tpot", 99),
-                            max_concurrent_requests=raw.get("max_concurrent_requests"),
-                            load=summarize(sampler.samples).as_dict(),
-                            diagnosis={**diag.as_dict(), "why_en": diag.why("en"),
-                                       "why_zh": diag.why("zh")},
-                        )
-                    rec["elapsed_s"] = round(time.monotonic() - t0, 2)
-                    append_jsonl(path, rec)
-                    done[rk] = rec
-                    say(f"knee: rate {rk} (seed {w.seed}): " + (
-                        f"{rec['request_throughput']:.2f} req/s done, vLLM goodput "
-                        f"{(rec['request_goodput'] or 0):.2f}, gate {rec['gate_goodput']:.2f}, "
-                        f"{rec['diagnosis']['constraint']}"
-                        + ("" if rec["valid"] else f" INVALID: {'; '.join(rec['validity_issues'])}")
-                        if rec["status"] == "ok" else rec["reason"]))
-                if need_b1:
-                    w1 = replace(workload, num_prompts=batch1_prompts, request_rate=math.inf,
-                                 max_concurrency=1, seed=workload.seed + len(rates))
-                    b1: dict[str, Any] = {"workload": w1.to_dict(), "knobs": knobs,
-                                          "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
-                    try:
-                        res = run_bench(srv.base_url, model, w1, slo, kdir / "batch1",
-                                        "bench.json", **dict(bench_kwargs or {}))
-                    except BenchError as exc:
-                        b1.update(status="failed", reason=f"bench failed: {exc.reason}")
-                    else:
-                        raw = res.raw
-                        b1.update(status="ok", reason=None,
-                                  **{k: raw.get(k) for k in ("median_tpot_ms", "mean_tpot_ms",
-                                                             "p99_tpot_ms", "median_itl_ms",
-                                                             "completed")})
-                    append_jsonl(b1_path, b1)
-                    say(f"batch 1: median TPOT {b1.get('median_tpot_ms')} ms"
-                        if b1["status"] == "ok" else f"batch 1: {b1['reason']}")
-        except ServerStartError as exc:
-            for rate in todo:
-                rk = _rate_key(rate)
-                if rk not in done:
-                    rec = {"rate": rk, "rate_key": rk, "knobs": knobs, "status": "failed",
-                           "reason": exc.reason}
-                    append_jsonl(path, rec)
-                    done[rk] = rec
-    return [done[_rate_key(r)] for r in rates if _rate_key(r) in done]
 
 
-def knee_seed(seed: int, rates: Sequence[float], rate: float) -> int:
-    """The bench seed of ``rate`` in a knee scan: ``seed`` + its index in ``rates``."""
-    keys = [_rate_key(r) for r in rates]
-    return int(seed) + keys.index(_rate_key(rate))
 
 
-def _recheck(rec: dict[str, Any], metrics_path: Path) -> dict[str, Any]:
-    """``rec`` with ``valid``/``validity_issues``/``prefix_cache_hit_rate`` re-derived: the
-    recorded issues plus the prefix-cache replay check computed from the recorded series."""
-    from course_utils.core.metrics import load_series
-    from course_utils.core.records import Workload
-    from course_utils.core.validity import prefix_cache_hit_rate, prefix_cache_issue
 
+
+def recheck(rec: Mapping[str, Any], folder: Path) -> dict[str, Any]:
+    """``rec`` with its windows' prefix-cache check re-derived from the /metrics series
+    recorded in ``folder`` (old runs are judged by today's rules: a replayed prompt set
+    shows up as prefix-cache hits). Other recorded issues (JIT, rate, failures) stay."""
     out = dict(rec)
     if out.get("status") != "ok":
         out["valid"] = False
         return out
-    issues = [i for i in (out.get("validity_issues") or [])
+    paths = PointPaths(folder)
+    wl = Workload.from_dict(out["workload"]) if out.get("workload") else None
+    if "windows" in out:
+        out["windows"] = [_recheck_window(dict(w), paths.metrics(int(w["index"])), wl)
+                          for w in out["windows"]]
+        return ServedPoint.from_json(out).to_json()
+    return _recheck_window(out, paths.metrics(0), wl)
+
+
+def _recheck_window(w: dict[str, Any], series: Path, wl: Workload | None) -> dict[str, Any]:
+    if w.get("status") != "ok":
+        return w
+    issues = [i for i in (w.get("validity_issues") or [])
               if not str(i).startswith("prefix cache hit rate")]
-    hit = out.get("prefix_cache_hit_rate")
-    if metrics_path.is_file():
-        hit = prefix_cache_hit_rate(load_series(metrics_path))
-    wl = out.get("workload")
-    if wl:
-        why = prefix_cache_issue(hit, Workload.from_dict(wl))
-        if why:
-            issues.append(why)
-    out.update(valid=not issues, validity_issues=issues, prefix_cache_hit_rate=hit)
-    return out
+    hit = w.get("prefix_cache_hit_rate")
+    if series.is_file():
+        hit = prefix_cache_hit_rate(load_series(series))
+    why = prefix_cache_issue(hit, wl) if wl else None
+    if why:
+        issues.append(why)
+    w.update(valid=not issues, validity_issues=issues, prefix_cache_hit_rate=hit)
+    return w
 
 
 def load_knee(results_dir: str | Path, rates: Sequence[float] | None = None
               ) -> list[dict[str, Any]]:
-    """knee.jsonl records (only ``rates`` when given), validity re-checked from each rate's
-    recorded /metrics series (``knee/rate-<r>/metrics.jsonl``)."""
+    """knee.jsonl records, the last of each rate (only ``rates`` when given), validity
+    re-checked from each rate's recorded /metrics series (``knee/rate-<r>/``)."""
     d = Path(results_dir)
-    want = None if rates is None else {_rate_key(r) for r in rates}
-    return [_recheck(r, d / "knee" / f"rate-{r['rate_key']}" / "metrics.jsonl")
-            for r in load_jsonl(d / KNEE_FILE) if want is None or r["rate_key"] in want]
+    want = None if rates is None else {rate_key(r) for r in rates}
+    return [recheck(r, d / "knee" / f"rate-{rk}")
+            for rk, r in latest_by_rate(load_jsonl(d / KNEE_FILE)).items()
+            if want is None or rk in want]
 
 
 def load_points_checked(results_dir: str | Path) -> list[dict[str, Any]]:
@@ -260,7 +113,7 @@ def load_points_checked(results_dir: str | Path) -> list[dict[str, Any]]:
     from course_utils.lab.sweep import load_points
 
     d = Path(results_dir)
-    return [_recheck(p, point_files(d, p)["metrics"]) for p in load_points(d)]
+    return [recheck(p, PointPaths.of(d, str(p.get("key"))).dir) for p in load_points(d)]
 
 
 
@@ -350,69 +203,68 @@ def replay_tune(results_dir: str | Path, plateau: float = 0.02,
                 objective: str = "request_goodput") -> dict[str, Any]:
     """Re-derive the kept knobs from tune.jsonl's steps and the recorded points.
 
-    Uses ``keep.choose`` (the keep rule of ``sweep.tune``) on each step's points (looked
-    up by tag and value, validity re-checked from their recorded series) under
-    ``objective``. Under the objective the run used, this must give what the run chose.
-    Under another one the path can leave the recorded one (a step kept here was reverted
-    there, so the run's later steps were measured from other knobs): the replay stops
-    there and says so in ``diverged``. Returns {"objective", "plateau", "knobs", "score",
-    "gate_goodput", "request_goodput", "diagnosis", "next_knob", "diverged", "steps"}.
+    Uses ``keep.decide`` (the keep rule of ``tune``: plateau and run-to-run spread) on each
+    step's points (looked up by tag and value, validity re-checked from their recorded
+    series) under ``objective``. Under the objective the run used, this must give what the
+    run chose. Under another one the path can leave the recorded one (a step kept here was
+    reverted there, so the run's later steps were measured from other knobs): the replay
+    stops there and says so in ``diverged``. Returns {"objective", "plateau", "knobs",
+    "score", "gate_goodput", "request_goodput", "diagnosis", "next_knob", "diverged",
+    "steps"}; each step has its "decision" (keep, tie, revert, undecided).
     """
-    from course_utils.core.keep import choose, next_knob, objective_value
-
     d = Path(results_dir)
-    points = load_points_checked(d)
+    points = [as_point(r) for r in load_points_checked(d)]
     steps = [s for s in load_jsonl(d / "tune.jsonl") if s.get("kind") in ("baseline", "sweep")]
     if not steps or steps[0]["kind"] != "baseline":
         raise ValueError(f"{d}: no baseline step in tune.jsonl")
-    base = next((p for p in points if p["key"] == steps[0].get("point")), None)
-    if base is None or base.get("status") != "ok":
+    base = next((p for p in points if p.key == steps[0].get("point")), None)
+    if base is None or base.status != "ok":
         raise ValueError(f"{d}: baseline point missing or failed")
-
-    def scores(p: Mapping[str, Any]) -> dict[str, Any]:
-        return {"score": objective_value(p, objective),
-                "gate_goodput": p["score"].get("gate_goodput"),
-                "request_goodput": p["score"].get("request_goodput")}
-
-    knobs = dict(base["knobs"])
-    kept_rec = base
-    score = objective_value(base, objective)
-    diag = base["diagnosis"]
-    trail = [{"step": 0, "knobs": dict(knobs), **scores(base),
-              "constraint": diag.get("constraint"), "leaf": diag.get("leaf")}]
+    kept = base
+    trail = [{"step": 0, "knobs": dict(kept.knobs), **_scores(kept, objective),
+              "constraint": kept.diagnosis.get("constraint"), "leaf": kept.diagnosis.get("leaf")}]
     diverged = None
     for s in steps[1:]:
-        knob = s["knob"]
-        tag = f"tune-step-{s['step']}"
-        order = list(s.get("values_tried", []))
-        recs = sorted((p for p in points if p.get("tag") == tag and p.get("knob") == knob
-                       and p.get("value") in order), key=lambda p: order.index(p["value"]))
-        others = {k: v for k, v in knobs.items() if k != knob}
-        measured_from = [{k: v for k, v in (p.get("base_knobs") or {}).items() if k != knob}
-                         for p in recs]
-        if knob not in (diag.get("knobs") or []) or any(m != others for m in measured_from):
+        knob, order = s["knob"], list(s.get("values_tried", []))
+        recs = sorted((p for p in points if p.tag == f"tune-step-{s['step']}" and p.knob == knob
+                       and p.value in order), key=lambda p: order.index(p.value))
+        others = {k: v for k, v in kept.knobs.items() if k != knob}
+        measured_from = [{k: v for k, v in p.base_knobs.items() if k != knob} for p in recs]
+        if knob not in (kept.diagnosis.get("knobs") or []) or any(
+                m != others for m in measured_from):
             was = measured_from[0] if measured_from else "?"
             diverged = (f"step {s['step']} ({knob}) was measured from knobs {was}; this replay "
-                        f"is at {knobs} with diagnosis {diag.get('leaf')}: the recorded run "
-                        "never measured this path further")
+                        f"is at {kept.knobs} with diagnosis {kept.diagnosis.get('leaf')}: the "
+                        "recorded run never measured this path further")
             break
-        best, gain, kept = choose(recs, score, objective=objective, plateau=plateau)
-        if kept and best is not None:
-            knobs, kept_rec, score, diag = dict(best["knobs"]), best, \
-                objective_value(best, objective), best["diagnosis"]
-        trail.append({"step": s["step"], "knob": knob, "kept": kept,
-                      "best_value": best["value"] if best else None,
-                      "gain": None if gain is None else (str(gain) if math.isinf(gain) else gain),
-                      "results": [{"value": p["value"], "valid": p.get("valid"), **scores(p),
-                                   "meets_slo": p["score"].get("meets_slo"),
-                                   "constraint": (p.get("diagnosis") or {}).get("constraint")}
-                                  for p in recs],
-                      "knobs": dict(knobs), **scores(kept_rec),
-                      "constraint": diag.get("constraint"), "leaf": diag.get("leaf")})
-    return {"objective": objective, "plateau": plateau, "knobs": knobs, **scores(kept_rec),
+        dec = decide(recs, objective_value(kept, objective), objective=objective,
+                     plateau=plateau, current_spread=kept.spread(objective))
+        if dec.kept and dec.best is not None:
+            kept = dec.best
+        trail.append({"step": s["step"], "knob": knob, "kept": dec.kept,
+                      "decision": dec.decision, "why": dec.why,
+                      "best_value": dec.best.value if dec.best else None,
+                      "gain": None if dec.gain is None else
+                      (str(dec.gain) if math.isinf(dec.gain) else dec.gain),
+                      "results": [{"value": p.value, "valid": p.valid, **_scores(p, objective),
+                                   "meets_slo": p.meets_slo, "spread": p.spread(objective),
+                                   "constraint": p.diagnosis.get("constraint")} for p in recs],
+                      "knobs": dict(kept.knobs), **_scores(kept, objective),
+                      "constraint": kept.diagnosis.get("constraint"),
+                      "leaf": kept.diagnosis.get("leaf")})
+    diag = kept.diagnosis
+    return {"objective": objective, "plateau": plateau, "knobs": dict(kept.knobs),
+            **_scores(kept, objective),
             "diagnosis": {k: diag.get(k) for k in ("constraint", "leaf", "knobs", "moves",
                                                    "why_en", "why_zh")},
             "next_knob": next_knob(diag), "diverged": diverged, "steps": trail}
+
+
+def _scores(p: ServedPoint, objective: str) -> dict[str, Any]:
+    sc = p.scores()
+    return {"score": objective_value(p, objective),
+            "gate_goodput": sc.gate_goodput if sc else None,
+            "request_goodput": sc.request_goodput if sc else None}
 
 
 def repo_root(start: str | Path | None = None) -> Path | None:

@@ -296,7 +296,8 @@ def load_tune_dir(path: str | Path, slo: SLO) -> dict[str, Any]:
     summary of tune.jsonl. Points are re-scored from their bench.json when present, else
     from the scores recorded in the point. Also the warm-up count and the JIT compiles
     logged while measuring (serve.log / bench.log of each point, when present)."""
-    from course_utils.lab.sweep import POINTS_FILE, TUNE_FILE, load_points
+    from course_utils.lab.sweep import POINTS_FILE, load_points
+    from course_utils.lab.tune import TUNE_FILE
 
     d = Path(path)
     if not (d / POINTS_FILE).is_file() or not (d / TUNE_FILE).is_file():

@@ -1,0 +1,210 @@
+"""``measure()``: the one place a load is measured on a running `vllm serve`.
+
+1. **Warm-up that covers the load**: `vllm bench serve` with the load's shape and rate (a
+   share of its prompts, its own seed), /metrics sampled, so the engine runs the batch
+   sizes the load will run before anything is measured. (A fixed handful of requests did
+   not: vLLM's JIT monitor then logged a Triton compile inside the measured window.)
+2. **Windows**: `vllm bench serve` with the workload (window 0 uses the workload's seed, so
+   every point of a sweep sends the same prompts), /metrics sampled while it runs, both
+   goodputs scored, the binding constraint diagnosed.
+3. **The validity gate** on every window: failed requests, achieved vs offered rate, output
+   length, prefix-cache hits from replayed prompts, a vLLM JIT compile logged inside the
+   window (the server log's bytes written during it), and a warm-up whose engine peak
+   fell short of the window's. An invalid window is re-measured on the same, now warm,
+   server with fresh prompts (``remeasure`` times); both windows are recorded.
+4. **Repeats** (``repeats``): more valid windows with fresh prompts, for the run-to-run
+   spread that a keep decision must beat.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from course_utils.core.diagnose import diagnose
+from course_utils.core.metrics import MetricsSampler, summarize
+from course_utils.core.records import PointPaths, Scores, Warmup, Window, Workload, bench_summary
+from course_utils.core.slo import SLO, score
+from course_utils.core.validity import (
+    jit_issue,
+    prefix_cache_hit_rate,
+    validity_issues,
+    warmup_issue,
+)
+from course_utils.core.vllm_logs import jit_compiles
+from course_utils.lab.bench import BenchError, run_bench
+from course_utils.lab.server import VllmServer
+
+__all__ = [
+    "MeasureConfig",
+    "WARMUP_SEED_OFFSET",
+    "WINDOW_SEED_STRIDE",
+    "jit_in_log_span",
+    "measure",
+]
+
+# prompts of the warm-up and of window i come from seeds no other window uses
+WARMUP_SEED_OFFSET = 100_000
+WINDOW_SEED_STRIDE = 1_000
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """How one point is measured. ``warmup_share``: the warm-up's prompts as a share of the
+    load's (at least ``warmup_min_prompts``; a load sent all at once, or capped by
+    max_concurrency, is warmed with as many prompts as it has or its cap)."""
+
+    warmup_share: float = 0.5
+    warmup_min_prompts: int = 16
+    repeats: int = 1
+    remeasure: int = 1
+    metrics_interval_s: float = 0.5
+    bench_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.warmup_share <= 1.0:
+            raise ValueError("warmup_share must be in [0, 1]")
+        if self.repeats < 0 or self.remeasure < 0:
+            raise ValueError("repeats and remeasure must be >= 0")
+
+    def warmup_workload(self, w: Workload) -> Workload | None:
+        if self.warmup_share <= 0:
+            return None
+        n = max(self.warmup_min_prompts, math.ceil(self.warmup_share * w.num_prompts))
+        if math.isinf(w.request_rate):
+            n = max(n, w.num_prompts)
+        if w.max_concurrency:
+            n = max(n, w.max_concurrency)
+        return replace(w, num_prompts=n, seed=w.seed + WARMUP_SEED_OFFSET)
+
+
+def _log_size(server: VllmServer) -> int:
+    try:
+        return server.log_path.stat().st_size
+    except OSError:
+        return 0
+
+
+def jit_in_log_span(log_path: Path, start: int, end: int) -> list[dict[str, Any]]:
+    """The JIT-monitor lines a server logged between two byte offsets of its log."""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(start)
+            text = fh.read(max(0, end - start)).decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    return [{"stamp": c.stamp, "kernel": c.kernel, "offset": c.offset}
+            for c in jit_compiles(text, start)]
+
+
+def _warm_up(server: VllmServer, model: str, workload: Workload, paths: PointPaths,
+             cfg: MeasureConfig) -> Warmup | None:
+    w = cfg.warmup_workload(workload)
+    if w is None:
+        return None
+    t0, off0 = time.monotonic(), _log_size(server)
+    sampler = MetricsSampler(server.metrics_url, interval_s=cfg.metrics_interval_s)
+    try:
+        with sampler:
+            res = run_bench(server.base_url, model, w, None, paths.dir, paths.warmup_json.name,
+                            log_path=paths.warmup_log, **dict(cfg.bench_kwargs))
+    except BenchError as exc:
+        return Warmup(seed=w.seed, num_prompts=w.num_prompts, status="failed", reason=exc.reason,
+                      elapsed_s=round(time.monotonic() - t0, 2))
+    return Warmup(seed=w.seed, num_prompts=w.num_prompts, status="ok",
+                  running_max=summarize(sampler.samples).running_max if sampler.samples else None,
+                  max_concurrent_requests=res.raw.get("max_concurrent_requests"),
+                  jit=jit_in_log_span(server.log_path, off0, _log_size(server)),
+                  elapsed_s=round(time.monotonic() - t0, 2))
+
+
+def _window(server: VllmServer, model: str, workload: Workload, slo: SLO | None,
+            paths: PointPaths, cfg: MeasureConfig, index: int, purpose: str,
+            covered_running: float | None, max_num_seqs: int) -> Window:
+    """One measured window on the running server (never raises for a failed bench)."""
+    w = replace(workload, seed=workload.seed + index * WINDOW_SEED_STRIDE)
+    t0, started, off0 = time.monotonic(), time.time(), _log_size(server)
+    sampler = MetricsSampler(server.metrics_url, interval_s=cfg.metrics_interval_s)
+    win = Window(index=index, purpose=purpose, seed=w.seed, status="failed", started_at=started)
+    try:
+        with sampler:
+            res = run_bench(server.base_url, model, w, slo, paths.dir,
+                            paths.bench_json(index).name, log_path=paths.bench_log(index),
+                            **dict(cfg.bench_kwargs))
+    except BenchError as exc:
+        win.reason = f"bench failed: {exc.reason}"
+        if not server.alive():
+            win.reason = f"server died during the bench: {server.failure_reason()}"
+        return _close(win, server, sampler, paths, t0, off0)
+    _close(win, server, sampler, paths, t0, off0)
+    if not server.alive():
+        win.reason = f"server died during the bench: {server.failure_reason()}"
+        return win
+    samples = sampler.samples
+    load = summarize(samples)
+    hit = prefix_cache_hit_rate(samples)
+    issues = validity_issues(res.raw, w, prefix_cache_hit_rate=hit)
+    if not samples:
+        issues.append("no /metrics sample was taken during the bench")
+    jit = jit_issue([j["kernel"] for j in win.jit])
+    if jit:
+        issues.append(jit)
+    cover = warmup_issue(covered_running, load.running_max if samples else None)
+    if cover:
+        issues.append(cover)
+    if slo is not None:
+        sc = score(res, slo)
+        win.score = Scores(gate_goodput=sc.gate_goodput, request_goodput=sc.request_goodput,
+                           request_throughput=sc.request_throughput, meets_slo=sc.meets_slo,
+                           violations=list(sc.violations))
+        diag = diagnose(samples, res, slo, max_num_seqs=max_num_seqs)
+        win.diagnosis = {**diag.as_dict(), "why_en": diag.why("en"), "why_zh": diag.why("zh")}
+    win.status, win.valid, win.validity_issues = "ok", not issues, issues
+    win.prefix_cache_hit_rate, win.bench, win.load = hit, bench_summary(res.raw), load.as_dict()
+    return win
+
+
+def _close(win: Window, server: VllmServer, sampler: MetricsSampler, paths: PointPaths,
+           t0: float, off0: int) -> Window:
+    sampler.save_jsonl(paths.metrics(win.index))
+    off1 = _log_size(server)
+    win.ended_at, win.elapsed_s = time.time(), round(time.monotonic() - t0, 2)
+    win.log_span = [off0, off1]
+    win.jit = jit_in_log_span(server.log_path, off0, off1)
+    return win
+
+
+def measure(server: VllmServer, model: str, workload: Workload, slo: SLO | None,
+            paths: PointPaths, *, cfg: MeasureConfig | None = None, max_num_seqs: int = 256,
+            on_window: Any = None, first_index: int = 0) -> tuple[Warmup | None, list[Window]]:
+    """Warm up, then measure windows until ``1 + cfg.repeats`` are valid or the re-measure
+    budget (``cfg.remeasure`` invalid windows) is spent. Returns the warm-up and every
+    window, valid or not, in order. ``first_index``: the index (and seed offset) of the first
+    window, for more windows of a point measured before on this server."""
+    cfg = cfg or MeasureConfig()
+    paths.dir.mkdir(parents=True, exist_ok=True)
+    warm = _warm_up(server, model, workload, paths, cfg)
+    covered = warm.running_max if warm is not None and warm.status == "ok" else None
+    windows: list[Window] = []
+    invalid = 0
+    while sum(1 for w in windows if w.valid) < 1 + cfg.repeats:
+        purpose = ("measure" if not windows else
+                   "remeasure" if not windows[-1].valid else "repeat")
+        win = _window(server, model, workload, slo, paths, cfg, first_index + len(windows),
+                      purpose, covered, max_num_seqs)
+        windows.append(win)
+        if on_window is not None:
+            on_window(win)
+        if not win.ok or not server.alive():
+            break
+        peak = win.load.get("running_max")
+        covered = max(covered or 0.0, float(peak or 0.0))  # this window warmed its shapes
+        if not win.valid:
+            invalid += 1
+            if invalid > cfg.remeasure:
+                break
+    return warm, windows

@@ -1,7 +1,7 @@
 """``python -m course_utils``: the course's modules from a terminal.
 
 Subcommands: knobs, capacity, goodput, diagnose (each with ``--format json``), plus
-sweep, tune and quiz from the modules that own them. Bad input: one line on stderr and
+sweep, tune, preflight and quiz from the modules that own them. Bad input: one line on stderr and
 exit status 2.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 from course_utils import quiz
 from course_utils.core import capacity, diagnose, knobs, metrics, slo
 from course_utils.lab import cli as lab_cli
+from course_utils.lab import preflight
 
 EXIT_BAD_INPUT = 2
 
@@ -174,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_diagnose)
 
     lab_cli.add_cli(sub)
+    preflight.add_cli(sub)
     quiz.add_cli(sub)
     return p
 
@@ -184,7 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rc = a.func(a)
     except (ValueError, OSError, TypeError) as e:  # KnobError, SLOError, BenchResultError...
-        print(f"error: {e}", file=sys.stderr)
+        for line in str(e).splitlines() or [""]:  # a PreflightError: one line per check
+            print(f"error: {line}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return int(rc or 0)
 

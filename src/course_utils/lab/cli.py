@@ -11,6 +11,7 @@ from typing import Any
 
 from course_utils.core.keep import OBJECTIVES
 from course_utils.core.records import Workload
+from course_utils.lab.preflight import for_cli as preflight_cli
 from course_utils.lab.sweep import sweep, tune
 
 __all__ = ["add_cli", "parse_value", "parse_values"]
@@ -63,6 +64,7 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--startup-timeout", type=float, default=900.0)
     p.add_argument("--bench-timeout", type=float, default=1800.0)
     p.add_argument("--vllm-cmd", default="vllm", help="the vllm executable (split like a shell)")
+    p.add_argument("--port", type=int, default=None, help="the servers' port (none: a free one)")
     p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--patience", type=int, default=2)
     p.add_argument("--objective", choices=OBJECTIVES, default="request_goodput",
@@ -78,6 +80,8 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
                         seed=a.seed, ignore_eos=a.ignore_eos, max_concurrency=a.max_concurrency)
     vllm_cmd = shlex.split(a.vllm_cmd)
     server_kwargs: dict[str, Any] = {"vllm_cmd": vllm_cmd, "startup_timeout_s": a.startup_timeout}
+    if a.port:
+        server_kwargs["port"] = a.port
     if a.load_format:
         server_kwargs["load_format"] = a.load_format
     bench_kwargs: dict[str, Any] = {"timeout_s": a.bench_timeout}
@@ -91,6 +95,8 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_sweep(a: argparse.Namespace) -> int:
+    preflight_cli(a, base_knobs=_parse_assign(a.base, False),
+                  candidates={a.knob: parse_values(a.values)})
     kw = _kwargs_from(a)
     recs = sweep(a.model, a.knob, parse_values(a.values), early_stop=not a.no_early_stop,
                  couple=a.couple, **kw)
@@ -106,10 +112,11 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
 
 
 def _cmd_tune(a: argparse.Namespace) -> int:
-    kw = _kwargs_from(a)
     cand = _parse_assign(a.candidate, True)
     if not cand:
         raise SystemExit("give at least one --candidate KNOB=V1,V2,...")
+    preflight_cli(a, base_knobs=_parse_assign(a.base, False), candidates=cand)
+    kw = _kwargs_from(a)
     summary = tune(a.model, cand, plateau=a.plateau, gpu_minutes=a.gpu_minutes,
                    max_steps=a.max_steps, couple=not a.no_couple, **kw)
     print(json.dumps(summary, indent=2))

@@ -16,7 +16,6 @@ from typing import Any
 from course_utils import quiz
 from course_utils.core import capacity, diagnose, knobs, metrics, slo
 from course_utils.lab import cli as lab_cli
-from course_utils.lab import preflight
 
 EXIT_BAD_INPUT = 2
 
@@ -175,7 +174,6 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_diagnose)
 
     lab_cli.add_cli(sub)
-    preflight.add_cli(sub)
     quiz.add_cli(sub)
     return p
 

@@ -1,7 +1,7 @@
 """Preflight: what a GPU run needs, checked in about a second before any GPU time is spent.
 
 Every GPU entry point calls it before it starts a server or an ``LLM``: ``python -m
-course_utils sweep|tune|preflight``, both labs (the cell after their parameters) and the
+course_utils sweep|tune|preflight`` (course_utils.lab.cli), both labs (the cell after their parameters) and the
 tools/gpu scripts. Each check returns a :class:`Check` with one line of detail and one line
 of fix, in English and Chinese. A failed check stops the run with one line per failure
 (:class:`PreflightError`, a ValueError: the CLI exits 2; in a notebook it shows those lines
@@ -11,7 +11,6 @@ instead of a traceback). Nothing here imports vLLM (that takes ~20 s on the GPU 
 
 from __future__ import annotations
 
-import argparse
 import errno
 import importlib.metadata
 import importlib.util
@@ -37,22 +36,9 @@ from course_utils.lab.modelfolder import uncovered_ids
 from course_utils.lab.server import GpuInfo, gpu_inventory
 
 __all__ = [
-    "Check",
-    "PreflightError",
-    "Report",
-    "add_cli",
-    "check_driver",
-    "check_dummy_vocab",
-    "check_gpu",
-    "check_gpu_memory",
-    "check_model",
-    "check_output",
-    "check_port",
-    "check_vllm_cli",
-    "check_vllm_package",
-    "for_cli",
-    "lab_check",
-    "preflight",
+    "Check", "PreflightError", "Report", "check_driver", "check_dummy_vocab",
+    "check_gpu", "check_gpu_memory", "check_model", "check_output", "check_port",
+    "check_vllm_cli", "check_vllm_package", "lab_check", "preflight",
     "requested_gmu",
 ]
 
@@ -364,28 +350,21 @@ def _tokenizer_file(folder: Path) -> str | None:
 
 
 def _check_hub(model: str) -> Check:
-    """A hub id downloads at start-up: ModelScope, a mirror, the HF cache or the network."""
-    no_net = _t(f"{model} is a hub id, and huggingface.co is not reachable from here (no "
-                "HF_ENDPOINT mirror, no VLLM_USE_MODELSCOPE)",
-                f"{model} 是模型仓库 id，这里连不上 huggingface.co（没设 HF_ENDPOINT 镜像，也没设 "
-                "VLLM_USE_MODELSCOPE）")
-    net_fix = _t("export HF_ENDPOINT=https://hf-mirror.com, or VLLM_USE_MODELSCOPE=True (pip "
-                 "install modelscope), or download the model to a folder and pass the folder",
-                 "export HF_ENDPOINT=https://hf-mirror.com，或设 VLLM_USE_MODELSCOPE=True（pip install "
-                 "modelscope），或先把模型下载到目录里再传目录")
+    """A hub id downloads at start-up: ModelScope, the HF cache, a mirror or the network."""
+    def ok(en: str, zh: str) -> Check:
+        return Check("model", True, _t(f"{model} (hub id, {en})", f"{model}（仓库 id，{zh}）"))
+
     if os.environ.get("VLLM_USE_MODELSCOPE", "False").lower() == "true":  # vllm/envs.py
-        if importlib.util.find_spec("modelscope") is None:
-            return Check("model", False, _t(
-                f"{model}: VLLM_USE_MODELSCOPE=True, but the modelscope package is missing",
-                f"{model}：设了 VLLM_USE_MODELSCOPE=True，但没装 modelscope 包"),
-                _t("pip install modelscope", "pip install modelscope"))
-        return Check("model", True, _t(f"{model} (hub id, from ModelScope)",
-                                       f"{model}（仓库 id，从 ModelScope 下载）"))
+        if importlib.util.find_spec("modelscope") is not None:
+            return ok("from ModelScope", "从 ModelScope 下载")
+        return Check("model", False, _t(
+            f"{model}: VLLM_USE_MODELSCOPE=True, but the modelscope package is missing",
+            f"{model}：设了 VLLM_USE_MODELSCOPE=True，但没装 modelscope 包"),
+            _t("pip install modelscope", "pip install modelscope"))
+    if _hf_cached(model):
+        return ok("in the HF cache", "已在 HF 缓存里")
     offline = os.environ.get("HF_HUB_OFFLINE")
     if _truthy(offline):
-        if _hf_cached(model):
-            return Check("model", True, _t(f"{model} (hub id, in the HF cache; HF_HUB_OFFLINE={offline})",
-                                           f"{model}（仓库 id，已在 HF 缓存里；HF_HUB_OFFLINE={offline}）"))
         return Check("model", False, _t(
             f"{model} is a hub id, but HF_HUB_OFFLINE={offline} forbids downloading it",
             f"{model} 是模型仓库 id，但 HF_HUB_OFFLINE={offline} 禁止下载"), _t(
@@ -393,15 +372,17 @@ def _check_hub(model: str) -> Check:
             "先把模型下载到目录里再传目录，或取消 HF_HUB_OFFLINE"))
     endpoint = os.environ.get("HF_ENDPOINT")
     if endpoint:
-        return Check("model", True, _t(f"{model} (hub id, through the mirror {endpoint})",
-                                       f"{model}（仓库 id，经镜像 {endpoint} 下载）"))
-    if _hf_cached(model):
-        return Check("model", True, _t(f"{model} (hub id, in the HF cache)",
-                                       f"{model}（仓库 id，已在 HF 缓存里）"))
+        return ok(f"through the mirror {endpoint}", f"经镜像 {endpoint} 下载")
     if _reachable(*HUB_HOST):
-        return Check("model", True, _t(f"{model} (hub id, huggingface.co reachable)",
-                                       f"{model}（仓库 id，能连上 huggingface.co）"))
-    return Check("model", False, no_net, net_fix)
+        return ok("huggingface.co reachable", "能连上 huggingface.co")
+    return Check("model", False, _t(
+        f"{model} is a hub id, and huggingface.co is not reachable from here (no HF_ENDPOINT "
+        "mirror, no VLLM_USE_MODELSCOPE)", f"{model} 是模型仓库 id，这里连不上 huggingface.co（没设 "
+        "HF_ENDPOINT 镜像，也没设 VLLM_USE_MODELSCOPE）"), _t(
+        "export HF_ENDPOINT=https://hf-mirror.com, or VLLM_USE_MODELSCOPE=True (pip install "
+        "modelscope), or download the model to a folder and pass the folder",
+        "export HF_ENDPOINT=https://hf-mirror.com，或设 VLLM_USE_MODELSCOPE=True（pip install "
+        "modelscope），或先把模型下载到目录里再传目录"))
 
 
 def check_model(model: str, tokenizer: str | None = None) -> Check:
@@ -415,8 +396,6 @@ def check_model(model: str, tokenizer: str | None = None) -> Check:
             "check the path (download the model first), or give a hub id such as "
             "Qwen/Qwen2.5-7B-Instruct", "检查路径（先下载模型），或者给一个仓库 id，比如 Qwen/Qwen2.5-7B-Instruct"))
     if path.is_file():
-        if path.suffix == ".gguf":
-            return Check("model", True, _t(f"{path} (GGUF file)", f"{path}（GGUF 文件）"))
         return Check("model", False, _t(f"{path} is a file, not a model folder",
                                         f"{path} 是文件，不是模型目录"),
                      _t("pass the folder that holds config.json", "传包含 config.json 的那个目录"))
@@ -609,45 +588,3 @@ def lab_check(backend: str, *, lang: Lang = "en", root: str | Path | None = None
     print(report.table(lang))
     report.raise_if_failed(lang)
     return report
-
-
-def for_cli(a: argparse.Namespace, *, base_knobs: Mapping[str, Any],
-            candidates: Mapping[str, Any]) -> Report:
-    """``sweep`` / ``tune`` before their first server: warnings to stderr, failures raise."""
-    report = preflight(a.model, entry="serve", output_dir=a.out, port=getattr(a, "port", None),
-                       load_format=a.load_format, tokenizer=a.tokenizer,
-                       gpu_memory_utilization=requested_gmu(base_knobs, candidates),
-                       vllm_cmd=a.vllm_cmd)
-    for c in report.warnings():
-        print(f"warning: {c.line('en')}", file=sys.stderr)
-    report.raise_if_failed("en")
-    return report
-
-
-def _cmd_preflight(a: argparse.Namespace) -> int:
-    report = preflight(a.model, entry=a.entry, output_dir=a.out, port=a.port, host=a.host,
-                       load_format=a.load_format, tokenizer=a.tokenizer,
-                       gpu_memory_utilization=a.gpu_memory_utilization, vllm_cmd=a.vllm_cmd,
-                       min_free_disk_gib=a.min_disk_gib)
-    print(report.table(a.lang), flush=True)
-    report.raise_if_failed(a.lang)
-    return 0
-
-
-def add_cli(subparsers: Any) -> None:
-    """Register ``preflight`` (exit 2 with one line per failed check)."""
-    p = subparsers.add_parser("preflight", help="check what a GPU run needs before it starts")
-    p.add_argument("--model", required=True, help="model folder or hub id")
-    p.add_argument("--entry", choices=("serve", "llm"), default="serve",
-                   help="serve: vllm serve subprocesses (lab 02, sweep, tune); llm: LLM(...) (lab 01)")
-    p.add_argument("--out", default=None, help="output folder (writable, disk space)")
-    p.add_argument("--port", type=int, default=None, help="the server's port (none: picked free)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--load-format", default=None, help="dummy: check the tokenizer covers the vocab")
-    p.add_argument("--tokenizer", default=None)
-    p.add_argument("--gpu-memory-utilization", type=float, default=None,
-                   help="the largest value the run asks for (default: vLLM's)")
-    p.add_argument("--vllm-cmd", default="vllm", help="the vllm executable (split like a shell)")
-    p.add_argument("--min-disk-gib", type=float, default=MIN_FREE_DISK_GIB)
-    p.add_argument("--lang", choices=("en", "zh"), default="en")
-    p.set_defaults(func=_cmd_preflight)

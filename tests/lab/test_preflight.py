@@ -165,7 +165,8 @@ def test_model_folder_checks(dummy_model: Path, tmp_path: Path) -> None:
 
 
 def test_hub_id_needs_a_way_to_download(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("HF_HUB_OFFLINE", "HF_ENDPOINT", "VLLM_USE_MODELSCOPE"):
+    for var in ("HF_HUB_OFFLINE", "HF_ENDPOINT", "VLLM_USE_MODELSCOPE", "HTTPS_PROXY",
+                "https_proxy"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(pf, "_reachable", lambda host, port, timeout_s=1.0: False)
@@ -175,6 +176,9 @@ def test_hub_id_needs_a_way_to_download(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setattr(pf, "_reachable", lambda host, port, timeout_s=1.0: host == "huggingface.co")
     assert pf.check_model("Qwen/Qwen2.5-7B-Instruct").ok
     monkeypatch.setattr(pf, "_reachable", lambda host, port, timeout_s=1.0: False)
+    monkeypatch.setenv("https_proxy", "http://10.0.0.7:12798")  # AutoDL's network_turbo
+    assert "through the proxy" in pf.check_model("Qwen/Qwen2.5-7B-Instruct").detail["en"]
+    monkeypatch.delenv("https_proxy")
     monkeypatch.setenv("HF_ENDPOINT", "https://hf-mirror.com")
     c = pf.check_model("Qwen/Qwen2.5-7B-Instruct")
     assert c.ok and "hf-mirror.com" in c.detail["en"]
@@ -183,6 +187,17 @@ def test_hub_id_needs_a_way_to_download(tmp_path: Path, monkeypatch: pytest.Monk
     assert not c.ok and "HF_HUB_OFFLINE=1" in c.detail["en"]
     (tmp_path / "hub" / "models--Qwen--Qwen2.5-7B-Instruct" / "snapshots" / "abc").mkdir(parents=True)
     assert pf.check_model("Qwen/Qwen2.5-7B-Instruct").ok  # cached: offline is fine
+
+
+def test_reachable_is_a_bounded_tcp_connect() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert pf._reachable("127.0.0.1", port)
+    t0 = time.monotonic()
+    assert not pf._reachable("127.0.0.1", port, timeout_s=0.5)  # closed now
+    assert time.monotonic() - t0 < 1.0
 
 
 def test_modelscope_needs_its_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

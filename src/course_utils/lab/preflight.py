@@ -373,6 +373,9 @@ def _check_hub(model: str) -> Check:
     endpoint = os.environ.get("HF_ENDPOINT")
     if endpoint:
         return ok(f"through the mirror {endpoint}", f"经镜像 {endpoint} 下载")
+    proxy = os.environ.get("HTTPS_PROXY") or os.environ.get("https_proxy")
+    if proxy:  # e.g. AutoDL's network_turbo; a direct connect says nothing then
+        return ok(f"through the proxy {proxy}", f"经代理 {proxy} 下载")
     if _reachable(*HUB_HOST):
         return ok("huggingface.co reachable", "能连上 huggingface.co")
     return Check("model", False, _t(

@@ -120,7 +120,7 @@ def _cmd_preflight(a: argparse.Namespace) -> int:
 
 def _cmd_sweep(a: argparse.Namespace) -> int:
     _preflight_first(a, base_knobs=_parse_assign(a.base, False),
-                  candidates={a.knob: parse_values(a.values)})
+                     candidates={a.knob: parse_values(a.values)})
     kw = _kwargs_from(a)
     recs = sweep(a.model, a.knob, parse_values(a.values), early_stop=not a.no_early_stop,
                  couple=a.couple, **kw)

@@ -49,7 +49,8 @@ MIN_FREE_DISK_GIB = 1.0
 # vLLM 0.26.0's wheel pins torch==2.11.0 (METADATA Requires-Dist) and its _C extension links
 # libcudart.so.13; torch 2.11.0 on PyPI requires cuda-toolkit==13.0.2 (its Requires-Dist).
 # CUDA 13.x runs on driver branch 580 or newer (CUDA 13.0 release notes: 13.0 GA needs
-# >= 580.65.06 on Linux; minor-version compatibility covers 13.x from 580 on).
+# >= 580.65.06 on Linux; minor-version compatibility covers 13.x from 580 on). The recorded
+# H200 runs had torch 2.11.0+cu130 on driver 580.159.04 (labs/results/h200-*/environment).
 MIN_DRIVER_MAJOR = 580
 HUB_HOST = ("huggingface.co", 443)
 PROBE_TIMEOUT_S = 1.0
@@ -279,7 +280,9 @@ def check_driver(gpu: GpuInfo) -> Check:
 def check_gpu_memory(gpu: GpuInfo, gpu_memory_utilization: float) -> Check:
     """vLLM's own start-up check (v1/worker/utils.py request_memory): free memory must be at
     least gpu_memory_utilization x total, else "Free memory on device ... is less than
-    desired GPU memory utilization" after the model config is loaded."""
+    desired GPU memory utilization" after the model config is loaded. nvidia-smi's total
+    also counts the driver's reserved memory (143,771 MiB on the H200, torch sees 139.8 GiB),
+    so this is up to ~0.5 % of the total stricter than vLLM's."""
     gmu = float(gpu_memory_utilization)
     need, free, total = gmu * gpu.total_mib / 1024, gpu.free_mib / 1024, gpu.total_mib / 1024
     if free >= need:

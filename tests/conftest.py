@@ -1,4 +1,4 @@
-"""Shared test set-up: GPU marker handling and the fake `vllm` on PATH.
+"""Shared test set-up: GPU marker handling, the fake `vllm` and `nvidia-smi` on PATH.
 
 `@pytest.mark.gpu` tests are deselected (not skipped, not passed) unless `--run-gpu`.
 """
@@ -59,3 +59,31 @@ def server_starts(tmp_path: Path, fake_vllm: Path):
         return len(p.read_text().splitlines()) if p.exists() else 0
 
     return count
+
+
+def _on_path(bindir: Path, name: str, script: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    bindir.mkdir(exist_ok=True)
+    exe = bindir / name
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "$@"\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    return exe
+
+
+@pytest.fixture
+def fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Put an `nvidia-smi` (tests/fakes/fake_nvidia_smi.py: one RTX 4090, driver 580) first
+    on PATH; return its path. FAKE_GPU / FAKE_NVIDIA_SMI_FAIL change what it reports."""
+    for var in ("FAKE_GPU", "FAKE_NVIDIA_SMI_FAIL", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_CALLS", str(tmp_path / "nvidia-smi-calls.txt"))
+    return _on_path(tmp_path / "smi-bin", "nvidia-smi", FAKES / "fake_nvidia_smi.py", monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def dummy_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small load_format=dummy model folder (course_utils.lab.modelfolder, 700 ids)."""
+    from course_utils.lab.modelfolder import make_dummy_model_folder, stdlib_corpus
+
+    return make_dummy_model_folder(tmp_path_factory.mktemp("model") / "dummy", vocab_size=700,
+                                   corpus=stdlib_corpus(200_000))

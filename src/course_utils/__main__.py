@@ -1,7 +1,7 @@
 """``python -m course_utils``: the course's modules from a terminal.
 
 Subcommands: knobs, capacity, goodput, diagnose (each with ``--format json``), plus
-sweep, tune and quiz from the modules that own them. Bad input: one line on stderr and
+sweep, tune, preflight and quiz from the modules that own them. Bad input: one line on stderr and
 exit status 2.
 """
 
@@ -184,7 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rc = a.func(a)
     except (ValueError, OSError, TypeError) as e:  # KnobError, SLOError, BenchResultError...
-        print(f"error: {e}", file=sys.stderr)
+        for line in str(e).splitlines() or [""]:  # a PreflightError: one line per check
+            print(f"error: {line}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return int(rc or 0)
 

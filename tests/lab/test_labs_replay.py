@@ -157,13 +157,15 @@ SLO_PARAMS = {
 
 @pytest.fixture(scope="module")
 def fake_env(tmp_path_factory: pytest.TempPathFactory):
-    """PATH with the fake `vllm` CLI, PYTHONPATH with the fake `vllm` package."""
+    """PATH with the fake `vllm` CLI and `nvidia-smi` (an RTX 4090: the labs' preflight
+    passes), PYTHONPATH with the fake `vllm` package, a hub mirror for the fake model ids."""
     base = tmp_path_factory.mktemp("fakes")
     bindir = base / "bin"
     bindir.mkdir()
-    exe = bindir / "vllm"
-    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKES / "fake_vllm.py"}" "$@"\n')
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    for name, script in (("vllm", "fake_vllm.py"), ("nvidia-smi", "fake_nvidia_smi.py")):
+        exe = bindir / name
+        exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKES / script}" "$@"\n')
+        exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     pkg = base / "py" / "vllm"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(FAKE_VLLM_PY)
@@ -174,7 +176,10 @@ def fake_env(tmp_path_factory: pytest.TempPathFactory):
         mp.setenv("FAKE_VLLM_STARTS", str(base / "serve-starts.jsonl"))
         mp.setenv("FAKE_LLM_STARTS", str(base / "llm-starts.jsonl"))
         mp.setenv("FAKE_EVAL_ANSWERS", str(EVAL))
-        for var in ("FAKE_VLLM_FAIL", "FAKE_VLLM_DIE_AFTER", "FAKE_VLLM_STARTUP_S"):
+        mp.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the fake ids are never downloaded
+        for var in ("FAKE_VLLM_FAIL", "FAKE_VLLM_DIE_AFTER", "FAKE_VLLM_STARTUP_S", "FAKE_GPU",
+                    "FAKE_NVIDIA_SMI_FAIL", "HF_HUB_OFFLINE", "VLLM_USE_MODELSCOPE",
+                    "CUDA_VISIBLE_DEVICES"):
             mp.delenv(var, raising=False)
         yield base
 

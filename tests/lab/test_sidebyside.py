@@ -281,9 +281,12 @@ def test_prevalidate_default_keeps_point_keys(tmp_path: Path, fake_vllm: Path) -
 
 
 def test_faults_script_records_three_failures_and_goes_on(tmp_path: Path, fake_vllm: Path,
+                                                          fake_nvidia_smi: Path,
+                                                          dummy_model: Path,
                                                           server_starts) -> None:
     run = tmp_path / "run"
     env = {**os.environ, "VLLM": str(fake_vllm / "vllm"), "PY": sys.executable,
+           "MODEL": str(dummy_model),  # preflight: a dummy folder whose tokenizer covers it
            "GPU_GIB": "24", "FAULTS_PROMPTS": "12", "FAULTS_RATE": "400",
            # the fake fails every start below gpu_memory_utilization 0.2 as "weights do not
            # fit"; on the H200 0.118 reaches vLLM's KV check (see faults.sh)

@@ -300,11 +300,12 @@ def test_tune_rejects_bad_candidates_first(tmp_path: Path, fake_vllm: Path) -> N
     assert _starts(tmp_path) == []
 
 
-def test_cli_sweep(tmp_path: Path, fake_vllm: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_sweep(tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path, dummy_model: Path,
+                   capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser()
     add_cli(parser.add_subparsers(dest="cmd"))
     args = parser.parse_args([
-        "sweep", "--model", "fake-model", "--knob", "max_num_seqs", "--values", "2,4",
+        "sweep", "--model", str(dummy_model), "--knob", "max_num_seqs", "--values", "2,4",
         "--slo", "ttft:5000 tpot:1000", "--rate", "400", "--out", str(tmp_path / "o"),
         "--load-format", "dummy", "--input-len", "16", "--output-len", "8",
         "--num-prompts", "10", "--no-progress", "--startup-timeout", "20",

@@ -35,6 +35,9 @@ export FAULTS_VLLM=${VLLM:-vllm} FAULTS_MODEL=${MODEL:-/tmp/model-qwen2.5-7b-dum
   FAULTS_OUT="$RUN/faults" FAULTS_GPU_GIB=${GPU_GIB:-}
 LIMIT=${FAULTS_TIMEOUT_S:-560}
 mkdir -p "$RUN/faults"
+# before any GPU time (the largest gpu_memory_utilization below is the good point's)
+"$PY" -m course_utils preflight --model "$FAULTS_MODEL" --vllm-cmd "$FAULTS_VLLM" \
+  --load-format dummy --gpu-memory-utilization "${GOOD_GMU:-0.9}" --out "$RUN/faults" || exit 2
 
 run_py() {  # $1 = what to run: all | memory
   FAULTS_STEP=$1 "$PY" - <<'PY'

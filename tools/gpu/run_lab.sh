@@ -36,6 +36,7 @@ case "$LAB" in
             -p baseline 0.80 -p load_prompts 1024 -p load_max_tokens 2560
             -p max_tokens 128 -p temperature 0.0
             -p seed 0 -p point_timeout_s 420)
+    PREFLIGHT=(--entry llm --load-format dummy --gpu-memory-utilization 0.94)
     ;;
   slo)
     NB=labs/02_slo_loop.ipynb; SUB=slo
@@ -73,9 +74,15 @@ case "$LAB" in
             -p second_knob max_num_batched_tokens
             -y 'second_candidates: [8192, 16384]' -p budget_gpu_minutes "$BUDGET"
             -p startup_timeout_s 300)
+    PREFLIGHT=(--entry serve --load-format dummy)
     ;;
   *) echo "unknown lab $LAB (knobs|slo)"; exit 2 ;;
 esac
+
+# before any GPU time: one line per missing piece (vLLM, GPU, driver, memory, model, disk)
+python3 -m course_utils preflight --model "$MODEL" --out "$RUN/$SUB" "${PREFLIGHT[@]}" 2>&1 \
+  | tee -a "$RUN/commands.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || exit 2
 
 OUTNB="$RUN/$(basename "$NB")"
 CMD=(python3 -m papermill "$NB" "$OUTNB" -k python3 --cwd "$ROOT" --log-output

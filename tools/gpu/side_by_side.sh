@@ -43,6 +43,9 @@ mkdir -p "$SBS"
 
 # one port for the whole sweep: each combo's server is SIGKILLed before the next starts
 PORT=$($PY -c 'from course_utils.lab.server import free_port; print(free_port())')
+# before any GPU time: the serving vllm, GPU, driver, memory, model, this port, disk
+$PY -m course_utils preflight --model "$MODEL" --vllm-cmd "$SERVE_VLLM" --port "$PORT" \
+  --load-format dummy --out "$SBS" || exit 2
 $PY -m course_utils.lab.sidebyside params --knob max_num_seqs --values "$GRID" \
   --gpu-memory-gib "$GPU_GIB" "$SBS/serve_params.json" || exit 2
 # lab 02's workload (labs/02_slo_loop.ipynb via run_lab.sh slo): 512 in / 128 out, seed 0,

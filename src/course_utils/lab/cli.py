@@ -1,4 +1,4 @@
-"""``python -m course_utils sweep|tune``: the lab harness from a terminal."""
+"""``python -m course_utils sweep|tune|preflight``: the lab harness from a terminal."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import argparse
 import json
 import math
 import shlex
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from course_utils.core.keep import OBJECTIVES
 from course_utils.core.records import Workload
+from course_utils.lab.preflight import MIN_FREE_DISK_GIB, preflight, requested_gmu
 from course_utils.lab.sweep import sweep
 from course_utils.lab.tune import tune
 
@@ -64,6 +66,7 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--startup-timeout", type=float, default=900.0)
     p.add_argument("--bench-timeout", type=float, default=1800.0)
     p.add_argument("--vllm-cmd", default="vllm", help="the vllm executable (split like a shell)")
+    p.add_argument("--port", type=int, default=None, help="the servers' port (none: a free one)")
     p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--patience", type=int, default=2)
     p.add_argument("--objective", choices=OBJECTIVES, default="request_goodput",
@@ -79,6 +82,8 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
                         seed=a.seed, ignore_eos=a.ignore_eos, max_concurrency=a.max_concurrency)
     vllm_cmd = shlex.split(a.vllm_cmd)
     server_kwargs: dict[str, Any] = {"vllm_cmd": vllm_cmd, "startup_timeout_s": a.startup_timeout}
+    if a.port:
+        server_kwargs["port"] = a.port
     if a.load_format:
         server_kwargs["load_format"] = a.load_format
     bench_kwargs: dict[str, Any] = {"timeout_s": a.bench_timeout}
@@ -91,7 +96,32 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
                 progress=not a.no_progress, objective=a.objective)
 
 
+def _preflight_first(a: argparse.Namespace, *, base_knobs: dict[str, Any],
+                     candidates: dict[str, Any]) -> None:
+    """Before the first server: warnings to stderr; a failed check raises PreflightError
+    (one line each: exit 2)."""
+    report = preflight(a.model, entry="serve", output_dir=a.out, port=a.port,
+                       load_format=a.load_format, tokenizer=a.tokenizer,
+                       gpu_memory_utilization=requested_gmu(base_knobs, candidates),
+                       vllm_cmd=a.vllm_cmd)
+    for c in report.warnings():
+        print(f"warning: {c.line('en')}", file=sys.stderr)
+    report.raise_if_failed("en")
+
+
+def _cmd_preflight(a: argparse.Namespace) -> int:
+    report = preflight(a.model, entry=a.entry, output_dir=a.out, port=a.port, host=a.host,
+                       load_format=a.load_format, tokenizer=a.tokenizer,
+                       gpu_memory_utilization=a.gpu_memory_utilization, vllm_cmd=a.vllm_cmd,
+                       min_free_disk_gib=a.min_disk_gib)
+    print(report.table(a.lang), flush=True)
+    report.raise_if_failed(a.lang)
+    return 0
+
+
 def _cmd_sweep(a: argparse.Namespace) -> int:
+    _preflight_first(a, base_knobs=_parse_assign(a.base, False),
+                     candidates={a.knob: parse_values(a.values)})
     kw = _kwargs_from(a)
     recs = sweep(a.model, a.knob, parse_values(a.values), early_stop=not a.no_early_stop,
                  couple=a.couple, **kw)
@@ -107,10 +137,11 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
 
 
 def _cmd_tune(a: argparse.Namespace) -> int:
-    kw = _kwargs_from(a)
     cand = _parse_assign(a.candidate, True)
     if not cand:
         raise SystemExit("give at least one --candidate KNOB=V1,V2,...")
+    _preflight_first(a, base_knobs=_parse_assign(a.base, False), candidates=cand)
+    kw = _kwargs_from(a)
     summary = tune(a.model, cand, plateau=a.plateau, gpu_minutes=a.gpu_minutes,
                    max_steps=a.max_steps, couple=not a.no_couple, **kw)
     print(json.dumps(summary, indent=2))
@@ -118,7 +149,7 @@ def _cmd_tune(a: argparse.Namespace) -> int:
 
 
 def add_cli(subparsers: Any) -> None:
-    """Register `sweep` and `tune` (each sets `func(args) -> int`)."""
+    """Register `sweep`, `tune` and `preflight` (each sets `func(args) -> int`)."""
     p = subparsers.add_parser("sweep", help="sweep one vLLM knob against an SLO")
     _common_cli(p)
     p.add_argument("--knob", required=True, help="e.g. max_num_seqs")
@@ -138,4 +169,18 @@ def add_cli(subparsers: Any) -> None:
     t.add_argument("--no-couple", action="store_true")
     t.set_defaults(func=_cmd_tune)
 
-
+    f = subparsers.add_parser("preflight", help="check what a GPU run needs before it starts")
+    f.add_argument("--model", required=True, help="model folder or hub id")
+    f.add_argument("--entry", choices=("serve", "llm"), default="serve",
+                   help="serve: vllm serve subprocesses (lab 02, sweep, tune); llm: LLM(...) (lab 01)")
+    f.add_argument("--out", default=None, help="output folder (writable, disk space)")
+    f.add_argument("--port", type=int, default=None, help="the server's port (none: picked free)")
+    f.add_argument("--host", default="127.0.0.1")
+    f.add_argument("--load-format", default=None, help="dummy: the tokenizer must cover the vocab")
+    f.add_argument("--tokenizer", default=None)
+    f.add_argument("--gpu-memory-utilization", type=float, default=None,
+                   help="the largest value the run asks for (default: vLLM's)")
+    f.add_argument("--vllm-cmd", default="vllm", help="the vllm executable (split like a shell)")
+    f.add_argument("--min-disk-gib", type=float, default=MIN_FREE_DISK_GIB)
+    f.add_argument("--lang", choices=("en", "zh"), default="en")
+    f.set_defaults(func=_cmd_preflight)

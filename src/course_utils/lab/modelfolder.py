@@ -29,6 +29,8 @@ __all__ = [
     "CHAT_TEMPLATE",
     "make_dummy_model_folder",
     "python_corpus",
+    "tokenizer_ids",
+    "uncovered_ids",
     "stdlib_corpus",
     "main",
 ]
@@ -219,6 +221,33 @@ def make_dummy_model_folder(
         "Made by `python -m course_utils.lab.modelfolder`.\n"
     )
     return out
+
+
+def tokenizer_ids(tokenizer_json: str | Path) -> set[int]:
+    """Every id a ``tokenizer.json`` can decode: ``model.vocab`` plus ``added_tokens``
+    (read as JSON; no tokenizers/transformers import)."""
+    data = json.loads(Path(tokenizer_json).read_text(encoding="utf-8"))
+    vocab = (data.get("model") or {}).get("vocab") or {}
+    # BPE/WordPiece: {token: id}; Unigram: [[piece, score], ...] with ids 0..n-1
+    ids = {int(i) for i in vocab.values()} if isinstance(vocab, dict) else set(range(len(vocab)))
+    ids.update(int(t["id"]) for t in data.get("added_tokens") or [] if "id" in t)
+    return ids
+
+
+def uncovered_ids(model_dir: str | Path, tokenizer_dir: str | Path | None = None
+                  ) -> tuple[int, int] | None:
+    """``(vocab_size, ids below it the tokenizer cannot decode)`` for a ``load_format="dummy"``
+    folder; None when there is no ``config.json`` vocab_size or no ``tokenizer.json`` to read."""
+    cfg = Path(model_dir) / "config.json"
+    tok = Path(tokenizer_dir or model_dir) / "tokenizer.json"
+    if not cfg.is_file() or not tok.is_file():
+        return None
+    config = json.loads(cfg.read_text(encoding="utf-8"))
+    size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    if not isinstance(size, int):
+        return None
+    have = tokenizer_ids(tok)
+    return size, sum(1 for i in range(size) if i not in have)
 
 
 def main(argv: list[str] | None = None) -> int:

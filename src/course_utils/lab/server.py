@@ -28,16 +28,19 @@ import urllib.error
 import urllib.request
 import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from course_utils.core.vllm_logs import classify_failure
 
 __all__ = [
+    "GpuInfo",
     "ServerStartError",
     "VllmServer",
     "classify_failure",
     "free_port",
+    "gpu_inventory",
     "gpu_memory_gib",
     "group_pids",
     "gpu_pids",
@@ -89,9 +92,8 @@ def group_pids(pgid: int) -> list[int]:
     return pids
 
 
-def _nvidia_smi(query: str, timeout_s: float = 10.0) -> list[str] | None:
-    """Whitespace-split output of `nvidia-smi QUERY --format=csv,noheader,nounits`, or None
-    when there is no nvidia-smi or it fails."""
+def _nvidia_smi_run(query: str, timeout_s: float) -> subprocess.CompletedProcess[str] | None:
+    """`nvidia-smi QUERY --format=csv,noheader,nounits`, or None without a runnable one."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
@@ -99,9 +101,53 @@ def _nvidia_smi(query: str, timeout_s: float = 10.0) -> list[str] | None:
         return subprocess.run(
             [exe, query, "--format=csv,noheader,nounits"],
             capture_output=True, text=True, timeout=timeout_s, check=False,
-        ).stdout.split()
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
+
+
+def _nvidia_smi(query: str, timeout_s: float = 10.0) -> list[str] | None:
+    """Whitespace-split output of `nvidia-smi QUERY --format=csv,noheader,nounits`, or None
+    when there is no nvidia-smi or it fails."""
+    done = _nvidia_smi_run(query, timeout_s)
+    return None if done is None else done.stdout.split()
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as `nvidia-smi --query-gpu` lists it (memory in MiB)."""
+
+    index: int
+    uuid: str
+    name: str
+    total_mib: float
+    free_mib: float
+    driver: str
+
+
+_GPU_FIELDS = "index,uuid,name,memory.total,memory.free,driver_version"
+
+
+def gpu_inventory(timeout_s: float = 10.0) -> tuple[list[GpuInfo] | None, str]:
+    """Every GPU from ONE `nvidia-smi` call (None: no runnable nvidia-smi) and, when it
+    lists none, the first line nvidia-smi printed."""
+    done = _nvidia_smi_run(f"--query-gpu={_GPU_FIELDS}", timeout_s)
+    if done is None:
+        return None, ""
+    gpus: list[GpuInfo] = []
+    for line in done.stdout.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) != 6:
+            continue
+        try:
+            gpus.append(GpuInfo(int(parts[0]), parts[1], parts[2], float(parts[3]),
+                                float(parts[4]), parts[5]))
+        except ValueError:
+            continue
+    if gpus:
+        return gpus, ""
+    said = (done.stdout + done.stderr).strip().splitlines()
+    return [], said[0].strip() if said else f"exit status {done.returncode}"
 
 
 def gpu_pids(timeout_s: float = 10.0) -> set[int] | None:

@@ -48,14 +48,22 @@ def shrink_bench(path: Path, max_kb: int) -> bool:
     return changed
 
 
+# vLLM lines kept from the cut middle of a long log: the JIT monitor's compiles (the
+# validity gate's evidence) and the periodic engine stats
+KEEP_LINES = (b"JIT compilation during inference", b"Avg prompt throughput")
+
+
 def shrink_log(path: Path, max_kb: int) -> bool:
     data = path.read_bytes()
     if len(data) <= max_kb * 1024:
         return False
     half = max_kb * 512
-    cut = len(data) - 2 * half
-    path.write_bytes(data[:half] + f"\n[... {cut} bytes cut by collect.py ...]\n".encode()
-                     + data[-half:])
+    middle = data[half:-half]
+    kept = b"".join(line for line in middle.splitlines(keepends=True)
+                    if any(k in line for k in KEEP_LINES))
+    cut = len(middle) - len(kept)
+    path.write_bytes(data[:half] + f"\n[... {cut} bytes cut by collect.py; JIT-monitor and "
+                     "engine-stats lines kept ...]\n".encode() + kept + data[-half:])
     return True
 
 
@@ -75,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         if p.is_file():
             p.chmod(0o644)  # fetched files are read-only
     shrunk = 0
-    for p in args.dest.rglob("bench.json"):
-        shrunk += shrink_bench(p, args.max_list_kb)
+    for p in args.dest.rglob("*.json"):
+        if p.name.startswith("bench") or p.name == "warmup.json":
+            shrunk += shrink_bench(p, args.max_list_kb)
     for p in args.dest.rglob("*.log"):
         shrunk += shrink_log(p, args.max_log_kb)
     total = sum(p.stat().st_size for p in args.dest.rglob("*") if p.is_file())

@@ -71,6 +71,12 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--patience", type=int, default=2)
     p.add_argument("--objective", choices=OBJECTIVES, default="request_goodput",
                    help="request_goodput: vLLM's per-request goodput; gate: the p99 gate")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="extra windows per point with fresh prompts (the run-to-run spread)")
+    p.add_argument("--remeasure", type=int, default=1,
+                   help="re-measure an invalid window (JIT compile, replay, ...) at most N times")
+    p.add_argument("--warmup-share", type=float, default=0.5,
+                   help="warm-up prompts at the load's rate, as a share of --num-prompts")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -93,7 +99,8 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
     return dict(workload=workload, slo=slo, out_dir=a.out, base_knobs=_parse_assign(a.base, False),
                 resume=a.resume, patience=a.patience, server_kwargs=server_kwargs,
                 bench_kwargs=bench_kwargs, gpu_memory_gib=a.gpu_memory_gib,
-                progress=not a.no_progress, objective=a.objective)
+                progress=not a.no_progress, objective=a.objective, repeats=a.repeats,
+                remeasure=a.remeasure, warmup_share=a.warmup_share)
 
 
 def _preflight_first(a: argparse.Namespace, *, base_knobs: dict[str, Any],

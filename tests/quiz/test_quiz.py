@@ -16,6 +16,9 @@ import pytest
 import yaml
 
 from course_utils import quiz
+from course_utils.quiz import data as qdata
+from course_utils.quiz import engine as qengine
+from course_utils.quiz import render as qrender
 from course_utils.core import capacity, diagnose, knobs, metrics, slo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -238,13 +241,13 @@ def _bench(d: dict[str, Any]) -> slo.BenchResult:
 
 def _load_bench(p: dict[str, Any]) -> slo.BenchResult:
     rec = quiz.recorded_point(p)  # which file or inline dict the entry points at
-    src = rec["bench"] if rec else quiz._data(p, "bench")
+    src = rec["bench"] if rec else qdata._data(p, "bench")
     return slo.BenchResult.from_json(src) if isinstance(src, Path) else _bench(src)
 
 
 def _load_series(p: dict[str, Any]) -> list[metrics.Snapshot]:
     rec = quiz.recorded_point(p)
-    src = rec["series"] if rec else quiz._data(p, "series")
+    src = rec["series"] if rec else qdata._data(p, "series")
     return metrics.load_series(src) if isinstance(src, Path) else _series(src)
 
 
@@ -253,7 +256,7 @@ def _check_diagnosis(q: quiz.Question, p: dict[str, Any]) -> diagnose.Diagnosis:
     mns = rec["knobs"].get("max_num_seqs") if rec else p.get("max_num_seqs")
     d = diagnose.diagnose(_load_series(p), _load_bench(p), slo.SLO.parse(p["slo"]),
                           max_num_seqs=mns)
-    why = quiz._bi({lg: d.why(lg) for lg in quiz.LANGS}, "why")  # same whitespace rules
+    why = qengine._bi({lg: d.why(lg) for lg in quiz.LANGS}, "why")  # same whitespace rules
     assert why["en"] in q.explain["en"] and why["zh"] in q.explain["zh"]
     return d
 
@@ -295,7 +298,7 @@ def check_generated(q: quiz.Question) -> None:
         assert q.answer == m.kv_bytes_per_token(p.get("kv_dtype", "auto"))
     elif g == "kv_tokens":
         m = capacity.load_model(p["model"])
-        facts, _ = quiz._logged(p)  # the recorded log's numbers, or the params' fallback
+        facts, _ = qdata._logged(p)  # the recorded log's numbers, or the params' fallback
         assert q.answer == m.kv_tokens(facts["kv_memory_gib"], p.get("kv_dtype", "auto"))
         if "kv_tokens" in facts:  # vLLM's own count must grade as correct
             assert quiz.grade(q, facts["kv_tokens"]).correct
@@ -305,7 +308,7 @@ def check_generated(q: quiz.Question) -> None:
                                          / m.kv_tokens(p["kv_memory_gib"]), abs=1e-3)
     elif g == "max_concurrency":
         m = capacity.load_model(p["model"])
-        facts, _ = quiz._logged(p)
+        facts, _ = qdata._logged(p)
         assert q.answer == pytest.approx(
             m.max_concurrency(facts["kv_memory_gib"], p["max_model_len"]), abs=0.01)
         if "concurrency" in facts:
@@ -314,7 +317,7 @@ def check_generated(q: quiz.Question) -> None:
         from course_utils.core import evalset, keep
         from course_utils.core.records import read_jsonl
 
-        src = quiz._data(p, "records")
+        src = qdata._data(p, "records")
         recs = read_jsonl(src) if isinstance(src, Path) else list(src)
         items = evalset.load_items(quiz.resolve_path(p["eval_set"]))
         kv = keep.kv_check(recs, baseline=p["baseline"], max_num_seqs=p.get("max_num_seqs"),
@@ -325,7 +328,7 @@ def check_generated(q: quiz.Question) -> None:
         from course_utils.core import keep
         from course_utils.core.records import read_jsonl
 
-        src = quiz._data(p, "run")
+        src = qdata._data(p, "run")
         assert isinstance(src, Path)  # the recorded run is in the repo
         spread = keep.same_batch_gap(src, read_jsonl(src / "results.jsonl"),
                                           baseline=p["baseline"])
@@ -569,7 +572,7 @@ def test_browser_grader_matches_python() -> None:
                 r = quiz.grade(q, a, lang)
                 cases.append({"q": rec, "a": a, "lang": lang, "ok": r.correct,
                               "text": r.error or r.explanation, "err": not r.valid})
-    js = quiz._asset("quiz.js")
+    js = qrender._asset("quiz.js")
     harness = ("const document = {currentScript: null, querySelectorAll: () => []};"
                "const window = {};" + js +
                "const S = " + json.dumps(quiz.STRINGS, ensure_ascii=False) + ";"

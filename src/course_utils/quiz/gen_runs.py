@@ -266,9 +266,10 @@ def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
     if not bad or len(bad) == len(rows):
         raise QuizError("prefix_replay: needs both replayed and fresh rates")
     where = run_name(root)
-    listing = {lg: ", ".join(f"{_fmt(r['rate'])} req/s: p99 TTFT {r['p99']:.0f} ms, "
-                             f"{'命中' if lg == 'zh' else 'hits'} {r['hit']:.1%}" for r in rows)
-               for lg in LANGS}
+    listing = {"en": "; ".join(f"{_fmt(r['rate'])} req/s: p99 TTFT {r['p99']:.0f} ms, hits "
+                               f"{r['hit']:.1%}" for r in rows) + ".",
+               "zh": "；".join(f"{_fmt(r['rate'])} req/s：p99 TTFT {r['p99']:.0f} ms，命中率 "
+                              f"{r['hit']:.1%}" for r in rows) + "。"}
     bad_rates = "/".join(_fmt(r["rate"]) for r in bad)
     opts = [
         ({"en": f"Not at {bad_rates} req/s: replayed prompts skipped most of their prefill",
@@ -286,11 +287,11 @@ def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "single",
         "prompt": {
             "en": f"Knee scan of the recorded run `{where}`: random 512-token prompts (no shared "
-                  f"prefix), every rate on one server with the same `--seed`. {listing['en']} "
-                  "(prefix-cache hits / queries over the run). Can you trust this knee?",
+                  f"prefix), every rate on one server with the same `--seed`. Prefix-cache hits / "
+                  f"queries over each run: {listing['en']} Can you trust this knee?",
             "zh": f"已录制的实测 `{where}` 的拐点扫描：随机 512 token prompt（没有共享前缀），所有速率"
-                  f"在同一个服务器上、用同一个 `--seed`。{listing['zh']}（整段的 prefix cache "
-                  "命中 / 查询）。这个拐点可信吗？"},
+                  f"在同一个服务器上、用同一个 `--seed`。每段的 prefix cache 命中 / 查询："
+                  f"{listing['zh']}这个拐点可信吗？"},
         "choices": _opts(opts),
         "explain": {
             "en": "The same seed sent the same random prompts at every rate, and the server "

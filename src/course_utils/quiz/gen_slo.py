@@ -123,11 +123,14 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
 
     def desc(r: dict[str, Any], lg: str) -> str:
         b = r["b"]
-        p99 = ", ".join(f"p99 {k.upper()} {_fmt(b.percentile(k))} ms" for k in s.targets()
-                        if b.percentile(k) is not None)
-        ok = (f"{r['share']:.0%} 的请求达标" if lg == "zh" else
-              f"{r['share']:.0%} of requests within every target")
-        return f"{r['name']}: {b.request_throughput:.2f} req/s, {p99}, {ok}"
+        comma = "，" if lg == "zh" else ", "
+        p99 = comma.join(f"p99 {k.upper()} {_fmt(b.percentile(k))} ms" for k in s.targets()
+                         if b.percentile(k) is not None)
+        if lg == "zh":
+            return (f"{r['name']}：{b.request_throughput:.2f} req/s，{p99}，{r['share']:.0%} 的请求"
+                    "各项都达标")
+        return (f"{r['name']}: {b.request_throughput:.2f} req/s, {p99}, {r['share']:.0%} of "
+                "requests within every target")
 
     def score(r: dict[str, Any], lg: str) -> str:
         gate = f"{r['gate']:.2f} req/s"
@@ -146,8 +149,8 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
                               "the requests that meet every target, per second; the lesson's "
                               "p99 gate gives the full throughput only when every p99 meets "
                               "its target, else 0. Here both pick the same config.",
-                        "zh": f"{sep['zh'].join(score(r, 'zh') for r in rows)}。vLLM 按秒数每项都达标的"
-                              "请求；本课的 p99 门槛只有在每个 p99 都达标时才记全部吞吐，否则记 0。这里两种分数选的是同一个配置。"}}
+                        "zh": f"{sep['zh'].join(score(r, 'zh') for r in rows)}。vLLM 统计每秒有多少请求"
+                              "各项都达标；本课的 p99 门槛只有在每个 p99 都达标时才记全部吞吐，否则记 0。这里两种分数选的是同一个配置。"}}
 
 
 @generator("sweep_best")
@@ -241,10 +244,11 @@ def _diag_text(cap: int | None, summary: Any, bench: Any, s: Any) -> dict[str, s
 
     cap_en = f" (max_num_seqs {cap})" if cap else ""
     cap_zh = f"（max_num_seqs {cap}）" if cap else ""
-    pcts = ""
+    pcts = zh_pcts = ""
     if bench is not None:
-        pcts = ", ".join(f"p99 {k.upper()} {_fmt(round(bench.percentile(k), 1))} ms"
-                         for k in ("ttft", "tpot") if bench.percentile(k) is not None)
+        each_p99 = [f"p99 {k.upper()} {_fmt(round(bench.percentile(k), 1))} ms"
+                    for k in ("ttft", "tpot") if bench.percentile(k) is not None]
+        pcts, zh_pcts = ", ".join(each_p99), "，".join(each_p99)
     pre = _fmt(summary.preemptions)
     return {
         "en": f"Sampled under load: `{metrics.WAITING}` mean {summary.waiting_mean:.1f} (max "
@@ -255,7 +259,7 @@ def _diag_text(cap: int | None, summary: Any, bench: Any, s: Any) -> dict[str, s
         "zh": f"负载期间采样：`{metrics.WAITING}` 均值 {summary.waiting_mean:.1f}（最大 "
               f"{_fmt(summary.waiting_max)}），`{metrics.RUNNING}` 最大 "
               f"{_fmt(summary.running_max)}{cap_zh}，`{metrics.KV_USAGE}` 最大 "
-              f"{summary.kv_usage_max:.2f}，抢占 {pre} 次。压测：{pcts or '无'}。SLO：{slo_text(s, 'zh')}。"}
+              f"{summary.kv_usage_max:.2f}，抢占 {pre} 次。压测：{zh_pcts or '无'}。SLO：{slo_text(s, 'zh')}。"}
 
 
 # What each leaf of the decision tree means, in the learner's terms ({w}: waiting mean,

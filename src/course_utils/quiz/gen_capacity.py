@@ -51,7 +51,7 @@ def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
     logged = {"en": "", "zh": ""}
     if "kv_tokens" in facts:
         src = {"en": "this recorded run's log" if from_log else "the measured log",
-               "zh": "这次记录的启动日志" if from_log else "实测日志"}
+               "zh": "这次已录制实测的启动日志" if from_log else "实测日志"}
         logged = {"en": f" vLLM's own line in {src['en']}: `GPU KV cache size: "
                         f"{_fmt(facts['kv_tokens'])} tokens` (the GiB figure it prints is "
                         "rounded).",
@@ -128,7 +128,7 @@ def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
     where = {"en": "", "zh": ""}
     if isinstance(src, Path):
         rel = src.parent.parent.name
-        where = {"en": f" (the recorded run {rel})", "zh": f"（记录的运行 {rel}）"}
+        where = {"en": f" (the recorded run {rel})", "zh": f"（已录制的实测 {rel}）"}
     at = kv["at_once"]
     return {"type": "numeric", "answer": kv["demand_tokens"],
             "tolerance": {"rel": p.get("rel_tol", 0.05)},
@@ -176,7 +176,7 @@ def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
         pts = {v: {"tok_s": tok[v], "gen_before_full": t["gen_tok_s_before_full"],
                    "kv_full_at_s": t["kv_full_at_s"]} for v, t in spread["timelines"].items()}
         where = {"en": f" (the recorded run {src.parent.name})",
-                 "zh": f"（记录的运行 {src.parent.name}）"}
+                 "zh": f"（已录制的实测 {src.parent.name}）"}
     else:
         pts = {float(k): dict(v) for k, v in src.items()}
     b, c = pts[base], pts[cand]

@@ -153,6 +153,11 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
                               "各项都达标；本课的 p99 门槛只有在每个 p99 都达标时才记全部吞吐，否则记 0。这里两种分数选的是同一个配置。"}}
 
 
+def _pad(zh: str) -> str:
+    """A term inside Chinese text, with a space on each side that meets Latin text."""
+    return f"{' ' if zh[:1].isascii() else ''}{zh}{' ' if zh[-1:].isascii() else ''}"
+
+
 @generator("sweep_best")
 def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: knob, slo, score (gate|request), results (a recorded sweep dir) and/or
@@ -185,8 +190,8 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "single",
             "prompt": {"en": f"A recorded sweep of `{flag}` over {vals}{at}, SLO "
                              f"{slo_text(s, 'en')}. Scored by {name['en']}, which value wins?",
-                       "zh": f"一次记录下来的 `{flag}` sweep（{vals}{at_zh}），SLO "
-                             f"{slo_text(s, 'zh')}。以{name['zh']}打分，哪个值胜出？"},
+                       "zh": f"一次已录制的 `{flag}` sweep（{vals}{at_zh}），SLO "
+                             f"{slo_text(s, 'zh')}。以{_pad(name['zh'])}打分，哪个值胜出？"},
             "choices": _opts(opts),
             "explain": {"en": f"Scores: {listing}. The gate is all-or-nothing on p99; vLLM "
                               "counts good requests one by one, so the two can pick differently.",
@@ -278,9 +283,12 @@ LEAF_WHY: dict[str, dict[str, str]] = {
               "token 预算：调度器只在预算有剩时才放排队的请求进来。"},
     "queue_replicas": {
         "en": "Requests wait (mean {w}) although the batch is below its cap ({r} of {cap}) and "
-              "KV has room ({kv}): arrivals outrun what this one server completes.",
-        "zh": "请求在排队（均值 {w}），可运行批没到上限（{r} / {cap}），KV 也有空间（{kv}）："
-              "到达速度超过了这一台服务器的完成速度。"},
+              "KV has room ({kv}). The scheduler also stops admitting once a step's token "
+              "budget is spent; when a bigger `--max-num-batched-tokens` does not help either, "
+              "arrivals outrun what this one server completes.",
+        "zh": "请求在排队（均值 {w}），可运行批没到上限（{r} / {cap}），KV 也有空间（{kv}）。"
+              "调度器在一步的 token 预算用完时也会停止放行；如果调大 `--max-num-batched-tokens` 也无济于事，"
+              "就是到达速度超过了这一台服务器的完成速度。"},
     "kv": {
         "en": "The KV cache is full ({kv}) and {pre} preemptions pushed running requests back "
               "to the queue: memory for KV binds.",

@@ -16,6 +16,7 @@ from course_utils.quiz.data import (
     recorded_point,
     recorded_sweep,
     requests_bench,
+    resolve_path,
     slo_text,
 )
 from course_utils.quiz.engine import LANGS, QuizError, _fmt, generator
@@ -177,6 +178,10 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
     win = winners[0] if best > 0 and len(winners) == 1 else "none"
     flag = knobs.get(p["knob"]).flag
     rate = next((pt["rate"] for pt in pts if pt["rate"]), None)
+    try:
+        run = f"`{resolve_path(p['results']).as_posix().split('labs/results/')[-1]}`"
+    except (KeyError, QuizError):
+        run = ""
     at = f" at {_fmt(rate)} req/s" if rate else ""
     at_zh = f"，{_fmt(rate)} req/s" if rate else ""
     vals = ", ".join(str(v) for v, _ in scores)
@@ -188,9 +193,9 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
                  win == "none", "none"))
     listing = "; ".join(f"{v}: {sc:.2f} req/s" for v, sc in scores)
     return {"type": "single",
-            "prompt": {"en": f"A recorded sweep of `{flag}` over {vals}{at}, SLO "
+            "prompt": {"en": f"A recorded sweep {run} of `{flag}` over {vals}{at}, SLO "
                              f"{slo_text(s, 'en')}. Scored by {name['en']}, which value wins?",
-                       "zh": f"一次已录制的 `{flag}` sweep（{vals}{at_zh}），SLO "
+                       "zh": f"已录制的实测 {run} 里 `{flag}` 的 sweep（{vals}{at_zh}），SLO "
                              f"{slo_text(s, 'zh')}。以{_pad(name['zh'])}打分，哪个值胜出？"},
             "choices": _opts(opts),
             "explain": {"en": f"Scores: {listing}. The gate is all-or-nothing on p99; vLLM "

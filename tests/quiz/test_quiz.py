@@ -791,3 +791,23 @@ def test_choice_lengths_do_not_give_the_key_away() -> None:
                 key = next(iter(q.correct_ids))
                 others = [v for k, v in lens.items() if k != key]
                 assert lens[key] <= 1.5 * max(others), (q.id, lg, lens)
+
+
+def test_run_generators_refuse_data_that_does_not_support_the_key(tmp_path: Path) -> None:
+    from course_utils.quiz import gen_runs
+
+    with pytest.raises(quiz.QuizError, match="more than half"):
+        gen_runs.ttft_key({"queue": 40.0, "prefill": 40.0, "outside": 20.0, "ttft": 100.0})
+    assert gen_runs.ttft_key({"queue": 5.0, "prefill": 40.0, "outside": 55.0,
+                              "ttft": 100.0}) == "outside"
+    knee = tmp_path / "knee" / "rate-40"  # one fresh rate only: nothing was replayed
+    knee.mkdir(parents=True)
+    (knee / "bench.json").write_text(json.dumps({"p99_ttft_ms": 100.0}))
+    metrics.save_series(_series({"waiting": [0, 0], "running": [1, 1]}), knee / "metrics.jsonl")
+    with pytest.raises(quiz.QuizError, match="replayed and fresh"):
+        quiz.expand({"id": "r", "generator": "prefix_replay",
+                     "params": {"knee": str(tmp_path / "knee")}})
+    with pytest.raises(quiz.QuizError, match="not found"):
+        quiz.expand({"id": "l", "generator": "littles_law",
+                     "params": {"point": {"results": str(tmp_path / "nope"),
+                                          "knobs": {"max_num_seqs": 1}}}})

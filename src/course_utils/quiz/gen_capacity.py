@@ -20,6 +20,12 @@ def _shape_text(m: Any, kv_dtype: str) -> dict[str, str]:
                   f"{b} 字节 = 每 token {_fmt(m.kv_bytes_per_token(kv_dtype))} 字节"}
 
 
+def _log_name(p: Mapping[str, Any]) -> str:
+    """The recorded log a kv item read, as ``h200-.../serve.log``."""
+    path = _data(p, "log")
+    return path.as_posix().split("labs/results/")[-1] if isinstance(path, Path) else ""
+
+
 @generator("kv_bytes_per_token")
 def _g_kv_bytes(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, kv_dtype. Answer: ModelShape.kv_bytes_per_token."""
@@ -50,8 +56,9 @@ def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
     bs = capacity.BLOCK_SIZE
     logged = {"en": "", "zh": ""}
     if "kv_tokens" in facts:
-        src = {"en": "this recorded run's log" if from_log else "the measured log",
-               "zh": "这次已录制实测的启动日志" if from_log else "实测日志"}
+        log = _log_name(p) if from_log else ""
+        src = {"en": f"the recorded start-up log `{log}`" if from_log else "the measured log",
+               "zh": f"已录制的启动日志 `{log}` " if from_log else "实测日志"}
         logged = {"en": f" vLLM's own line in {src['en']}: `GPU KV cache size: "
                         f"{_fmt(facts['kv_tokens'])} tokens` (the GiB figure it prints is "
                         "rounded).",
@@ -83,8 +90,10 @@ def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
     blocks = m.kv_blocks(gib, dt)
     logged = {"en": "", "zh": ""}
     if "concurrency" in facts and facts.get("concurrency_len", mml) == mml:
-        logged = {"en": f" vLLM logged {facts['concurrency']:.2f}x.",
-                  "zh": f"vLLM 日志里是 {facts['concurrency']:.2f}x。"}
+        where = f" (`{_log_name(p)}`)" if from_log else ""
+        logged = {"en": f" vLLM logged {facts['concurrency']:.2f}x{where}.",
+                  "zh": f"vLLM 日志{where.replace(' (', '（').replace(')', '）')}里是 "
+                        f"{facts['concurrency']:.2f}x。"}
     return {"type": "numeric", "answer": round(conc, 2),
             "tolerance": {"rel": p.get("rel_tol", 0.01)},
             "unit": {"en": "requests", "zh": "个请求"},

@@ -1,7 +1,47 @@
-"""Self-check quizzes: the engine (questions, grading, static HTML grader, widgets) and the
-generators that compute answers from ``core`` and recorded runs. Imports ``core`` only."""
+"""Self-check quizzes: the engine (questions, grading, loading), the renderers (static HTML
+grader, widgets, text/JSON) and the generators that compute answers from ``core`` and the
+recorded runs. Imports ``core`` only."""
 
-from course_utils.quiz import engine as _engine
+from course_utils.quiz.data import (
+    recorded_point,
+    recorded_sweep,
+    requests_bench,
+    resolve_path,
+    synthetic_series,
+)
+from course_utils.quiz.engine import (
+    GENERATORS,
+    LANGS,
+    LESSONS,
+    STRINGS,
+    TYPES,
+    Choice,
+    Question,
+    QuizError,
+    Result,
+    expand,
+    feedback,
+    grade,
+    load,
+    parse_number,
+    quiz_path,
+    title,
+    within,
+)
+from course_utils.quiz.render import (
+    add_cli,
+    as_json,
+    as_text,
+    dom_id,
+    html,
+    live_frontend,
+    show,
+    widget,
+)
 
-# the public surface is the engine's (course_utils.quiz.show, grade, load, ...)
-globals().update({k: v for k, v in vars(_engine).items() if not k.startswith("__")})
+__all__ = [
+    "GENERATORS", "LANGS", "LESSONS", "STRINGS", "TYPES", "Choice", "Question", "QuizError",
+    "Result", "add_cli", "as_json", "as_text", "dom_id", "expand", "feedback", "grade", "html",
+    "live_frontend", "load", "parse_number", "quiz_path", "recorded_point", "recorded_sweep",
+    "requests_bench", "resolve_path", "show", "synthetic_series", "title", "widget", "within",
+]

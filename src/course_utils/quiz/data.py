@@ -1,0 +1,263 @@
+"""Where quiz data comes from: paths and globs into the repo or package data, recorded
+sweep points, bench results, metric series and start-up logs; shared text helpers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from course_utils.quiz.engine import PKG_DIR, REPO_ROOT, QuizError, _fmt
+
+
+def resolve_path(p: str | Path) -> Path:
+    """A data path from YAML: absolute, relative to the repo root, or to the package data.
+
+    A glob (``labs/results/h200-*/metrics.jsonl``) picks the last match in sorted order, so
+    the newest recorded run wins once it lands.
+    """
+    text = str(p)
+    bases = [Path("/")] if Path(text).is_absolute() else [REPO_ROOT, PKG_DIR / "data"]
+    for base in bases:
+        rel = text.lstrip("/") if base == Path("/") else text
+        if any(ch in rel for ch in "*?["):
+            hits = sorted(base.glob(rel))
+            if hits:
+                return hits[-1]
+        elif (base / rel).exists():
+            return base / rel
+    raise QuizError(f"data file {text!r} not found (looked in the repo and package data)")
+
+
+def _opts(items: Sequence[tuple[dict[str, str], bool, str]]) -> list[dict[str, Any]]:
+    return [{"text": text, "correct": ok, "key": key} for text, ok, key in items]
+
+
+
+
+def _slo(p: Mapping[str, Any]) -> Any:
+    from course_utils.core import slo
+
+    return slo.SLO.parse(str(p["slo"]))
+
+
+def _data(p: Mapping[str, Any], key: str) -> Any:
+    """``params[key]``: inline data (a mapping), a path/glob, or a list of those tried in
+    order (e.g. a recorded ``labs/results/h200-*/`` file, then a package example); the
+    older ``{key}_fallback`` form is the last candidate."""
+    v = p.get(key)
+    cands = list(v) if isinstance(v, list) else [v]
+    if f"{key}_fallback" in p:
+        cands.append(p[f"{key}_fallback"])
+    misses = []
+    for c in cands:
+        if not isinstance(c, str | Path):
+            return c
+        try:
+            return resolve_path(c)
+        except QuizError:
+            misses.append(str(c))
+    raise QuizError(f"{key}: none of {', '.join(misses)} found (looked in the repo and "
+                    "package data)")
+
+
+def recorded_point(p: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A sweep point of a recorded run, found by its knobs rather than its hash.
+
+    ``params.point = {results: "labs/results/h200-*/slo", knobs: {max_num_seqs: 64}}``:
+    reads ``points.jsonl`` there (course_utils.lab.sweep records) and returns the last record
+    whose knobs include those given, with its ``bench`` and ``series`` files; None when the
+    run or the point is not there (the entry's ``series``/``bench`` are used instead).
+    """
+    spec = p.get("point")
+    if not spec:
+        return None
+    try:
+        root = resolve_path(spec["results"])
+    except QuizError:
+        return None
+    want = dict(spec.get("knobs") or {})
+    found = None
+    index = root / "points.jsonl"
+    lines = index.read_text(encoding="utf-8").splitlines() if index.is_file() else []
+    for line in lines:
+        rec = json.loads(line) if line.strip() else {}
+        knobs_ = rec.get("knobs") or {}
+        if rec.get("key") and all(knobs_.get(k) == v for k, v in want.items()):
+            d = root / "points" / rec["key"]
+            if (d / "bench.json").is_file() and (d / "metrics.jsonl").is_file():
+                found = {"bench": d / "bench.json", "series": d / "metrics.jsonl",
+                         "knobs": knobs_, "workload": rec.get("workload") or {}}
+    return found
+
+
+def _per_request(b: Any) -> Any:
+    """Per-request arrays, or None (also when a collector summarised the ITL lists)."""
+    return b.per_request() if isinstance(b.raw.get("itls"), list) else None
+
+
+def _bench(v: Any) -> Any:
+    """A BenchResult from a path or a partial dict (missing required keys filled as 0)."""
+    from course_utils.core import slo
+
+    if isinstance(v, Mapping):
+        raw = {k: 0 for k in slo.REQUIRED_KEYS}
+        raw.update(v)
+        return slo.BenchResult.from_json(raw)
+    return slo.BenchResult.from_json(v)
+
+
+def requests_bench(p: Mapping[str, Any]) -> Any:
+    """A BenchResult built the way vLLM's calculate_metrics would from per-request values.
+
+    params: ttft_ms (list), tpot_ms (list), output_len, duration_s. TPOT of a request is
+    ``(latency - ttft) / (output_len - 1)``; its ITLs are that value repeated, and the p99s
+    are ``np.percentile`` as in vllm/benchmarks/serve.py.
+    """
+    import numpy as np
+
+    src = _data(p, "requests")
+    if isinstance(src, Path):
+        return _bench(src)
+    src = src or p
+    ttft = [float(x) for x in src["ttft_ms"]]
+    tpot = [float(x) for x in src["tpot_ms"]]
+    n = int(src.get("output_len", 128))
+    if len(ttft) != len(tpot) or not ttft:
+        raise QuizError("ttft_ms and tpot_ms need the same, non-zero length")
+    dur = float(src["duration_s"])
+    raw = {"duration": dur, "completed": len(ttft), "failed": 0,
+           "request_throughput": len(ttft) / dur, "output_throughput": len(ttft) * n / dur,
+           "total_input_tokens": 0, "total_output_tokens": len(ttft) * n,
+           "ttfts": [t / 1000 for t in ttft], "output_lens": [n] * len(ttft),
+           "itls": [[t / 1000] * (n - 1) for t in tpot]}
+    for pct in (50, 90, 99):
+        raw[f"p{pct}_ttft_ms"] = float(np.percentile(ttft, pct))
+        raw[f"p{pct}_tpot_ms"] = float(np.percentile(tpot, pct))
+    return _bench(raw)
+
+
+
+
+def slo_text(s: Any, lang: str) -> str:
+    """``p99 TTFT ≤ 300 ms, p99 TPOT ≤ 50 ms`` (+ the rate) for an slo.SLO."""
+    pct = _fmt(s.percentile)
+    parts = [f"p{pct} {k.upper()} ≤ {_fmt(v)} ms" for k, v in s.targets().items()]
+    text = ("，" if lang == "zh" else ", ").join(parts)
+    return text + (f" @ {_fmt(s.rate)} req/s" if s.rate else "")
+
+
+
+def recorded_sweep(p: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """(value, bench, rate) for every point of one knob in a recorded sweep, baseline
+    included; ``params.points`` (inline ``[{value, bench: {...}}]``) when not recorded."""
+    knob = p["knob"]
+    out: list[dict[str, Any]] = []
+    try:
+        root = resolve_path(p["results"]) if "results" in p else None
+    except QuizError:
+        root = None
+    index = root / "points.jsonl" if root else None
+    if index and index.is_file():
+        for line in index.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line) if line.strip() else {}
+            value = (rec.get("knobs") or {}).get(knob)
+            bench = root / "points" / str(rec.get("key")) / "bench.json"
+            if rec.get("knob") in (knob, "baseline") and value is not None and bench.is_file():
+                out = [o for o in out if o["value"] != value]  # a re-run replaces a point
+                out.append({"value": value, "bench": _bench(bench),
+                            "rate": (rec.get("workload") or {}).get("request_rate")})
+    if not out:
+        out = [{"value": pt["value"], "bench": _bench(pt["bench"]), "rate": p.get("rate")}
+               for pt in p.get("points") or []]
+    if len(out) < 2:
+        raise QuizError(f"sweep of {knob}: fewer than two points")
+    return sorted(out, key=lambda o: o["value"])
+
+
+
+def synthetic_series(spec: Mapping[str, Any]) -> list[Any]:
+    """Snapshots parsed from Prometheus text built with the real 0.26.0 metric names.
+
+    spec: lists ``waiting``, ``running``, ``kv_usage`` (0..1) and optionally
+    ``preemptions`` (cumulative counter), one value per scrape, ``interval_s`` apart.
+    """
+    from course_utils.core import metrics
+
+    waiting = list(spec["waiting"])
+    n = len(waiting)
+    running = list(spec.get("running", [0] * n))
+    kv = list(spec.get("kv_usage", [0.0] * n))
+    pre = list(spec.get("preemptions", [0] * n))
+    if not n or not len(running) == len(kv) == len(pre) == n:
+        raise QuizError("synthetic series: waiting, running, kv_usage, preemptions need the "
+                        "same non-zero length")
+    dt = float(spec.get("interval_s", 0.5))
+    lab = 'engine="0",model_name="Qwen/Qwen2.5-7B-Instruct"'
+    out = []
+    for i in range(n):
+        text = (f"# TYPE {metrics.WAITING} gauge\n{metrics.WAITING}{{{lab}}} {waiting[i]}\n"
+                f"# TYPE {metrics.RUNNING} gauge\n{metrics.RUNNING}{{{lab}}} {running[i]}\n"
+                f"# TYPE {metrics.KV_USAGE} gauge\n{metrics.KV_USAGE}{{{lab}}} {kv[i]}\n"
+                f"# TYPE {metrics.PREEMPTIONS}_total counter\n"
+                f"{metrics.PREEMPTIONS}_total{{{lab}}} {pre[i]}\n")
+        out.append(metrics.Snapshot.parse(text, t=i * dt))
+    return out
+
+
+def diagnosis_inputs(p: Mapping[str, Any]) -> dict[str, Any]:
+    """Samples, bench result and max_num_seqs a diagnosis question reads (recorded point,
+    else ``series``/``bench`` params)."""
+    from course_utils.core import metrics
+
+    rec = recorded_point(p)
+    if rec:
+        src, bsrc = rec["series"], rec["bench"]
+        mns = rec["knobs"].get("max_num_seqs", p.get("max_num_seqs"))
+    else:
+        src, bsrc, mns = _data(p, "series"), _data(p, "bench"), p.get("max_num_seqs")
+    samples = metrics.load_series(src) if isinstance(src, Path) else synthetic_series(src)
+    return {"samples": samples, "bench": None if bsrc is None else _bench(bsrc),
+            "max_num_seqs": mns, "recorded": rec is not None or isinstance(src, Path)}
+
+
+
+def _model(p: Mapping[str, Any]) -> Any:
+    from course_utils.core import capacity
+
+    return capacity.load_model(p.get("model", "qwen2.5-7b-instruct"))
+
+
+def _kv_dtype(p: Mapping[str, Any]) -> str:
+    return str(p.get("kv_dtype", "auto"))
+
+
+
+def _logged(p: Mapping[str, Any]) -> tuple[dict[str, float], bool]:
+    """Start-up facts from ``params.log`` (path/glob or candidates, read with
+    ``core.vllm_logs.startup_facts``) when found, else from the params themselves
+    (``kv_memory_gib``, ``logged_tokens``, ``logged_concurrency``)."""
+    from course_utils.core import vllm_logs
+
+    if "log" in p:
+        try:
+            src = _data(p, "log")
+        except QuizError:
+            src = None
+        if isinstance(src, Path):
+            f = vllm_logs.startup_facts(src.read_text(encoding="utf-8", errors="replace"))
+            if f.kv_cache_gib is not None:
+                facts = {"kv_memory_gib": f.kv_cache_gib}
+                if f.kv_cache_tokens is not None:
+                    facts["kv_tokens"] = float(f.kv_cache_tokens)
+                if f.max_concurrency is not None and f.concurrency_len is not None:
+                    facts["concurrency"] = f.max_concurrency
+                    facts["concurrency_len"] = float(f.concurrency_len)
+                return facts, True
+    facts = {"kv_memory_gib": float(p["kv_memory_gib"])}
+    if "logged_tokens" in p:
+        facts["kv_tokens"] = float(p["logged_tokens"])
+    if "logged_concurrency" in p:
+        facts["concurrency"] = float(p["logged_concurrency"])
+    return facts, False

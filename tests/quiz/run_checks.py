@@ -1,0 +1,107 @@
+"""Independent checks of the items generated from recorded runs: each recomputes the keyed
+answer from the files the item cites, through core only (not the quiz's own helpers)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from course_utils.core import metrics, validity, vllm_logs
+from course_utils.core.records import read_jsonl
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _keys(q: Any) -> set[str]:
+    return {c.key for c in q.choices if c.correct}
+
+
+def _point(results: str, knobs: dict[str, Any]) -> Path:
+    root = ROOT / results
+    found = None
+    for line in (root / "points.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if all(rec["knobs"].get(k) == v for k, v in knobs.items()):
+            found = root / "points" / rec["key"]
+    assert found is not None, (results, knobs)
+    return found
+
+
+def littles_law(q: Any, p: dict[str, Any]) -> None:
+    d = _point(p["point"]["results"], p["point"]["knobs"])
+    b = json.loads((d / "bench.json").read_text())
+    n = b["completed"] / b["duration"] * b["mean_e2el_ms"] / 1000
+    assert abs(q.answer - n) <= 0.05 * n
+    s = metrics.summarize(metrics.load_series(d / "metrics.jsonl"))
+    assert abs(s.running_mean + s.waiting_mean - n) <= 0.15 * n  # the gauges agree
+    assert p["point"]["results"].split("/")[2] in q.prompt["en"]
+
+
+def littles_cap(q: Any, p: dict[str, Any]) -> None:
+    root = ROOT / p["results"]
+    ref = json.loads((_point(p["results"], {"max_num_seqs": p["reference"]})
+                      / "bench.json").read_text())
+    n = ref["request_throughput"] * ref["mean_e2el_ms"] / 1000
+    waits = {}
+    for line in (root / "points.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        d = root / "points" / rec["key"]
+        s = metrics.summarize(metrics.load_series(d / "metrics.jsonl"))
+        waits[str(rec["knobs"]["max_num_seqs"])] = s.waiting_mean
+    assert _keys(q) == {v for v in waits if int(v) < n}
+    assert _keys(q) == {v for v, w in waits.items() if w >= 1.0}  # the queues were recorded
+    assert {c.key for c in q.choices} == set(waits)
+
+
+def ttft_split(q: Any, p: dict[str, Any]) -> None:
+    d = _point(p["point"]["results"], p["point"]["knobs"])
+    snaps = metrics.load_series(d / "metrics.jsonl")
+    first, last = snaps[0], snaps[-1]
+
+    def mean(name: str) -> float:
+        h = last.histogram(name).minus(first.histogram(name))
+        return h.sum / h.count
+
+    queue, prefill, ttft = (mean(metrics.QUEUE_TIME), mean(metrics.PREFILL_TIME),
+                            mean(metrics.TTFT))
+    parts = {"queue": queue, "prefill": prefill, "outside": ttft - queue - prefill}
+    big = [k for k, v in parts.items() if v > 0.5 * ttft]
+    assert _keys(q) == set(big) and len(big) == 1
+    assert "decode" not in _keys(q)  # TTFT never holds a decode step
+
+
+def prefix_replay(q: Any, p: dict[str, Any]) -> None:
+    root = ROOT / p["knee"]
+    rates = {}
+    for d in root.glob("rate-*"):
+        rates[d.name] = validity.prefix_cache_hit_rate(metrics.load_series(d / "metrics.jsonl"))
+    replayed = {k for k, v in rates.items() if v and v > validity.REPLAY_HIT_RATE}
+    assert replayed and replayed != set(rates)
+    assert _keys(q) == {"replay"}
+    for k in replayed:
+        assert k.split("-")[1] in next(c for c in q.choices if c.correct).text["en"]
+
+
+def jit_window(q: Any, p: dict[str, Any]) -> None:
+    parsed = vllm_logs.parse_sweep_log((ROOT / p["log"]).read_text(errors="replace"))
+    srv = next(s for s in parsed["servers"] if str(p["server"]) == s["overrides"])
+    assert any(w["jit"] for w in srv["jit_windows"]) and srv["jit_in_benchmark"] >= 1
+    assert _keys(q) == {"jit"}
+
+
+def kv_preempt(q: Any, p: dict[str, Any]) -> None:
+    root = ROOT / p["run"]
+    rec = next(r for r in read_jsonl(root / "results.jsonl") if r["value"] == p["value"])
+    stats = vllm_logs.engine_stats((root / "points" / rec["key"] / "llm.log").read_text())
+    first_wait = next(s for s in stats if s.waiting > 0)
+    assert stats[0].waiting == 0 and first_wait.kv_usage >= 0.95  # waits start at a full cache
+    assert first_wait.running < stats[0].running  # running requests went back to waiting
+    assert _keys(q) == {"preempt"}
+
+
+RUN_CHECKS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
+    "littles_law": littles_law, "littles_cap": littles_cap, "ttft_split": ttft_split,
+    "prefix_replay": prefix_replay, "jit_window": jit_window, "kv_preempt": kv_preempt,
+}

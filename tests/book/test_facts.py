@@ -203,3 +203,11 @@ def test_zh_diagrams_are_chinese() -> None:
                                              "p", "e", "el", "checkpoint", "cache"}
                            for w in words):
                         pytest.fail(f"{path.name}: English label {text!r}")
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_expected_output_of_the_direction_map_script_matches_knobs(lang: str) -> None:
+    blocks = re.findall(r"```text\n(throughput -> .*?)\n```", page(lang, "knobs"), re.S)
+    want = "\n".join(f"{goal:<10} -> {[k.name for k in knobs.recommend(goal)]}"
+                     for goal in ("throughput", "ttft", "itl"))
+    assert blocks == [want]

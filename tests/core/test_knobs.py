@@ -65,9 +65,13 @@ def test_cli_args_are_an_argv_list():
 
 
 def test_recommend_reads_the_direction_map():
-    for goal, attr in (("throughput", "throughput"), ("ttft", "ttft"), ("itl", "itl")):
-        got = {k.name for k in knobs.recommend(goal)}
-        assert got == {k.name for k in knobs.KNOBS.values() if getattr(k, attr) == "better"}
+    col = {"throughput": "throughput", "ttft": "TTFT", "itl": "ITL/TPOT"}
+    rows = {r["knob"].strip("`"): r for r in knobs.table("en")}
+    for goal in ("throughput", "ttft", "itl"):
+        got = {k.flag for k in knobs.recommend(goal)}
+        assert got == {flag for flag, r in rows.items() if r[col[goal]].startswith("✓")}
+        for k in knobs.recommend(goal):  # a conditional ✓ carries its condition in the table
+            assert k.condition(goal) in rows[k.flag][col[goal]]
     assert "max_num_batched_tokens" in {k.name for k in knobs.recommend("ttft")}
     assert "max_num_batched_tokens" not in {k.name for k in knobs.recommend("itl")}
     assert "gpu_memory_utilization" in {k.name for k in knobs.recommend("capacity")}
@@ -117,3 +121,55 @@ def test_cli_args_without_the_cross_knob_check():
         "--max-num-seqs", "512", "--max-num-batched-tokens", "256"]
     with pytest.raises(knobs.KnobError, match="unknown knob"):  # single-knob checks stay
         knobs.to_cli_args({"max_num_seqz": 1}, check=False)
+
+
+def test_conditional_cells_say_their_condition():
+    rows = {r["knob"].strip("`"): r for r in knobs.table("en")}
+    assert "only when requests queue for a slot" in rows["--max-num-seqs"]["TTFT"]
+    assert "KV" in rows["--gpu-memory-utilization"]["TTFT"]
+    zh = {r["旋钮"].strip("`"): r for r in knobs.table("zh")}
+    assert "排队等名额" in zh["--max-num-seqs"]["TTFT"]
+
+
+def test_moves_include_the_reverse_direction():
+    itl = {(k.name, m) for k, m, _ in knobs.moves("itl")}
+    assert ("max_num_batched_tokens", "lower") in itl and ("max_num_seqs", "lower") in itl
+    assert ("max_num_batched_tokens", "raise") not in itl
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_spectrum_has_three_columns_from_the_same_data(lang):
+    rows = knobs.spectrum(lang)
+    assert all(len(r) == 3 for r in rows)
+    thr, lat, free = (list(c) for c in zip(*(r.values() for r in rows), strict=True))
+    assert any("--max-num-batched-tokens" in c for c in lat)
+    assert any("--gpu-memory-utilization" in c for c in thr)
+    assert not any("--gpu-memory-utilization" in c for c in lat)
+    assert {c.split("`")[1] for c in free if c} == {k.flag for k in knobs.free_wins()}
+
+
+def test_max_model_len_is_neither_a_kv_fix_nor_a_truncation():
+    k = knobs.KNOBS["max_model_len"]
+    assert "kv" not in k.relieves and k.throughput == "neutral"
+    assert "rejected" in k.trade["en"] and "truncate_prompt_tokens" in k.trade["en"]
+    assert "max_model_len" not in {x.name for x in knobs.recommend("capacity")}
+
+
+@pytest.mark.parametrize("value, want", [(-1, -1), ("-1", -1), ("auto", -1), ("AUTO", -1),
+                                         (4096, 4096), ("1k", 1000), ("1K", 1024),
+                                         ("25.6k", 25600), (None, None)])
+def test_max_model_len_accepts_what_0_26_0_parses(value, want):
+    # ModelConfig.max_model_len = Field(None, ge=-1); human_readable_int_or_auto
+    assert knobs.validate({"max_model_len": value}) == {"max_model_len": want}
+
+
+@pytest.mark.parametrize("value", [0, -2, "long", "1.5", True])
+def test_max_model_len_rejects_the_rest(value):
+    with pytest.raises(knobs.KnobError, match="max_model_len"):
+        knobs.validate({"max_model_len": value})
+
+
+def test_quantization_choices_include_mxfp8_and_auto_detect_is_none():
+    knobs.validate({"quantization": "mxfp8"})
+    assert knobs.default("quantization") is None
+    assert "quantization=None" in knobs.KNOBS["quantization"].note["en"]

@@ -1,14 +1,16 @@
-"""Lesson 000's decision tree, as data: which constraint binds, and which knob moves it.
+"""The decision tree of the SLO lesson, as data: which constraint binds, and which knob moves it.
 
 Input: ``/metrics`` samples taken *during* a load (``metrics.MetricsSampler``), the
 ``vllm bench serve`` result of that load, and the SLO. Output: a ``Diagnosis`` with the
 binding constraint (queue, prefill, decode, kv, or none), the numbers that decided it, and
 the knobs to try (read from ``knobs``, never restated here).
 
-The tree refines the seed's first question. A deep queue has three causes that need
-different answers: the KV pool is full (a KV problem), the running batch is pinned at
-``max_num_seqs`` (a batch-width cap: raising it is still tuning), or neither (the arrival
-rate is past what one replica completes: add replicas, no engine knob fixes it).
+A deep queue has four causes that need different answers: the KV pool is full or a step
+preempted (a KV problem), the running batch is pinned at ``max_num_seqs`` (a batch-width
+cap), the step's token budget is spent (the v1 scheduler admits waiting requests only
+``while ... token_budget > 0``, after the running ones, in ``vllm/v1/core/sched/scheduler.py``:
+a ``max_num_batched_tokens`` limit), or none of these (the arrival rate is past what one
+replica completes: add replicas, no engine knob fixes it).
 
 The Mermaid diagram in the book is generated from ``TREE`` by ``mermaid()``, so the
 picture and the code cannot drift apart.
@@ -26,6 +28,9 @@ from course_utils.core.metrics import LoadSummary, Snapshot, summarize
 from course_utils.core.slo import SLO, BenchResult
 
 Constraint = Literal["queue", "prefill", "decode", "kv", "none"]
+# Tokens computed per engine step, a histogram PrometheusStatLogger declares in
+# vllm/v1/metrics/loggers.py (0.26.0): prompt tokens computed + generated tokens.
+ITERATION_TOKENS = "vllm:iteration_tokens_total"
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,9 @@ class Thresholds:
     """Peak running requests >= this fraction of ``max_num_seqs`` means the batch is capped."""
     preemptions_min: float = 1.0
     """Preemptions during the load at or above which KV pressure counts as binding."""
+    budget_fraction: float = 0.90
+    """Mean tokens per engine step (``vllm:iteration_tokens_total``) >= this fraction of
+    ``max_num_batched_tokens`` means the step's token budget is spent."""
 
     @staticmethod
     def describe(lang: str = "en") -> list[dict[str, str]]:
@@ -49,6 +57,8 @@ class Thresholds:
             "cap_fraction": ("运行数峰值达到 max_num_seqs 的该比例即算被上限卡住",
                              "peak running / max_num_seqs that counts as capped"),
             "preemptions_min": ("负载期间抢占次数达到它即算 KV 压力", "preemptions that count as KV pressure"),
+            "budget_fraction": ("每步平均 token 数达到 max_num_batched_tokens 的该比例即算预算用尽",
+                                "mean tokens per step / max_num_batched_tokens that counts as spent"),
         }
         d = Thresholds()
         return [{"name": f.name, "default": str(getattr(d, f.name)),
@@ -62,6 +72,8 @@ class Facts:
     summary: LoadSummary
     slo: SLO
     max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    tokens_per_step: float | None  # mean of vllm:iteration_tokens_total during the load
     p99_ttft_ms: float | None
     p99_tpot_ms: float | None
     p99_itl_ms: float | None
@@ -85,6 +97,10 @@ class Facts:
     def capped(self, th: Thresholds) -> bool:
         return (self.max_num_seqs is not None
                 and self.summary.running_max >= th.cap_fraction * self.max_num_seqs)
+
+    def budget_spent(self, th: Thresholds) -> bool:
+        return (self.max_num_batched_tokens is not None and self.tokens_per_step is not None
+                and self.tokens_per_step >= th.budget_fraction * self.max_num_batched_tokens)
 
 
 @dataclass(frozen=True)
@@ -114,7 +130,10 @@ TREE: dict[str, Question | Leaf] = {n.id: n for n in [
              lambda f, th: f.kv_full(th), yes="kv", no="capped"),
     Question("capped", {"en": "running pinned at max_num_seqs?",
                         "zh": "运行数顶在 max_num_seqs？"},
-             lambda f, th: f.capped(th), yes="queue_cap", no="queue_replicas"),
+             lambda f, th: f.capped(th), yes="queue_cap", no="budget"),
+    Question("budget", {"en": "steps using the whole max_num_batched_tokens?",
+                        "zh": "每步用满 max_num_batched_tokens？"},
+             lambda f, th: f.budget_spent(th), yes="queue_budget", no="queue_replicas"),
     Question("ttft", {"en": "p99 TTFT over the SLO?", "zh": "p99 TTFT 超 SLO？"},
              lambda f, th: f.ttft_over(), yes="prefill", no="tpot"),
     Question("tpot", {"en": "p99 TPOT or ITL over the SLO?", "zh": "p99 TPOT 或 ITL 超 SLO？"},
@@ -125,6 +144,9 @@ TREE: dict[str, Question | Leaf] = {n.id: n for n in [
                                 "zh": "队列：批宽上限在卡"}, "queue",
          {"en": "raise max_num_seqs (and max_num_batched_tokens with it)",
           "zh": "调高 max_num_seqs（必要时同时调高 max_num_batched_tokens）"}),
+    Leaf("queue_budget", "queue", {"en": "queue: the step's token budget binds",
+                                   "zh": "队列：每步 token 预算在卡"}, "queue_budget",
+         {"en": "raise max_num_batched_tokens", "zh": "调高 max_num_batched_tokens"}),
     Leaf("queue_replicas", "queue", {"en": "queue: past the knee, not a tuning problem",
                                      "zh": "队列：已过拐点，不是调参问题"}, None,
          {"en": "add replicas or route load away; lower the offered rate to the knee",
@@ -138,6 +160,16 @@ TREE: dict[str, Question | Leaf] = {n.id: n for n in [
           "zh": "停下，或提高压测速率去找拐点"}),
 ]}
 ROOT = "waiting"
+# The evidence each question reads, for ``Diagnosis.rows``.
+EVIDENCE_KEYS: dict[str, tuple[str, ...]] = {
+    "waiting": ("waiting_mean", "waiting_max"),
+    "queue_kv": ("kv_usage_max", "preemptions"),
+    "capped": ("running_max", "max_num_seqs"),
+    "budget": ("tokens_per_step", "max_num_batched_tokens"),
+    "ttft": ("p99_ttft_ms",),
+    "tpot": ("p99_tpot_ms",),
+    "kv_idle": ("kv_usage_max", "preemptions"),
+}
 
 
 @dataclass
@@ -159,13 +191,34 @@ class Diagnosis:
             steps.append(f"{q.text[lang]} {yes_no}")
         ev = ", ".join(f"{k}={_fmt(v)}" for k, v in self.evidence.items() if v is not None)
         if self.knobs:
-            todo = ", ".join(f"{k} ({self.moves[k]})" for k in self.knobs)
+            todo = ", ".join(f"{k} ({knobs_mod.RELIEF_WORD[self.moves[k]][lang]})"
+                             for k in self.knobs)
         else:
             todo = leaf.advice.get(lang, "")
         sep = "；" if lang == "zh" else "; "
         head = f"{leaf.text[lang]}{sep}" + " → ".join(steps)
         label = ("证据" if lang == "zh" else "evidence", "试试" if lang == "zh" else "try")
         return f"{head}{sep}{label[0]}: {ev}{sep}{label[1]}: {todo}"
+
+    def rows(self, lang: str = "en") -> list[dict[str, str]]:
+        """The evidence as table rows: each question asked, its answer and the numbers behind it."""
+        zh = lang == "zh"
+        cols = ("问题", "回答", "依据") if zh else ("question", "answer", "evidence")
+        out = []
+        for qid, ans in self.path:
+            q = TREE[qid]
+            nums = ", ".join(f"{k}={_fmt(self.evidence.get(k))}" for k in EVIDENCE_KEYS[qid])
+            word = ("是" if ans else "否") if zh else ("yes" if ans else "no")
+            out.append(dict(zip(cols, (q.text[lang], word, nums), strict=True)))
+        return out
+
+    def rows_markdown(self, lang: str = "en") -> str:
+        rows = self.rows(lang)
+        head = list(rows[0]) if rows else []
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(r[c].replace("|", "\\|") for c in head) + " |"
+                  for r in rows]
+        return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
         return {"constraint": self.constraint, "leaf": self.leaf, "evidence": self.evidence,
@@ -183,8 +236,18 @@ def _fmt(v: float | None) -> str:
     return str(v)
 
 
+def tokens_per_step(samples: Sequence[Snapshot]) -> float | None:
+    """Mean tokens per engine step between the first and last sample (None if not exposed)."""
+    if not samples:
+        return None
+    last = samples[-1].histogram(ITERATION_TOKENS)
+    if last is None:
+        return None
+    return last.minus(samples[0].histogram(ITERATION_TOKENS)).mean
+
+
 def gather(samples: Sequence[Snapshot], bench: BenchResult | None, slo: SLO,
-           max_num_seqs: int | None = None) -> Facts:
+           max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None) -> Facts:
     summary = summarize(samples)
 
     def p99(metric: str, fallback_s: float | None = None) -> float | None:
@@ -195,16 +258,23 @@ def gather(samples: Sequence[Snapshot], bench: BenchResult | None, slo: SLO,
         return None if fallback_s is None else fallback_s * 1000
 
     return Facts(summary=summary, slo=slo, max_num_seqs=max_num_seqs,
+                 max_num_batched_tokens=max_num_batched_tokens,
+                 tokens_per_step=tokens_per_step(samples),
                  p99_ttft_ms=p99("ttft", summary.ttft_p99_s), p99_tpot_ms=p99("tpot"),
                  p99_itl_ms=p99("itl"))
 
 
 def diagnose(samples: Sequence[Snapshot], bench: BenchResult | None, slo: SLO,
              thresholds: Thresholds | None = None, *,
-             max_num_seqs: int | None = None) -> Diagnosis:
-    """Walk the tree on samples taken under load. ``max_num_seqs``: the server's setting."""
+             max_num_seqs: int | None = None,
+             max_num_batched_tokens: int | None = None) -> Diagnosis:
+    """Walk the tree on samples taken under load.
+
+    ``max_num_seqs`` and ``max_num_batched_tokens``: the server's settings (what it logged,
+    or ``knobs.default``); without the token budget the budget question answers no.
+    """
     th = thresholds or Thresholds()
-    f = gather(samples, bench, slo, max_num_seqs)
+    f = gather(samples, bench, slo, max_num_seqs, max_num_batched_tokens)
     node = TREE[ROOT]
     path: list[tuple[str, bool]] = []
     while isinstance(node, Question):
@@ -217,6 +287,9 @@ def diagnose(samples: Sequence[Snapshot], bench: BenchResult | None, slo: SLO,
         "waiting_mean": round(s.waiting_mean, 3), "waiting_max": s.waiting_max,
         "running_max": s.running_max,
         "max_num_seqs": float(max_num_seqs) if max_num_seqs is not None else None,
+        "tokens_per_step": None if f.tokens_per_step is None else round(f.tokens_per_step, 1),
+        "max_num_batched_tokens": (float(max_num_batched_tokens)
+                                   if max_num_batched_tokens is not None else None),
         "kv_usage_max": round(s.kv_usage_max, 4), "preemptions": s.preemptions,
         "queue_time_mean_ms": _ms(s.queue_time_mean_s),
         "prefill_time_mean_ms": _ms(s.prefill_time_mean_s),
@@ -234,7 +307,7 @@ def _ms(x: float | None) -> float | None:
 
 
 def mermaid(lang: str = "en", with_knobs: bool = True) -> str:
-    """Mermaid flowchart source of ``TREE`` (labels English by default, as the seeds ask)."""
+    """Mermaid flowchart source of ``TREE``, labels in ``lang`` (knob flags stay as written)."""
     lines = ["flowchart TB"]
     yes, no = ("是", "否") if lang == "zh" else ("yes", "no")
     for node in TREE.values():
@@ -246,7 +319,8 @@ def mermaid(lang: str = "en", with_knobs: bool = True) -> str:
             if with_knobs:
                 if node.knob_constraint:
                     extra = "<br/>" + " · ".join(
-                        f"{k.flag} {m}" for k, m in knobs_mod.for_constraint(node.knob_constraint))
+                        f"{k.flag} {knobs_mod.RELIEF_WORD[m][lang]}"
+                        for k, m in knobs_mod.for_constraint(node.knob_constraint))
                 elif node.advice:
                     extra = "<br/>" + _esc(node.advice[lang])
             lines.append(f'    {node.id}["{_esc(label)}{extra}"]')

@@ -32,11 +32,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import book_i18n
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.util import logging
-
-import book_i18n
 
 logger = logging.getLogger(__name__)
 

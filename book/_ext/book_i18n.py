@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gettext
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ SCRIPT_ZH = {"Click to show": "点击显示", "Click to hide": "点击隐藏"}
 _BODY_RE = re.compile(r">(" + "|".join(re.escape(e) for e, _ in BODY_ZH) + r")<")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _catalogs() -> tuple[gettext.NullTranslations, ...]:
     import pydata_sphinx_theme
     import sphinx

@@ -14,7 +14,8 @@ What it does:
 - Reading order: Previous/Next stay inside the page's language (the toc holds both trees).
 - Theme labels in the page's language (book_i18n.py); book.js (sidebar toggles) and
   diagrams.mjs (diagram size policy, enlarge view) on every page.
-- `# NBVAL_*` marker lines are dropped from the rendered code cells.
+- `# NBVAL_*` marker lines are dropped from the rendered code cells; `**bold**` that
+  CommonMark left literal next to CJK punctuation becomes bold.
 - Getting the code: config `course_repo_url` (one value; default: `git remote get-url origin`,
   else empty) and a source archive `_downloads/vllm-tuning-labs.zip` (`git archive HEAD`).
   Pages use the MyST substitutions {{ course_repo_url }}, {{ course_get_code }} (a shell line
@@ -86,6 +87,35 @@ def strip_nbval(app: Sphinx, doctree: nodes.document) -> None:
         if new != text:
             block.children = [nodes.Text(new)]
             block.rawsource = new
+
+
+STRONG_RE = re.compile(r"\*\*(?=\S)([^*\n]+?)(?<=\S)\*\*")
+
+
+def cjk_strong(app: Sphinx, doctree: nodes.document) -> None:
+    """`**...**` left as literal text (CommonMark's flanking rules fail next to CJK
+    punctuation, e.g. `同一个**（质量、吞吐、延迟）三元组**`) becomes bold."""
+    for text in list(doctree.findall(nodes.Text)):
+        parent = text.parent
+        if parent is None or "**" not in text or isinstance(
+                parent, (nodes.literal, nodes.literal_block, nodes.raw, nodes.comment)):
+            continue
+        value = str(text)
+        parts: list[nodes.Node] = []
+        pos = 0
+        for m in STRONG_RE.finditer(value):
+            if m.start() > pos:
+                parts.append(nodes.Text(value[pos:m.start()]))
+            parts.append(nodes.strong(m.group(1), m.group(1)))
+            pos = m.end()
+        if not parts:
+            continue
+        if pos < len(value):
+            parts.append(nodes.Text(value[pos:]))
+        idx = parent.index(text)
+        parent.remove(text)
+        for i, node in enumerate(parts):
+            parent.insert(idx + i, node)
 
 
 def page_lang(docname: str) -> str | None:
@@ -234,6 +264,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("doctree-read", mermaid_from_outputs)
     app.connect("doctree-read", strip_nbval)
     app.connect("doctree-read", substitute_code)
+    app.connect("doctree-read", cjk_strong)
     app.connect("build-finished", write_archive)
     app.connect("env-check-consistency", check_pairs)
     app.connect("html-page-context", page_context)

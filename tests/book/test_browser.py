@@ -253,11 +253,13 @@ def test_no_debris_on_the_page(reader_run: dict[str, Any], lang: str, page: str)
     text = nav["main_text"]
     assert "<COURSE_REPO_URL>" not in text
     assert "NBVAL_" not in text
-    assert not re.search(r"(?<![\w.])/tmp/", text), re.search(r".{40}/tmp/.{40}", text)
+    tmp = re.search(r".{0,60}(?<![\w.])/tmp/.{0,40}", text)
+    assert tmp is None, tmp.group(0)
     prose = text
     for block in nav["code"] + nav["outputs"]:
         prose = prose.replace(block, "")
-    assert "**" not in prose, re.search(r".{30}\*\*.{30}", prose)
+    stars = re.search(r".{0,30}\*\*.{0,30}", prose)
+    assert stars is None, stars.group(0)
 
 
 @pytest.mark.parametrize("lang", LANGS)

@@ -4,6 +4,7 @@
 // the FIRST `.primary-toggle` / `.secondary-toggle` in the document, a navbar button that
 // the book theme hides. The visible buttons (article header) therefore did nothing, and on
 // a phone the chapter list could not be opened. Forward their clicks to the bound one.
+// Also: short table labels stay on one line (markShortCells).
 (function () {
   "use strict";
 
@@ -20,9 +21,21 @@
     }
   }
 
+  // Table cells with a short label ("≈ 基本不变", "✓ better") keep it on one line; longer
+  // text wraps inside its column (book.css gives columns a minimum width).
+  function markShortCells() {
+    for (const td of document.querySelectorAll(".pst-scrollable-table-container td")) {
+      if (td.querySelector("code")) continue;
+      const text = td.textContent.trim();
+      const n = [...text].length;
+      if (n && (n <= 4 || (n <= 7 && /^[✓✗≈±]/.test(text)))) td.classList.add("cell-short");
+    }
+  }
+
   function init() {
     forward(".primary-toggle");
     forward(".secondary-toggle");
+    markShortCells();
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);

@@ -39,6 +39,18 @@ OPEN_PRIMARY = ("(async () => { const b = [...document.querySelectorAll('.primar
                 " const links = d ? [...d.querySelectorAll('nav a.reference')]"
                 ".filter((a) => a.getClientRects().length) : [];"
                 " return {open: !!(d && d.open), links: links.length}; })()")
+ENLARGE = ("(async () => { const b = document.querySelector('.diagram-enlarge');"
+           " if (!b) return null; b.click(); await new Promise((r) => setTimeout(r, 300));"
+           " const o = document.querySelector('.diagram-overlay');"
+           " if (!o) return {open: false}; const svg = o.querySelector('svg');"
+           " const s = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;"
+           " let min = Infinity; for (const t of svg.querySelectorAll("
+           "'text, foreignObject span, foreignObject div, foreignObject p')) {"
+           " if (!t.textContent.trim()) continue; const fs = parseFloat(getComputedStyle(t).fontSize);"
+           " if (fs) min = Math.min(min, fs * s); }"
+           " o.querySelector('[data-act=close]').click();"
+           " return {open: true, min_font_px: min,"
+           " closed: !document.querySelector('.diagram-overlay')}; })()")
 CELL_MERMAID_SVGS = "document.querySelectorAll('.cell_output .mermaid svg').length"
 BODY_TEXT_LEN = "(document.querySelector('main') || document.body).innerText.length"
 
@@ -151,7 +163,9 @@ def reader_run() -> dict[str, Any]:
     for lang in LANGS:
         for page in ALL_PAGES:
             for width, height in WIDTHS.items():
-                steps = [{"eval": OPEN_PRIMARY, "as": "primary"}] if width == 390 else []
+                steps = [{"eval": ENLARGE, "as": "enlarge"}]
+                if width == 390:
+                    steps.append({"eval": OPEN_PRIMARY, "as": "primary"})
                 specs.append({"name": _wname(lang, page, width),
                               "path": f"book/{lang}/{page}.html",
                               "viewport": {"width": width, "height": height},
@@ -197,6 +211,16 @@ def test_diagram_labels_are_readable_and_diagrams_fit_or_enlarge(
             if width == 1366:
                 assert d["min_font_px"] is not None and d["min_font_px"] >= MIN_LABEL_PX, d
             assert d["fits_height"] or d["enlarge"], d
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("page", ("index", "knobs", "slo-loop", "glossary"))
+def test_enlarged_diagram_is_readable_and_closes(reader_run: dict[str, Any], lang: str,
+                                                  page: str, width: int) -> None:
+    big = _rpage(reader_run, lang, page, width)["evals"]["enlarge"]
+    assert big is not None and big["open"], big
+    assert big["min_font_px"] >= MIN_LABEL_PX and big["closed"], big
 
 
 def test_some_pages_have_diagrams(reader_run: dict[str, Any]) -> None:

@@ -53,6 +53,9 @@ def test_revert_cases_in_zh() -> None:
     miss = keep.verdict([_rec(1, 100.0, p99=9.0)], baseline=1, p99_latency_slo_s=5)
     zh = texts.verdict(miss, "zh")
     assert "p99 延迟 9.0 s > 5 s" in zh and "SLO" in zh
+    recorded = {"decision": "revert", "value": 0.8, "gain": 0.0,
+                "why": "no other setting meets the SLO and beats the baseline"}
+    assert texts.verdict(recorded, "zh") == "回退到基线 0.8：没有别的设置既满足 SLO、又比基线快"
     none = keep.verdict([], baseline=1)
     assert texts.verdict(none, "zh") == "无法判断：基线 1 没有一次成功的测量，无法比较"
 
@@ -81,6 +84,17 @@ def test_knee_between_two_rates_and_invalid_rates() -> None:
     zh = texts.knee(k, "zh")
     assert "拐点在 50 req/s" in zh and "55 req/s" in zh and "拐点扫描" in zh
     assert "忽略了无效的速率 60" in zh and "prefix cache 命中率 97%" in zh
+    _zh_only(zh)
+
+
+def test_knee_from_loop_points_in_zh() -> None:
+    recs = [_knee_rec(40, 39.5, True)]
+    pts = [{"status": "ok", "valid": True, "knob": k, "value": v,
+            "workload": {"request_rate": 55.0}, "score": {"meets_slo": False}}
+           for k, v in (("baseline", None), ("max_num_seqs", 256))]
+    k = keep.pick_knee(recs, points=pts)
+    zh = texts.knee(k, "zh")
+    assert "闭环的全部 2 个有效点（基线、max_num_seqs=256" in zh
     _zh_only(zh)
 
 

@@ -121,8 +121,9 @@ def _verdict_why_zh(v: Mapping[str, Any]) -> str:
     if v.get("slo_met_by"):
         return "基线本身就是满足 SLO、又不损失质量的最快设置"
     m = _MIN_GAIN_RE.search(why)
-    floor = f"{m.group(1)}%" if m else "门槛"
-    return f"最好的提升只有 {_pct(gain or 0.0)}，不到 {floor}：不值得改"
+    if m and gain:
+        return f"最好的提升只有 {_pct(gain)}，不到 {m.group(1)}%：不值得改"
+    return "没有别的设置既满足 SLO、又比基线快"
 
 
 def verdict(v: Mapping[str, Any], lang: str = "en", knob: str | None = None) -> str:
@@ -166,7 +167,8 @@ def knee(k: Mapping[str, Any], lang: str = "en") -> str:
                f"（依据：{by}）之间")
         m = _LOOP_RE.search(str(k.get("why", "")))
         if k.get("overloaded_by") == "loop points" and m:
-            out += (f"；在 {m.group(1)} req/s，闭环的全部 {m.group(2)} 个有效点（{m.group(3)}；"
+            pts = m.group(3).replace("baseline", "基线").replace(", ", "、")
+            out += (f"；在 {m.group(1)} req/s，闭环的全部 {m.group(2)} 个有效点（{pts}；"
                     "每个都在新启动的 server 上）都没满足 SLO")
     invalid = list(k.get("invalid") or [])
     if invalid:

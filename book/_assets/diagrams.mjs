@@ -50,8 +50,8 @@ function plan(nat, fontPx, availW, screenH) {
   const s = Math.max(fit, minScale);
   const hscroll = nat.w * s > availW + 1;
   const vfit = nat.h * s <= screenH;
-  // 0: fits; 1: taller than the screen; 2: scrolls sideways
-  return { s, hscroll, vfit, badness: hscroll ? 2 : vfit ? 0 : 1 };
+  // 0: fits; 1: taller than the screen; 2: scrolls sideways (over: how far, in columns)
+  return { s, hscroll, vfit, badness: hscroll ? 2 : vfit ? 0 : 1, over: (nat.w * s) / availW };
 }
 
 function frameOf(el) {
@@ -120,7 +120,9 @@ async function maybeFlip(el, p) {
     holder.innerHTML = out.svg;
     const nsvg = holder.querySelector("svg");
     const q = plan(natural(nsvg), font, availW, window.innerHeight);
-    if (q.badness < p.badness || (q.badness === p.badness && q.s > p.s * 1.15)) {
+    const better = q.badness < p.badness || (q.badness === p.badness && (q.s > p.s * 1.15
+      || (q.badness === 2 && q.over < p.over * 0.6)));
+    if (better) {
       el.dataset.direction = other;
       // a theme re-run (sphinxcontrib-mermaid) renders data-original-code: keep the flip
       const esc = document.createElement("div");

@@ -38,7 +38,8 @@ OPEN_PRIMARY = ("(async () => { const b = [...document.querySelectorAll('.primar
                 " const d = document.querySelector('#pst-primary-sidebar-modal');"
                 " const links = d ? [...d.querySelectorAll('nav a.reference')]"
                 ".filter((a) => a.getClientRects().length) : [];"
-                " return {open: !!(d && d.open), links: links.length}; })()")
+                " const out = {open: !!(d && d.open), links: links.length};"
+                " if (d && d.open) d.close(); return out; })()")  # the screenshot shows the page
 ENLARGE = ("(async () => { const b = document.querySelector('.diagram-enlarge');"
            " if (!b) return null; b.click(); await new Promise((r) => setTimeout(r, 300));"
            " const o = document.querySelector('.diagram-overlay');"

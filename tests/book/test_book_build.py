@@ -228,3 +228,74 @@ def test_build_extension_points_kernels_at_the_book_matplotlibrc() -> None:
     text = (BOOK / "_ext" / "book_ext.py").read_text("utf-8")
     assert 'os.environ.setdefault("MATPLOTLIBRC"' in text
     assert (REPO / "tools" / "book" / "matplotlibrc").is_file()
+
+
+# ---- reader fixes in book_ext.py (markers, CJK bold, getting the code) -----------------------
+
+def _doc_with(*children: object) -> object:
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+    from docutils.utils import new_document
+
+    doc = new_document("t", get_default_settings(Parser))
+    for c in children:
+        doc += c
+    return doc
+
+
+def test_nbval_marker_lines_are_dropped_from_code() -> None:
+    from book_ext import strip_nbval
+    from docutils import nodes
+
+    code = "# NBVAL_IGNORE_OUTPUT\nx = 1\n  # NBVAL_SKIP  \nprint(x)  # NBVAL_X stays\n"
+    doc = _doc_with(nodes.literal_block(code, code))
+    strip_nbval(None, doc)  # type: ignore[arg-type]
+    assert next(iter(doc.findall(nodes.literal_block))).astext() == (
+        "x = 1\nprint(x)  # NBVAL_X stays\n")
+
+
+def test_literal_double_stars_next_to_cjk_become_bold() -> None:
+    from book_ext import cjk_strong
+    from docutils import nodes
+
+    para = nodes.paragraph("", "", nodes.Text("测同一个**（质量、吞吐、延迟）三元组**：准确率"))
+    code = nodes.literal_block("a**b**c", "a**b**c")
+    doc = _doc_with(para, code)
+    cjk_strong(None, doc)  # type: ignore[arg-type]
+    strong = list(doc.findall(nodes.strong))
+    assert [s.astext() for s in strong] == ["（质量、吞吐、延迟）三元组"]
+    assert para.astext() == "测同一个（质量、吞吐、延迟）三元组：准确率"
+    assert code.astext() == "a**b**c"
+
+
+def test_getting_the_code_substitutions_and_archive(site: Path) -> None:
+    import zipfile
+
+    from book_ext import ARCHIVE_REL, substitutions
+
+    class _Cfg:
+        course_repo_url = "https://example.org/vllm-tuning-labs.git"
+
+    class _App:
+        config = _Cfg()
+
+    subs = substitutions(_App())  # type: ignore[arg-type]
+    assert subs["course_get_code"] == (
+        "git clone https://example.org/vllm-tuning-labs.git vllm-tuning-labs")
+    _Cfg.course_repo_url = ""
+    fallback = substitutions(_App())  # type: ignore[arg-type]
+    if not fallback["course_repo_url"].startswith("../../"):  # a clone with an origin remote
+        assert "git clone" in fallback["course_get_code"]
+    else:
+        assert fallback["course_get_code"] == "unzip -q vllm-tuning-labs.zip"
+    with zipfile.ZipFile(site / ARCHIVE_REL) as zf:
+        names = zf.namelist()
+    assert "vllm-tuning-labs/pyproject.toml" in names
+    assert "vllm-tuning-labs/src/course_utils/core/keep.py" in names
+    assert (site / "favicon.ico").stat().st_size > 100
+
+
+@pytest.mark.parametrize("name", PAGE_NAMES)
+def test_no_nbval_marker_in_built_pages(site: Path, name: str) -> None:
+    for lang in LANGS:
+        assert "NBVAL_" not in (site / "book" / lang / f"{name}.html").read_text("utf-8")

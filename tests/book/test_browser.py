@@ -1,11 +1,20 @@
 """Headless Chromium on the built book: Mermaid rendered, CJK font used, language switch
 resolves, nothing fetched from outside 127.0.0.1. Screenshots: .artifacts/screenshots/.
 
+The reader's acceptance, each page at 1366 px and 390 px (screenshots <lang>-<page>-<width>):
+1. at 390 px tapping ☰ shows the chapter list; no document is wider than the viewport;
+2. no Mermaid label below 11 px at 1366 px; each diagram fits one screen or can be enlarged;
+3. no table or output line widens a page (wide content scrolls in its own box);
+4. zh pages: Next/Previous/Contents and lab verdict/plot text in Chinese; Next/Previous never
+   cross to the other language;
+5. no `<COURSE_REPO_URL>`, `NBVAL_IGNORE_OUTPUT`, `/tmp/` path or literal `**` on any page.
+
 The harness (tests/book/browser_harness.py) is reusable by other tests; see its docstring.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +24,34 @@ from tests.book.browser_harness import SCREENSHOTS, run_plan, serve_site
 
 LANGS = ("zh", "en")
 PAGES = ("index", "knobs", "slo-loop", "glossary")
+ALL_PAGES = ("index", "knobs", "slo-loop", "lab-knob-sweep", "lab-slo-loop", "autodl",
+             "glossary")
+WIDTHS = {1366: 768, 390: 844}
+MIN_LABEL_PX = 11
+CJK = re.compile(r"[\u4e00-\u9fff]")
+# English that the labs print (keep.verdict / pick_knee / tune) and the theme's own labels
+LAB_ENGLISH = re.compile(r"\b(?:KEEP|REVERT|RECHECK|knee between|every valid tested rate|"
+                         r"names no engine knob|plateau: no knob|GPU budget:|max_steps \()")
+OPEN_PRIMARY = ("(async () => { const b = [...document.querySelectorAll('.primary-toggle')]"
+                ".find((e) => e.offsetParent !== null); if (!b) return 'no visible toggle';"
+                " b.click(); await new Promise((r) => setTimeout(r, 400));"
+                " const d = document.querySelector('#pst-primary-sidebar-modal');"
+                " const links = d ? [...d.querySelectorAll('nav a.reference')]"
+                ".filter((a) => a.getClientRects().length) : [];"
+                " const out = {open: !!(d && d.open), links: links.length};"
+                " if (d && d.open) d.close(); return out; })()")  # the screenshot shows the page
+ENLARGE = ("(async () => { const b = document.querySelector('.diagram-enlarge');"
+           " if (!b) return null; b.click(); await new Promise((r) => setTimeout(r, 300));"
+           " const o = document.querySelector('.diagram-overlay');"
+           " if (!o) return {open: false}; const svg = o.querySelector('svg');"
+           " const s = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;"
+           " let min = Infinity; for (const t of svg.querySelectorAll("
+           "'text, foreignObject span, foreignObject div, foreignObject p')) {"
+           " if (!t.textContent.trim()) continue; const fs = parseFloat(getComputedStyle(t).fontSize);"
+           " if (fs) min = Math.min(min, fs * s); }"
+           " o.querySelector('[data-act=close]').click();"
+           " return {open: true, min_font_px: min,"
+           " closed: !document.querySelector('.diagram-overlay')}; })()")
 CELL_MERMAID_SVGS = "document.querySelectorAll('.cell_output .mermaid svg').length"
 BODY_TEXT_LEN = "(document.querySelector('main') || document.body).innerText.length"
 
@@ -113,3 +150,146 @@ def test_screenshot_saved(browser_run: dict[str, Any], name: str) -> None:
     shot = Path(_page(browser_run, name)["screenshot"])
     assert shot.parent == SCREENSHOTS
     assert shot.is_file() and shot.stat().st_size > 10_000
+
+
+# ---- the reader's acceptance: every page at 1366 px and 390 px --------------------------------
+
+def _wname(lang: str, page: str, width: int) -> str:
+    return f"{lang}-{page}-{width}"
+
+
+@pytest.fixture(scope="module")
+def reader_run() -> dict[str, Any]:
+    specs = []
+    for lang in LANGS:
+        for page in ALL_PAGES:
+            for width, height in WIDTHS.items():
+                steps = [{"eval": ENLARGE, "as": "enlarge"}]
+                if width == 390:
+                    steps.append({"eval": OPEN_PRIMARY, "as": "primary"})
+                specs.append({"name": _wname(lang, page, width),
+                              "path": f"book/{lang}/{page}.html",
+                              "viewport": {"width": width, "height": height},
+                              "checks": ["diagrams", "layout", "nav"], "steps": steps})
+    with serve_site() as base:
+        return run_plan(base, specs, process_timeout_s=900.0)
+
+
+def _rpage(run: dict[str, Any], lang: str, page: str, width: int) -> dict[str, Any]:
+    res = _page(run, _wname(lang, page, width))
+    assert res.get("error") is None, res.get("error")
+    return res
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("page", ALL_PAGES)
+def test_phone_menu_opens_the_chapter_list(reader_run: dict[str, Any], lang: str,
+                                           page: str) -> None:
+    res = _rpage(reader_run, lang, page, 390)
+    assert res["step_errors"] == []
+    primary = res["evals"]["primary"]
+    assert primary != "no visible toggle"
+    assert primary["open"] and primary["links"] >= 6, primary
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("page", ALL_PAGES)
+def test_nothing_widens_the_page(reader_run: dict[str, Any], lang: str, page: str,
+                                 width: int) -> None:
+    lay = _rpage(reader_run, lang, page, width)["layout"]
+    assert lay["doc_width"] <= lay["client_width"], lay
+    assert lay["sticking_out"] == [], lay
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("page", ALL_PAGES)
+def test_diagram_labels_are_readable_and_diagrams_fit_or_enlarge(
+        reader_run: dict[str, Any], lang: str, page: str) -> None:
+    for width in WIDTHS:
+        for d in _rpage(reader_run, lang, page, width)["diagrams"]:
+            assert d["rendered"], d
+            if width == 1366:
+                assert d["min_font_px"] is not None and d["min_font_px"] >= MIN_LABEL_PX, d
+            assert d["fits_height"] or d["enlarge"], d
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("page", ("index", "knobs", "slo-loop", "glossary"))
+def test_enlarged_diagram_is_readable_and_closes(reader_run: dict[str, Any], lang: str,
+                                                  page: str, width: int) -> None:
+    big = _rpage(reader_run, lang, page, width)["evals"]["enlarge"]
+    assert big is not None and big["open"], big
+    assert big["min_font_px"] >= MIN_LABEL_PX and big["closed"], big
+
+
+def test_some_pages_have_diagrams(reader_run: dict[str, Any]) -> None:
+    n = sum(len(_rpage(reader_run, lang, page, 1366)["diagrams"])
+            for lang in LANGS for page in ALL_PAGES)
+    assert n >= 10
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("page", ALL_PAGES)
+def test_prev_next_stay_in_the_page_language(reader_run: dict[str, Any], lang: str,
+                                             page: str) -> None:
+    nav = _rpage(reader_run, lang, page, 1366)["nav"]
+    for key in ("prev", "next"):
+        if nav[key] is not None:
+            assert f"/book/{lang}/" in nav[key]["href"], nav[key]
+            if lang == "zh":
+                assert CJK.search(nav[key]["text"]), nav[key]
+                assert not re.search(r"\b(?:next|previous)\b", nav[key]["text"], re.I)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_each_language_is_one_closed_reading_order(reader_run: dict[str, Any],
+                                                   lang: str) -> None:
+    linked = {p: _rpage(reader_run, lang, p, 1366)["nav"] for p in ALL_PAGES}
+    with_next = [p for p, nav in linked.items() if nav["next"] is not None]
+    with_prev = [p for p, nav in linked.items() if nav["prev"] is not None]
+    assert len(with_next) == len(ALL_PAGES) - 1 and len(with_prev) == len(ALL_PAGES) - 1
+
+
+@pytest.mark.parametrize("page", ALL_PAGES)
+def test_zh_theme_labels_are_chinese(reader_run: dict[str, Any], page: str) -> None:
+    nav = _rpage(reader_run, "zh", page, 1366)["nav"]
+    assert nav["search_placeholder"] and CJK.search(nav["search_placeholder"])
+    text = nav["main_text"]
+    for english in ("Contents", "Click to show", "Show code cell", "Hide code cell"):
+        assert english not in text, english
+    en = _rpage(reader_run, "en", page, 1366)["nav"]
+    assert en["search_placeholder"] and not CJK.search(en["search_placeholder"])
+
+
+@pytest.mark.parametrize("page", ("lab-knob-sweep", "lab-slo-loop"))
+def test_zh_lab_output_and_plots_are_chinese(reader_run: dict[str, Any], page: str) -> None:
+    nav = _rpage(reader_run, "zh", page, 1366)["nav"]
+    outputs = "\n".join(nav["outputs"])
+    assert not LAB_ENGLISH.search(outputs), LAB_ENGLISH.search(outputs).group(0)
+    # plot text is checked where it is made (tests/lab/test_plots.py: lang="zh")
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("page", ALL_PAGES)
+def test_no_debris_on_the_page(reader_run: dict[str, Any], lang: str, page: str) -> None:
+    nav = _rpage(reader_run, lang, page, 1366)["nav"]
+    text = nav["main_text"]
+    assert "<COURSE_REPO_URL>" not in text
+    assert "NBVAL_" not in text
+    tmp = re.search(r".{0,60}(?<![\w.])/tmp/.{0,40}", text)
+    assert tmp is None, tmp.group(0)
+    prose = text
+    for block in nav["code"] + nav["outputs"]:
+        prose = prose.replace(block, "")
+    stars = re.search(r".{0,30}\*\*.{0,30}", prose)
+    assert stars is None, stars.group(0)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("page", ALL_PAGES)
+def test_reader_screenshots_kept(reader_run: dict[str, Any], lang: str, page: str) -> None:
+    for width in WIDTHS:
+        shot = Path(_rpage(reader_run, lang, page, width)["screenshot"])
+        assert shot.parent == SCREENSHOTS and shot.stat().st_size > 10_000

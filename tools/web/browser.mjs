@@ -10,7 +10,8 @@
 //   "max_shot_px": 4000,                        // optional, screenshot height cap
 //   "pages": [{
 //     "name": "zh-knobs", "path": "book/zh/knobs.html",
-//     "checks": ["mermaid", "cjk", "langswitch"],  // any subset
+//     "viewport": {"width": 390, "height": 844},   // optional (default 1280 x 900)
+//     "checks": ["mermaid", "cjk", "langswitch", "layout", "diagrams", "nav"],  // any subset
 //     "steps": [                                     // optional, run after the checks, in order
 //       {"click": "css selector"}, {"fill": "css selector", "value": "text"},
 //       {"wait_for": "css selector"}, {"wait_ms": 200},
@@ -18,7 +19,11 @@
 //     ]
 //   }]
 // }
+// "layout": document width vs viewport and the widest elements that stick out;
+// "diagrams": per Mermaid SVG its smallest label font (px as drawn), size, enlarge control;
+// "nav": prev/next links, the theme labels, the text of code cells and outputs.
 // RESULT = {"pages": [{name, path, url, status, title, html_lang, mermaid, cjk, lang_switch,
+//             layout, diagrams, nav,
 //             evals, step_errors, console_errors, page_errors, screenshot}],
 //           "requests": [url...], "external_requests": [url...], "bad_responses": [[status,url]...]}
 // Requests that leave 127.0.0.1 are recorded and aborted (the page must not need them).
@@ -116,6 +121,80 @@ async function cjkCheck(page) {
   return { probes };
 }
 
+async function layoutCheck(page) {
+  // the document must not be wider than the viewport; list what sticks out (outside any
+  // box that scrolls on its own)
+  return page.evaluate(() => {
+    const vw = document.documentElement.clientWidth;
+    const scrolls = (el) => {
+      for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+        const ox = getComputedStyle(p).overflowX;
+        if (ox === "auto" || ox === "scroll" || ox === "hidden") return true;
+      }
+      return false;
+    };
+    const out = [];
+    for (const el of document.querySelectorAll("main *")) {
+      if (el.closest(".bd-sidebar-secondary, .bd-sidebar-primary, dialog")) continue;
+      const r = el.getBoundingClientRect();
+      if (r.width && r.right > vw + 1 && !scrolls(el)) {
+        out.push({ tag: el.tagName.toLowerCase(), cls: String(el.className).slice(0, 60),
+          right: Math.round(r.right) });
+        if (out.length >= 8) break;
+      }
+    }
+    return { viewport: window.innerWidth, client_width: vw,
+      doc_width: document.documentElement.scrollWidth,
+      body_width: document.body.scrollWidth, sticking_out: out };
+  });
+}
+
+async function diagramsCheck(page) {
+  // every Mermaid SVG: smallest label font as drawn (computed font-size x SVG scale)
+  await page.waitForFunction(() => [...document.querySelectorAll(".mermaid")].every(
+    (e) => e.dataset.sized === "1" || e.hasAttribute("data-mermaid-render-failed")), null,
+  { timeout }).catch(() => {});
+  return page.evaluate(() => [...document.querySelectorAll(".mermaid")].map((el) => {
+    const svg = el.querySelector("svg");
+    if (!svg) return { rendered: false };
+    const r = svg.getBoundingClientRect();
+    const vb = svg.viewBox && svg.viewBox.baseVal;
+    const scale = vb && vb.width ? r.width / vb.width : 1;
+    let min = Infinity;
+    let n = 0;
+    for (const t of svg.querySelectorAll("text, foreignObject span, foreignObject div, foreignObject p")) {
+      if (!t.textContent.trim()) continue;
+      const fs = parseFloat(getComputedStyle(t).fontSize);
+      if (fs) { min = Math.min(min, fs * scale); n++; }
+    }
+    const frame = el.closest(".diagram-frame");
+    return { rendered: true, labels: n, min_font_px: n ? Math.round(min * 10) / 10 : null,
+      width: Math.round(r.width), height: Math.round(r.height),
+      fits_height: r.height <= window.innerHeight,
+      enlarge: !!(frame && frame.querySelector("button.diagram-enlarge")),
+      direction: el.dataset.direction || null };
+  }));
+}
+
+async function navCheck(page) {
+  return page.evaluate(() => {
+    const link = (sel) => {
+      const a = document.querySelector(sel);
+      return a ? { href: a.href, text: a.innerText.replace(/\s+/g, " ").trim() } : null;
+    };
+    const text = (sel) => [...document.querySelectorAll(sel)].map((e) => e.innerText);
+    return {
+      prev: link(".prev-next-area a.left-prev"), next: link(".prev-next-area a.right-next"),
+      toc_title: text(".bd-toc .onthispage, .page-toc .tocsection, .bd-sidebar-secondary .onthispage"),
+      search_placeholder: document.querySelector(".bd-search input, input[name=q]")?.placeholder ?? null,
+      code: text(".cell .cell_input pre"),
+      outputs: text(".cell .cell_output"),
+      main_text: (document.querySelector("main") || document.body).innerText,
+      images: [...document.querySelectorAll("main img")].map((i) => ({ alt: i.alt, src: i.src })),
+    };
+  });
+}
+
 async function langSwitch(page) {
   const href = await page.evaluate(() => document.querySelector(".lang-switch-link")?.href ?? null);
   if (!href) return { href: null, status: null };
@@ -137,6 +216,8 @@ const results = [];
 if (plan.screenshots) mkdirSync(plan.screenshots, { recursive: true });
 for (const spec of plan.pages) {
   const page = await context.newPage();
+  const vp = spec.viewport ?? { width: 1280, height: 900 };
+  await page.setViewportSize(vp);
   const res = { name: spec.name, path: spec.path, console_errors: [], page_errors: [],
     evals: {}, step_errors: [] };
   page.on("console", (m) => { if (m.type() === "error") res.console_errors.push(m.text()); });
@@ -159,6 +240,9 @@ for (const spec of plan.pages) {
     if (checks.includes("mermaid")) { res.mermaid = await mermaidCheck(page); lap("mermaid"); }
     if (checks.includes("cjk")) { res.cjk = await cjkCheck(page); lap("cjk"); }
     if (checks.includes("langswitch")) { res.lang_switch = await langSwitch(page); lap("lang"); }
+    if (checks.includes("diagrams")) { res.diagrams = await diagramsCheck(page); lap("diagrams"); }
+    if (checks.includes("layout")) { res.layout = await layoutCheck(page); lap("layout"); }
+    if (checks.includes("nav")) { res.nav = await navCheck(page); lap("nav"); }
     for (const step of spec.steps ?? []) {
       try { await runStep(page, step, res.evals); } catch (e) {
         res.step_errors.push(`${JSON.stringify(step)}: ${String(e).split("\n")[0]}`);
@@ -170,7 +254,7 @@ for (const spec of plan.pages) {
       // full page, capped (very tall captures cost seconds each)
       const height = await page.evaluate(() => document.documentElement.scrollHeight);
       await page.screenshot({ path: res.screenshot, fullPage: true,
-        clip: { x: 0, y: 0, width: 1280, height: Math.min(height, plan.max_shot_px ?? 4000) } });
+        clip: { x: 0, y: 0, width: vp.width, height: Math.min(height, plan.max_shot_px ?? 4000) } });
       lap("screenshot");
     }
   } catch (e) {

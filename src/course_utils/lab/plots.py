@@ -1,5 +1,6 @@
 """The labs' plots (matplotlib, Agg outside a notebook): each saves a PNG and returns the
-figure."""
+figure. Titles, labels and legends are in `lang` ("en" or "zh"; the book's matplotlibrc puts
+a CJK font first)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from course_utils.core.texts import LANGS
+
 __all__ = [
     "plot_engine_stats",
     "plot_goodput",
@@ -17,6 +20,52 @@ __all__ = [
     "plot_series",
     "plot_triple",
 ]
+
+
+_T: dict[str, dict[str, str]] = {
+    "throughput_rps": {"en": "throughput (req/s)", "zh": "吞吐（req/s）"},
+    "gate_rps": {"en": "gate goodput (req/s)", "zh": "门槛 goodput（req/s）"},
+    "req_goodput_vllm": {"en": "vLLM request_goodput", "zh": "vLLM 逐请求 goodput"},
+    "offered_eq": {"en": "offered = completed", "zh": "到达 = 完成"},
+    "offered_rate": {"en": "offered rate (req/s)", "zh": "到达率（req/s）"},
+    "knee_title": {"en": "Step 0: where is the knee?", "zh": "第 0 步：拐点在哪？"},
+    "throughput": {"en": "throughput", "zh": "吞吐"},
+    "gate": {"en": "gate goodput", "zh": "门槛 goodput"},
+    "req_goodput": {"en": "request goodput (vLLM)", "zh": "逐请求 goodput（vLLM）"},
+    "goodput_title": {"en": "Goodput vs {knob}", "zh": "goodput 随 {knob} 的变化"},
+    "baseline": {"en": "baseline", "zh": "基线"},
+    "tie": {"en": "tie (within {p:.0%})", "zh": "持平（差距 < {p:.0%}）"},
+    "latency_title": {"en": "p99 latency vs {knob} (labels: value)",
+                      "zh": "p99 延迟随 {knob} 的变化（标注：取值）"},
+    "slo_box": {"en": "inside the SLO: {slo}", "zh": "SLO 以内：{slo}"},
+    "p99_tpot": {"en": "p99 TPOT (ms)", "zh": "p99 TPOT（ms）"},
+    "p99_ttft": {"en": "p99 TTFT (ms)", "zh": "p99 TTFT（ms）"},
+    "no_samples": {"en": "no samples", "zh": "没有采样"},
+    "waiting": {"en": "waiting", "zh": "排队"},
+    "running": {"en": "running", "zh": "运行中"},
+    "seconds": {"en": "seconds", "zh": "秒"},
+    "requests": {"en": "requests", "zh": "请求数"},
+    "kv_pct": {"en": "KV usage %", "zh": "KV 占用 %"},
+    "series_title": {"en": "/metrics under load", "zh": "负载期间的 /metrics"},
+    "stats_x": {"en": "seconds into the pass (vLLM's stats lines)",
+                "zh": "测试开始后的秒数（vLLM 统计行）"},
+    "gen_tok_s": {"en": "generation tok/s", "zh": "生成 tok/s"},
+    "kv_pct_dashed": {"en": "KV usage % (dashed)", "zh": "KV 占用 %（虚线）"},
+    "stats_title": {"en": "engine stats: same batch until the KV cache fills",
+                    "zh": "引擎统计：KV cache 填满之前批是同一个"},
+    "accuracy": {"en": "quality: accuracy %", "zh": "质量：准确率 %"},
+    "accuracy_na": {"en": "accuracy: n/a (dummy weights)", "zh": "准确率：无（随机权重）"},
+    "out_tok_s": {"en": "output tok/s", "zh": "输出 tok/s"},
+    "latency_s": {"en": "per-request latency (s)", "zh": "单请求延迟（s）"},
+    "kv_tokens": {"en": "GPU KV cache (tokens)", "zh": "GPU KV cache 容量（token）"},
+}
+
+
+def _t(key: str, lang: str, **kw: Any) -> str:
+    if lang not in LANGS:
+        raise ValueError(f"lang must be one of {LANGS}, not {lang!r}")
+    text = _T[key][lang]
+    return text.format(**kw) if kw else text
 
 
 def _plt() -> Any:
@@ -36,105 +85,164 @@ def _save(fig: Any, path: str | Path | None) -> Any:
     return fig
 
 
-def plot_knee(records: Sequence[Mapping[str, Any]], path: str | Path | None = None) -> Any:
+def plot_knee(records: Sequence[Mapping[str, Any]], path: str | Path | None = None,
+              lang: str = "en") -> Any:
     """Completed throughput and gate goodput against the offered rate."""
+    _t("knee_title", lang)
     plt = _plt()
     ok = sorted((r for r in records if r.get("status") == "ok" and r["rate"] != "inf"),
                 key=lambda r: float(r["rate"]))
     x = [float(r["rate"]) for r in ok]
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    ax.plot(x, [r["request_throughput"] for r in ok], "o-", label="throughput (req/s)")
-    ax.plot(x, [r["gate_goodput"] for r in ok], "s--", label="gate goodput (req/s)")
-    ax.plot(x, [r.get("request_goodput") or 0 for r in ok], "^:", label="vLLM request_goodput")
+    ax.plot(x, [r["request_throughput"] for r in ok], "o-", label=_t("throughput_rps", lang))
+    ax.plot(x, [r["gate_goodput"] for r in ok], "s--", label=_t("gate_rps", lang))
+    ax.plot(x, [r.get("request_goodput") or 0 for r in ok], "^:",
+            label=_t("req_goodput_vllm", lang))
     if x:
-        ax.plot([0, max(x)], [0, max(x)], color="grey", lw=0.8, label="offered = completed")
-    ax.set_xlabel("offered rate (req/s)")
+        ax.plot([0, max(x)], [0, max(x)], color="grey", lw=0.8, label=_t("offered_eq", lang))
+    ax.set_xlabel(_t("offered_rate", lang))
     ax.set_ylabel("req/s")
-    ax.set_title("Step 0: where is the knee?")
+    ax.set_ylim(bottom=0)
+    ax.set_title(_t("knee_title", lang))
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return _save(fig, path)
 
 
+def _effective(p: Mapping[str, Any], knob: str) -> float | None:
+    """The knob's value a point ran with: its swept value, or for a baseline point the value
+    in its `knobs` (None when the baseline left the knob at a default that depends on the
+    GPU: it is not placed on the axis)."""
+    if p.get("knob") == knob:
+        return float(p["value"])
+    if p.get("knob") in (None, "baseline"):
+        v = (p.get("knobs") or {}).get(knob)
+        return None if v is None else float(v)
+    return None
+
+
 def _by_value(points: Sequence[Mapping[str, Any]], knob: str) -> list[Mapping[str, Any]]:
-    rows = [p for p in points if p.get("knob") == knob and p.get("status") == "ok"]
-    best: dict[Any, Mapping[str, Any]] = {}
-    for p in rows:  # one point per value (the last recorded)
-        best[p["value"]] = p
-    return sorted(best.values(), key=lambda p: float(p["value"]))
+    """One ok point per effective value of `knob` (the last recorded; a swept point wins
+    over a baseline at the same value), the baseline included, in value order."""
+    best: dict[float, Mapping[str, Any]] = {}
+    for p in points:
+        if p.get("status") != "ok":
+            continue
+        v = _effective(p, knob)
+        if v is None:
+            continue
+        if v in best and best[v].get("knob") == knob and p.get("knob") != knob:
+            continue
+        best[v] = p
+    return [best[v] for v in sorted(best)]
+
+
+def _is_base(p: Mapping[str, Any]) -> bool:
+    return p.get("knob") in (None, "baseline")
 
 
 def plot_goodput(points: Sequence[Mapping[str, Any]], knob: str,
-                 path: str | Path | None = None) -> Any:
-    """Both goodput scores (gate and vLLM's per-request) and throughput against the knob."""
+                 path: str | Path | None = None, lang: str = "en",
+                 plateau: float = 0.02) -> Any:
+    """Both goodput scores (gate and vLLM's per-request) and throughput against the knob,
+    the baseline included (at its effective value); the y-axis starts at 0, and values whose
+    request goodput is within `plateau` of the best are marked as a tie."""
+    _t("goodput_title", lang, knob=knob)
     plt = _plt()
     rows = _by_value(points, knob)
-    x = [float(p["value"]) for p in rows]
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    ax.plot(x, [p["score"]["request_throughput"] for p in rows], "o-", label="throughput")
-    ax.plot(x, [p["score"]["gate_goodput"] for p in rows], "s--", label="gate goodput")
-    ax.plot(x, [p["score"].get("request_goodput") or 0 for p in rows], "^:",
-            label="request goodput (vLLM)")
+    x = [_effective(p, knob) for p in rows]
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax.plot(x, [p["score"]["request_throughput"] for p in rows], "o-",
+            label=_t("throughput", lang))
+    ax.plot(x, [p["score"]["gate_goodput"] for p in rows], "s--", label=_t("gate", lang))
+    req = [p["score"].get("request_goodput") or 0 for p in rows]
+    ax.plot(x, req, "^:", label=_t("req_goodput", lang))
+    top = max(req, default=0.0)
+    for p, xv, yv in zip(rows, x, req, strict=True):
+        notes = []
+        if _is_base(p):
+            notes.append(_t("baseline", lang))
+        if top > 0 and yv > 0 and yv >= top / (1.0 + plateau) and sum(
+                1 for r in req if r >= top / (1.0 + plateau)) > 1:
+            notes.append(_t("tie", lang, p=plateau))
+        if notes:
+            ax.annotate(" · ".join(notes), (xv, yv), textcoords="offset points",
+                        xytext=(0, -14), ha="center", fontsize=8)
+    if len(set(x)) > 1 and max(x) / max(min(x), 1e-9) >= 8:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"{v:g}" for v in x])
+    ax.set_ylim(0, max([top] + [p["score"]["request_throughput"] for p in rows] + [1]) * 1.15)
     ax.set_xlabel(knob)
     ax.set_ylabel("req/s")
-    ax.set_title(f"Goodput vs {knob}")
-    ax.legend(fontsize=8)
+    ax.set_title(_t("goodput_title", lang, knob=knob))
+    ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
     return _save(fig, path)
 
 
 def plot_latency_box(points: Sequence[Mapping[str, Any]], knob: str, slo: Any,
-                     path: str | Path | None = None) -> Any:
-    """p99 TTFT and p99 TPOT against the knob; the SLO drawn as the box to stay inside."""
+                     path: str | Path | None = None, lang: str = "en") -> Any:
+    """p99 TTFT against p99 TPOT for each value of the knob (the baseline included), on
+    linear axes around the SLO box (the region to stay inside); the legend sits outside."""
+    _t("latency_title", lang, knob=knob)
     plt = _plt()
-    rows = _by_value(points, knob)
-    fig, ax = plt.subplots(figsize=(5.2, 4))
-    ttft = [p["bench"].get("p99_ttft_ms") for p in rows]
-    tpot = [p["bench"].get("p99_tpot_ms") for p in rows]
-    ax.plot(tpot, ttft, "o-")
+    rows = [p for p in _by_value(points, knob)
+            if p.get("bench", {}).get("p99_ttft_ms") is not None
+            and p.get("bench", {}).get("p99_tpot_ms") is not None]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ttft = [p["bench"]["p99_ttft_ms"] for p in rows]
+    tpot = [p["bench"]["p99_tpot_ms"] for p in rows]
+    ax.plot(tpot, ttft, "o-", color="C0")
     for p, x, y in zip(rows, tpot, ttft, strict=True):
-        if x is not None and y is not None:
-            ax.annotate(f"{p['value']}", (x, y), textcoords="offset points", xytext=(4, 4),
-                        fontsize=8)
+        value = f"{_effective(p, knob):g}"
+        label = f"{value} ({_t('baseline', lang)})" if _is_base(p) else value
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=9)
+    xs, ys = list(tpot), list(ttft)
     if getattr(slo, "ttft_ms", None) and getattr(slo, "tpot_ms", None):
         from matplotlib.patches import Rectangle
 
         ax.add_patch(Rectangle((0, 0), slo.tpot_ms, slo.ttft_ms, fill=True, alpha=0.12,
-                               color="green", label=f"SLO: {slo}"))
+                               color="green", label=_t("slo_box", lang, slo=slo)))
         ax.axhline(slo.ttft_ms, color="green", lw=0.8)
         ax.axvline(slo.tpot_ms, color="green", lw=0.8)
-    ax.set_xscale("symlog", linthresh=10)
-    ax.set_yscale("symlog", linthresh=100)
-    ax.set_xlabel("p99 TPOT (ms)")
-    ax.set_ylabel("p99 TTFT (ms)")
-    ax.set_title(f"p99 latency vs {knob} (labels: value)")
-    ax.legend(fontsize=8, loc="upper right")
+        xs.append(slo.tpot_ms)
+        ys.append(slo.ttft_ms)
+    ax.set_xlim(0, max(xs + [1]) * 1.25)
+    ax.set_ylim(0, max(ys + [1]) * 1.15)
+    ax.set_xlabel(_t("p99_tpot", lang))
+    ax.set_ylabel(_t("p99_ttft", lang))
+    ax.set_title(_t("latency_title", lang, knob=knob))
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
     ax.grid(alpha=0.3)
     return _save(fig, path)
 
 
-def plot_series(samples: Sequence[Any], path: str | Path | None = None, title: str = "") -> Any:
+def plot_series(samples: Sequence[Any], path: str | Path | None = None, title: str = "",
+                lang: str = "en") -> Any:
     """The /metrics series sampled during a load: waiting, running, KV usage."""
     from course_utils.core import metrics as m
 
+    _t("series_title", lang)
     plt = _plt()
     if not samples:
         fig, ax = plt.subplots(figsize=(6, 3))
-        ax.text(0.5, 0.5, "no samples", ha="center")
+        ax.text(0.5, 0.5, _t("no_samples", lang), ha="center")
         return _save(fig, path)
     t0 = samples[0].t
     t = [s.t - t0 for s in samples]
     fig, ax = plt.subplots(figsize=(6.5, 3.4))
-    ax.plot(t, [s.gauge(m.WAITING) or 0 for s in samples], label="waiting")
-    ax.plot(t, [s.gauge(m.RUNNING) or 0 for s in samples], label="running")
-    ax.set_xlabel("seconds")
-    ax.set_ylabel("requests")
+    ax.plot(t, [s.gauge(m.WAITING) or 0 for s in samples], label=_t("waiting", lang))
+    ax.plot(t, [s.gauge(m.RUNNING) or 0 for s in samples], label=_t("running", lang))
+    ax.set_xlabel(_t("seconds", lang))
+    ax.set_ylabel(_t("requests", lang))
     ax2 = ax.twinx()
     ax2.plot(t, [100 * (s.gauge(m.KV_USAGE) or 0) for s in samples], color="tab:red",
-             lw=0.8, label="KV usage %")
+             lw=0.8, label=_t("kv_pct", lang))
     ax2.set_ylim(0, 105)
-    ax2.set_ylabel("KV usage %")
-    ax.set_title(title or "/metrics under load")
+    ax2.set_ylabel(_t("kv_pct", lang))
+    ax.set_title(title or _t("series_title", lang))
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="upper left")
@@ -142,10 +250,11 @@ def plot_series(samples: Sequence[Any], path: str | Path | None = None, title: s
     return _save(fig, path)
 
 
-def plot_engine_stats(spread: Mapping[str, Any], knob: str, path: str | Path | None = None
-                      ) -> Any:
+def plot_engine_stats(spread: Mapping[str, Any], knob: str, path: str | Path | None = None,
+                      lang: str = "en") -> Any:
     """Lab 01: vLLM's 10 s engine stats of each point (``keep.same_batch_gap``):
     generation tokens/s (solid) and KV cache usage (dashed) against time in the pass."""
+    _t("stats_title", lang)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 3.4))
     ax2 = ax.twinx()
@@ -156,43 +265,56 @@ def plot_engine_stats(spread: Mapping[str, Any], knob: str, path: str | Path | N
         ax.plot(t, [r.gen_tok_s for r in rows], "o-", color=color, ms=3,
                 label=f"{knob}={value}")
         ax2.plot(t, [100 * r.kv_usage for r in rows], "--", color=color, lw=0.9)
-    ax.set_xlabel("seconds into the pass (vLLM's stats lines)")
-    ax.set_ylabel("generation tok/s")
-    ax2.set_ylabel("KV usage % (dashed)")
+    ax.set_xlabel(_t("stats_x", lang))
+    ax.set_ylabel(_t("gen_tok_s", lang))
+    ax2.set_ylabel(_t("kv_pct_dashed", lang))
     ax2.set_ylim(0, 105)
-    ax.set_title("engine stats: same batch until the KV cache fills")
+    ax.set_title(_t("stats_title", lang))
     ax.legend(fontsize=8, loc="lower left")
     ax.grid(alpha=0.3)
     return _save(fig, path)
 
 
 def plot_triple(records: Sequence[Mapping[str, Any]], knob: str,
-                path: str | Path | None = None) -> Any:
-    """Lab 01: accuracy, output tok/s, p50/p99 latency and KV tokens against the knob."""
+                path: str | Path | None = None, lang: str = "en") -> Any:
+    """Lab 01: accuracy, output tok/s, p50/p99 latency and KV tokens against the knob. On
+    dummy weights (no accuracy) the accuracy panel is left out and the title says n/a; the
+    panels go in a 2 x 2 (or 1 x 3) grid so their ticks stay readable."""
+    _t("accuracy", lang)
     plt = _plt()
     rows = sorted((r for r in records if r.get("status") == "ok"), key=lambda r: float(r["value"]))
     x = [float(r["value"]) for r in rows]
-    fig, axes = plt.subplots(1, 4, figsize=(13, 3.2))
     acc = [r.get("accuracy") for r in rows]
-    if rows and all(a is not None for a in acc) and rows[0].get("load_format") != "dummy":
-        axes[0].plot(x, [100 * a for a in acc], "o-")
-        axes[0].set_ylim(0, 105)
-    else:
-        axes[0].text(0.5, 0.5, "accuracy: n/a\n(dummy weights)", ha="center", va="center",
-                     transform=axes[0].transAxes)
-    axes[0].set_title("quality: accuracy %")
-    axes[1].plot(x, [r.get("output_tok_s") for r in rows], "o-")
-    axes[1].set_title("output tok/s")
-    axes[2].plot(x, [r.get("latency_p50_s") for r in rows], "o-", label="p50")
-    axes[2].plot(x, [r.get("latency_p99_s") for r in rows], "s--", label="p99")
-    axes[2].set_title("per-request latency (s)")
-    axes[2].legend(fontsize=8)
-    axes[3].plot(x, [r.get("kv_cache_tokens") for r in rows], "o-")
-    axes[3].set_title("GPU KV cache (tokens)")
+    has_acc = bool(rows) and all(a is not None for a in acc) and rows[0].get(
+        "load_format") != "dummy"
+    n = 4 if has_acc else 3
+    fig, axes = plt.subplots(2, 2, figsize=(9, 6.2)) if n == 4 else plt.subplots(
+        1, 3, figsize=(11, 3.6))
+    axes = list(getattr(axes, "flat", axes))
+    if has_acc:
+        ax_acc = axes.pop(0)
+        ax_acc.plot(x, [100 * a for a in acc], "o-")
+        ax_acc.set_ylim(0, 105)
+        ax_acc.set_title(_t("accuracy", lang))
+        ax_acc.set_xlabel(knob)
+        ax_acc.grid(alpha=0.3)
+    axes[0].plot(x, [r.get("output_tok_s") for r in rows], "o-")
+    axes[0].set_title(_t("out_tok_s", lang))
+    axes[0].set_ylim(bottom=0)
+    axes[1].plot(x, [r.get("latency_p50_s") for r in rows], "o-", label="p50")
+    axes[1].plot(x, [r.get("latency_p99_s") for r in rows], "s--", label="p99")
+    axes[1].set_title(_t("latency_s", lang))
+    axes[1].set_ylim(bottom=0)
+    axes[1].legend(fontsize=9)
+    axes[2].plot(x, [r.get("kv_cache_tokens") for r in rows], "o-")
+    axes[2].set_title(_t("kv_tokens", lang))
     for ax in axes:
         ax.set_xlabel(knob)
+        ax.set_xticks(x)
+        ax.set_xticklabels([f"{v:g}" for v in x])
+        ax.tick_params(labelsize=10)
         ax.grid(alpha=0.3)
+    if not has_acc:
+        fig.suptitle(_t("accuracy_na", lang), fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
-
-

@@ -96,6 +96,8 @@ def knee_scan(
     knobs = dict(base_knobs or {})
     gib = gpu_memory_gib if gpu_memory_gib is not None else (_gpu_gib() or 24.0)
     mns = int(knobs.get("max_num_seqs") or knobs_mod.default("max_num_seqs", gpu_memory_gib=gib))
+    mnbt = int(knobs.get("max_num_batched_tokens")
+               or knobs_mod.default("max_num_batched_tokens", gpu_memory_gib=gib))
     cfg = measure_config or MeasureConfig(
         repeats=0, metrics_interval_s=metrics_interval_s, bench_kwargs=dict(bench_kwargs or {}),
         **({"warmup_min_prompts": warmup_prompts} if warmup_prompts is not None else {}))
@@ -108,17 +110,19 @@ def knee_scan(
         with srv:
             say(f"knee: server up in {srv.startup_s:.0f} s; rates {[rate_key(r) for r in todo]}")
             for rate in todo:
-                rec = _scan_rate(srv, model, rate, rates, workload, slo, knobs, kdir, cfg, mns)
+                rec = _scan_rate(srv, model, rate, rates, workload, slo, knobs, kdir, cfg, mns,
+                                 mnbt)
                 append_jsonl(path, rec)
                 done[rate_key(rate)] = rec
                 say(_line(as_point(rec)))
             for rk in _brackets(done, rates, bracket_repeats):
-                rec = _repeat_rate(srv, model, done[rk], kdir, cfg, mns, slo)
+                rec = _repeat_rate(srv, model, done[rk], kdir, cfg, (mns, mnbt), slo)
                 append_jsonl(path, rec)
                 done[rk] = rec
                 say("repeat " + _line(as_point(rec)))
             if need_b1:
-                _batch1(srv, model, workload, rates, slo, kdir, out, cfg, mns, batch1_prompts, say)
+                _batch1(srv, model, workload, rates, slo, kdir, out, cfg, (mns, mnbt),
+                        batch1_prompts, say)
     except ServerStartError as exc:
         for rate in todo:
             rk = rate_key(rate)
@@ -133,7 +137,7 @@ def knee_scan(
 
 def _scan_rate(srv: VllmServer, model: str, rate: float, rates: Sequence[float],
                workload: Workload, slo: SLO, knobs: dict[str, Any], kdir: Path,
-               cfg: MeasureConfig, mns: int) -> dict[str, Any]:
+               cfg: MeasureConfig, mns: int, mnbt: int) -> dict[str, Any]:
     rk = rate_key(rate)
     w = replace(workload, request_rate=float(rate), seed=knee_seed(workload.seed, rates, rate))
     t0 = time.monotonic()
@@ -142,7 +146,7 @@ def _scan_rate(srv: VllmServer, model: str, rate: float, rates: Sequence[float],
                     serve_cmd=shlex.join(srv.argv), startup_s=round(srv.startup_s or 0.0, 2),
                     time=time.strftime("%Y-%m-%dT%H:%M:%S"))
     p.warmup, p.windows = measure(srv, model, w, slo, PointPaths(kdir / f"rate-{rk}"),
-                                  cfg=cfg, max_num_seqs=mns)
+                                  cfg=cfg, max_num_seqs=mns, max_num_batched_tokens=mnbt)
     p.status = "ok" if any(x.ok for x in p.windows) else "failed"
     p.reason = None if p.status == "ok" else (p.windows[-1].reason if p.windows else "no window")
     p.elapsed_s = round(time.monotonic() - t0, 2)
@@ -168,13 +172,13 @@ def _brackets(done: Mapping[str, Mapping[str, Any]], rates: Sequence[float],
 
 
 def _repeat_rate(srv: VllmServer, model: str, rec: Mapping[str, Any], kdir: Path,
-                 cfg: MeasureConfig, mns: int, slo: SLO) -> dict[str, Any]:
+                 cfg: MeasureConfig, limits: tuple[int, int], slo: SLO) -> dict[str, Any]:
     p = as_point(rec)
     w = Workload.from_dict(p.workload)
     t0 = time.monotonic()
     _, more = measure(srv, model, w, slo, PointPaths(kdir / f"rate-{p.rate_key}"),
-                      cfg=replace(cfg, warmup_share=0.0, repeats=0), max_num_seqs=mns,
-                      first_index=len(p.windows))
+                      cfg=replace(cfg, warmup_share=0.0, repeats=0), max_num_seqs=limits[0],
+                      max_num_batched_tokens=limits[1], first_index=len(p.windows))
     for x in more:
         x.purpose = "repeat" if x.purpose == "measure" else x.purpose
     p.windows += more
@@ -183,12 +187,13 @@ def _repeat_rate(srv: VllmServer, model: str, rec: Mapping[str, Any], kdir: Path
 
 
 def _batch1(srv: VllmServer, model: str, workload: Workload, rates: Sequence[float], slo: SLO,
-            kdir: Path, out: Path, cfg: MeasureConfig, mns: int, n: int,
+            kdir: Path, out: Path, cfg: MeasureConfig, limits: tuple[int, int], n: int,
             say: Callable[[str], None]) -> None:
     w1 = replace(workload, num_prompts=n, request_rate=math.inf, max_concurrency=1,
                  seed=workload.seed + len(rates))
     _, wins = measure(srv, model, w1, slo, PointPaths(kdir / "batch1"),
-                      cfg=replace(cfg, warmup_share=0.0, repeats=0), max_num_seqs=mns)
+                      cfg=replace(cfg, warmup_share=0.0, repeats=0), max_num_seqs=limits[0],
+                      max_num_batched_tokens=limits[1])
     rec: dict[str, Any] = {"workload": w1.to_dict(), "knobs": srv.knobs,
                            "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
     good = next((x for x in wins if x.valid), wins[-1] if wins else None)

@@ -124,7 +124,8 @@ def _warm_up(server: VllmServer, model: str, workload: Workload, paths: PointPat
 
 def _window(server: VllmServer, model: str, workload: Workload, slo: SLO | None,
             paths: PointPaths, cfg: MeasureConfig, index: int, purpose: str,
-            covered_running: float | None, max_num_seqs: int) -> Window:
+            covered_running: float | None, max_num_seqs: int,
+            max_num_batched_tokens: int | None) -> Window:
     """One measured window on the running server (never raises for a failed bench)."""
     w = replace(workload, seed=workload.seed + index * WINDOW_SEED_STRIDE)
     t0, started, off0 = time.monotonic(), time.time(), _log_size(server)
@@ -161,7 +162,8 @@ def _window(server: VllmServer, model: str, workload: Workload, slo: SLO | None,
         win.score = Scores(gate_goodput=sc.gate_goodput, request_goodput=sc.request_goodput,
                            request_throughput=sc.request_throughput, meets_slo=sc.meets_slo,
                            violations=list(sc.violations))
-        diag = diagnose(samples, res, slo, max_num_seqs=max_num_seqs)
+        diag = diagnose(samples, res, slo, max_num_seqs=max_num_seqs,
+                        max_num_batched_tokens=max_num_batched_tokens)
         win.diagnosis = {**diag.as_dict(), "why_en": diag.why("en"), "why_zh": diag.why("zh")}
     win.status, win.valid, win.validity_issues = "ok", not issues, issues
     win.prefix_cache_hit_rate, win.bench, win.load = hit, bench_summary(res.raw), load.as_dict()
@@ -180,11 +182,13 @@ def _close(win: Window, server: VllmServer, sampler: MetricsSampler, paths: Poin
 
 def measure(server: VllmServer, model: str, workload: Workload, slo: SLO | None,
             paths: PointPaths, *, cfg: MeasureConfig | None = None, max_num_seqs: int = 256,
-            on_window: Any = None, first_index: int = 0) -> tuple[Warmup | None, list[Window]]:
+            max_num_batched_tokens: int | None = None, on_window: Any = None,
+            first_index: int = 0) -> tuple[Warmup | None, list[Window]]:
     """Warm up, then measure windows until ``1 + cfg.repeats`` are valid or the re-measure
     budget (``cfg.remeasure`` invalid windows) is spent. Returns the warm-up and every
     window, valid or not, in order. ``first_index``: the index (and seed offset) of the first
-    window, for more windows of a point measured before on this server."""
+    window, for more windows of a point measured before on this server. ``max_num_seqs`` and
+    ``max_num_batched_tokens``: the server's effective values, for the diagnosis."""
     cfg = cfg or MeasureConfig()
     paths.dir.mkdir(parents=True, exist_ok=True)
     warm = _warm_up(server, model, workload, paths, cfg)
@@ -195,7 +199,7 @@ def measure(server: VllmServer, model: str, workload: Workload, slo: SLO | None,
         purpose = ("measure" if not windows else
                    "remeasure" if not windows[-1].valid else "repeat")
         win = _window(server, model, workload, slo, paths, cfg, first_index + len(windows),
-                      purpose, covered, max_num_seqs)
+                      purpose, covered, max_num_seqs, max_num_batched_tokens)
         windows.append(win)
         if on_window is not None:
             on_window(win)

@@ -27,7 +27,7 @@ from course_utils.core.keep import as_point, decide, next_knob, objective_value
 from course_utils.core.metrics import load_series
 from course_utils.core.records import PointPaths, ServedPoint, Workload
 from course_utils.core.records import read_jsonl as load_jsonl
-from course_utils.core.validity import prefix_cache_hit_rate, prefix_cache_issue
+from course_utils.core.validity import prefix_cache_hit_rate, prefix_cache_issue, warmup_issue
 from course_utils.lab.knee import BATCH1_FILE, KNEE_FILE, latest_by_rate, rate_key
 
 __all__ = [
@@ -67,8 +67,8 @@ __all__ = [
 
 def recheck(rec: Mapping[str, Any], folder: Path) -> dict[str, Any]:
     """``rec`` with its windows' prefix-cache check re-derived from the /metrics series
-    recorded in ``folder`` (old runs are judged by today's rules: a replayed prompt set
-    shows up as prefix-cache hits). Other recorded issues (JIT, rate, failures) stay."""
+    recorded in ``folder`` and the warm-up coverage check from the recorded peaks (old runs
+    are judged by today's rules). Other recorded issues (JIT, rate, failures) stay."""
     out = dict(rec)
     if out.get("status") != "ok":
         out["valid"] = False
@@ -76,17 +76,28 @@ def recheck(rec: Mapping[str, Any], folder: Path) -> dict[str, Any]:
     paths = PointPaths(folder)
     wl = Workload.from_dict(out["workload"]) if out.get("workload") else None
     if "windows" in out:
-        out["windows"] = [_recheck_window(dict(w), paths.metrics(int(w["index"])), wl)
-                          for w in out["windows"]]
+        covered = (out.get("warmup") or {}).get("running_max")
+        windows = []
+        for w in out["windows"]:  # as measure() does: each window warms the next one
+            windows.append(_recheck_window(dict(w), paths.metrics(int(w["index"])), wl,
+                                           covered))
+            if w.get("status") == "ok":
+                peak = (w.get("load") or {}).get("running_max") or 0.0
+                covered = max(float(covered or 0.0), float(peak))
+        out["windows"] = windows
         return ServedPoint.from_json(out).to_json()
     return _recheck_window(out, paths.metrics(0), wl)
 
 
-def _recheck_window(w: dict[str, Any], series: Path, wl: Workload | None) -> dict[str, Any]:
+def _recheck_window(w: dict[str, Any], series: Path, wl: Workload | None,
+                   covered: float | None = None) -> dict[str, Any]:
     if w.get("status") != "ok":
         return w
     issues = [i for i in (w.get("validity_issues") or [])
-              if not str(i).startswith("prefix cache hit rate")]
+              if not str(i).startswith(("prefix cache hit rate", "the warm-up ran at most"))]
+    cover = warmup_issue(covered, (w.get("load") or {}).get("running_max"))
+    if cover:
+        issues.append(cover)
     hit = w.get("prefix_cache_hit_rate")
     if series.is_file():
         hit = prefix_cache_hit_rate(load_series(series))

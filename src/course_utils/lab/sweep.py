@@ -210,6 +210,7 @@ def run_point(model: str, point: ServedPoint, cfg: SweepConfig,
                      check_knobs=cfg.prevalidate, **cfg.server_kwargs)
     point.serve_cmd = shlex.join(srv.argv)
     mns = int(effective("max_num_seqs", point.knobs, cfg.gpu_gib()))
+    mnbt = int(effective("max_num_batched_tokens", point.knobs, cfg.gpu_gib()))
     bench_kw = {"vllm_cmd": cfg.server_kwargs.get("vllm_cmd", ("vllm",)),
                 **dict(cfg.measure.bench_kwargs)}
     mcfg = MeasureConfig(**{**cfg.measure.__dict__, "bench_kwargs": bench_kw})
@@ -218,6 +219,7 @@ def run_point(model: str, point: ServedPoint, cfg: SweepConfig,
             point.startup_s = round(srv.startup_s or 0.0, 2)
             point.warmup, point.windows = measure(srv, model, cfg.workload, cfg.slo, paths,
                                                   cfg=mcfg, max_num_seqs=mns,
+                                                  max_num_batched_tokens=mnbt,
                                                   on_window=on_window)
     except ServerStartError as exc:
         point.status, point.reason = "failed", exc.reason

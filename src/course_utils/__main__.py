@@ -107,7 +107,7 @@ def cmd_goodput(a: argparse.Namespace) -> None:
             f"SLO: {s}",
             f"request throughput:            {sc.request_throughput:.2f} req/s",
             f"per-request goodput (vLLM):    {rg} req/s",
-            f"p99 gate goodput (lesson 000): {sc.gate_goodput:.2f} req/s "
+            f"p99 gate goodput (the SLO lesson's score): {sc.gate_goodput:.2f} req/s "
             f"({'meets' if sc.meets_slo else 'violates'} the SLO)",
             sc.why_they_differ(a.lang)])
 

@@ -324,25 +324,49 @@ def point_log(results_dir: str | Path, record: Mapping[str, Any]) -> Path | None
     return None
 
 
+def _same_batch_lines(stats: Sequence[EngineStatsLine], full: float = 0.99) -> dict[float, float]:
+    """t_s -> generation tokens/s of the lines before the KV cache filled with no prompt
+    work in the interval (the same batch, whatever the KV size)."""
+    full_at = next((s.t_s for s in stats if s.kv_usage >= full), None)
+    return {s.t_s: s.gen_tok_s for s in stats
+            if (full_at is None or s.t_s < full_at) and s.prompt_tok_s == 0.0}
+
+
 def same_batch_gap(results_dir: str | Path, records: Sequence[Mapping[str, Any]], *,
                    baseline: Any) -> dict[str, Any] | None:
-    """Each ok point's engine_stats and kv_timeline, and its generation tokens/s before its
-    KV cache filled relative to the baseline's. Before the cache fills, every point runs the
-    same batch at the same context lengths, so a capacity knob cannot make a difference
-    there: a gap is this machine's run-to-run spread. None without the baseline's stats."""
+    """Each ok point's engine stats and KV timeline, and its generation tokens/s before
+    either KV cache filled relative to the baseline's, both averaged over the SAME seconds
+    of the pass (the stats lines both points logged before either cache filled). Before
+    the cache fills, every point runs the same batch at the same context lengths, so a
+    capacity knob cannot make a difference there: a gap is this machine's run-to-run spread
+    (or order). None without the baseline's stats or a shared second."""
     lines, stats = {}, {}
     for r in records:
         log = point_log(results_dir, r) if r.get("status") == "ok" else None
         if log is not None:
             stats[r["value"]] = engine_stats(log.read_text(errors="replace"))
             lines[r["value"]] = kv_timeline(stats[r["value"]])
-    base = (lines.get(baseline) or {}).get("gen_tok_s_before_full")
-    if not base:
+    if baseline not in stats:
         return None
-    gaps = {v: t["gen_tok_s_before_full"] / base - 1.0
-            for v, t in lines.items() if v != baseline and t["gen_tok_s_before_full"]}
-    return {"timelines": lines, "stats": stats, "gaps": gaps,
-            "max_abs_gap": max((abs(g) for g in gaps.values()), default=0.0)}
+    base = _same_batch_lines(stats[baseline])
+    gaps, windows, shared_means = {}, {}, {}
+    for v, st in stats.items():
+        if v == baseline:
+            continue
+        mine = _same_batch_lines(st)
+        shared = sorted(set(base) & set(mine))
+        if not shared:
+            continue
+        b = sum(base[t] for t in shared) / len(shared)
+        m = sum(mine[t] for t in shared) / len(shared)
+        if b > 0:
+            gaps[v] = m / b - 1.0
+            windows[v] = [shared[0], shared[-1]]
+            shared_means[v] = {"baseline": b, "value": m, "lines": len(shared)}
+    if not gaps:
+        return None
+    return {"timelines": lines, "stats": stats, "gaps": gaps, "windows_s": windows,
+            "shared_means": shared_means, "max_abs_gap": max(abs(g) for g in gaps.values())}
 
 
 def kv_demand(load_prompts: int, prompt_tokens: int, out_tokens: int,

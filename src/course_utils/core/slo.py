@@ -6,7 +6,7 @@ Two scores, on purpose:
   ``calculate_metrics``): completed requests whose *own* TTFT, TPOT and E2EL each meet the
   ``--goodput`` targets, divided by the benchmark duration. Only ``ttft``, ``tpot`` and
   ``e2el`` are accepted keys (``check_goodput_args``).
-* **the p99 gate** (lesson 000's score): the request throughput if every p99 the SLO names
+* **the p99 gate** (the SLO lesson's score): the request throughput if every p99 the SLO names
   meets its target, else 0.
 
 They differ because the gate is all-or-nothing on a tail statistic while vLLM counts good
@@ -171,7 +171,7 @@ class BenchResult:
 
 @dataclass
 class Score:
-    gate_goodput: float  # lesson 000: throughput if every p99 meets the SLO, else 0
+    gate_goodput: float  # the p99 gate: throughput if every p99 meets the SLO, else 0
     request_goodput: float | None  # vLLM's per-request goodput (req/s)
     request_throughput: float
     meets_slo: bool

@@ -31,7 +31,7 @@ __all__ = [
 # `vllm bench sweep serve` resets the caches between runs instead
 # (vllm/benchmarks/sweep/server.py `ServerProcess.reset_caches`: POST /reset_prefix_cache,
 # a dev route, vllm/entrypoints/serve/dev/cache/api_router.py, mounted only with
-# VLLM_SERVER_DEV_MODE=1, vllm/entrypoints/openai/api_server.py). The course varies the seed.
+# VLLM_SERVER_DEV_MODE=1, vllm/entrypoints/openai/api_server.py). The course gives each window its own seed.
 REPLAY_HIT_RATE = 0.5
 
 

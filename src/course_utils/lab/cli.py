@@ -166,7 +166,7 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--no-early-stop", action="store_true")
     p.set_defaults(func=_cmd_sweep)
 
-    t = subparsers.add_parser("tune", help="lesson 000's closed loop: diagnose, sweep, keep")
+    t = subparsers.add_parser("tune", help="the SLO-driven closed loop: diagnose, sweep, keep")
     _common_cli(t)
     t.add_argument("--candidate", action="append", metavar="KNOB=V1,V2,...",
                    help="values to try for a knob (repeat per knob)")

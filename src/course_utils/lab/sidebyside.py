@@ -1,8 +1,8 @@
-"""Side by side: vLLM 0.26.0's own `vllm bench sweep serve` vs our `tune()` (issue 6).
+"""Side by side: vLLM 0.26.0's own `vllm bench sweep serve` vs our `tune()`.
 
 Same model, knob grid and workload on both sides; per tool: server restarts, GPU minutes
 (wall), the best config and its goodput under both scores (vLLM's per-request
-`request_goodput` and lesson 000's p99 gate, course_utils.core.slo), and the ratios ours/vLLM.
+`request_goodput` and the p99 gate, course_utils.core.slo), and the ratios ours/vLLM.
 
 vLLM 0.26.0 facts (vllm/benchmarks/sweep/):
 - serve.py: `vllm bench sweep serve --serve-cmd STR --bench-cmd STR --serve-params JSON

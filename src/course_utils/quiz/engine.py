@@ -114,7 +114,7 @@ class Question:
     abs_tol: float | None = None
     rel_tol: float | None = None
     unit: dict[str, str] | None = None
-    seed: int | None = None  # number of the seed's §9 question this one grades
+    seed: int | None = None  # number of the source lesson's §9 question this one grades
     generator: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
 

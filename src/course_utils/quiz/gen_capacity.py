@@ -182,30 +182,33 @@ def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
         if spread is None:
             raise QuizError(f"same_batch_spread: no engine stats for {base!r} in {src}")
         tok = {r["value"]: r["output_tok_s"] for r in recs if r.get("status") == "ok"}
-        pts = {v: {"tok_s": tok[v], "gen_before_full": t["gen_tok_s_before_full"],
-                   "kv_full_at_s": t["kv_full_at_s"]} for v, t in spread["timelines"].items()}
+        sm = spread["shared_means"][cand]
+        lo, hi = spread["windows_s"][cand]
+        pts = {base: {"tok_s": tok[base], "gen_before_full": sm["baseline"]},
+               cand: {"tok_s": tok[cand], "gen_before_full": sm["value"]},
+               "window": {"from_s": lo, "to_s": hi}}
         where = {"en": f" (the recorded run {src.parent.name})",
                  "zh": f"（已录制的实测 {src.parent.name}）"}
     else:
-        pts = {float(k): dict(v) for k, v in src.items()}
+        pts = {(k if k == "window" else float(k)): dict(v) for k, v in src.items()}
     b, c = pts[base], pts[cand]
     overall = c["tok_s"] / b["tok_s"] - 1.0
     gap = c["gen_before_full"] / b["gen_before_full"] - 1.0
     gain = float(p.get("min_gain", 0.05))
-    first = min(b["kv_full_at_s"], c["kv_full_at_s"])
+    lo, hi = pts["window"]["from_s"], pts["window"]["to_s"]
     return {
         "type": "single",
         "prompt": {
             "en": f"Lab 01{where['en']}: `gpu_memory_utilization` {base} vs {cand}, with the KV "
                   f"cache binding at both (requests preempted once it filled). Output tok/s over "
                   f"the pass: {_fmt(round(b['tok_s']))} vs {_fmt(round(c['tok_s']))} "
-                  f"({overall:+.0%}). vLLM's 10 s stats lines: in the first {first} s, before "
-                  f"either cache filled, both ran the same requests at the same lengths and "
-                  f"generated {_fmt(round(b['gen_before_full']))} vs "
+                  f"({overall:+.0%}). vLLM's 10 s stats lines: over the same seconds {lo}-{hi} of "
+                  f"each pass, before either cache filled, both ran the same requests at the "
+                  f"same lengths and generated {_fmt(round(b['gen_before_full']))} vs "
                   f"{_fmt(round(c['gen_before_full']))} tok/s. What do you conclude?",
             "zh": f"实验 01{where['zh']}：`gpu_memory_utilization` {base} 对 {cand}，两边 KV cache "
                   f"都成了瓶颈（填满后就有请求被抢占）。整轮输出 tok/s：{_fmt(round(b['tok_s']))} 对 "
-                  f"{_fmt(round(c['tok_s']))}（{overall:+.0%}）。vLLM 每 10 秒的统计行：前 {first} 秒、"
+                  f"{_fmt(round(c['tok_s']))}（{overall:+.0%}）。vLLM 每 10 秒的统计行：在两轮相同的第 {lo}–{hi} 秒、"
                   f"两边 cache 都还没满时，跑的是同样的请求、同样的长度，生成速度是 "
                   f"{_fmt(round(b['gen_before_full']))} 对 {_fmt(round(c['gen_before_full']))} tok/s。"
                   "结论是什么？"},

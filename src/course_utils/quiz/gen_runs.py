@@ -299,7 +299,7 @@ def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
                   f"{validity.REPLAY_HIT_RATE:.0%} the prefill was mostly skipped, so those "
                   "TTFTs are not those of new prompts (fresh servers at 55 req/s missed 300 ms). "
                   "Users with random prompts get no such hits, and the first rate is the only "
-                  "honest one. Vary the seed per rate or restart the server, and check the hit "
+                  "honest one. Give each rate its own seed or restart the server, and check the hit "
                   "rate before reading a knee.",
             "zh": "同一个 seed 在每个速率都发出同样的随机 prompt，而服务器还留着上一个速率的 KV："
                   f"命中率超过 {validity.REPLAY_HIT_RATE:.0%} 时 prefill 大多被跳过，这些 TTFT 不是新 prompt "

@@ -46,12 +46,14 @@ book: setup book-deps vendor
 
 # ---- tests ---------------------------------------------------------------
 # The book tests (build output, links, nbval, headless Chromium) read _build/html: build once here.
-test: setup book browser-deps
-	$(VENV)/bin/ruff check src tests
+test: setup book browser-deps lint
 	bash tools/run_pytest.sh
 
+# ruff (lint and format) and mypy, clean on src/; ruff lint on the tests too
 lint: setup
 	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check src
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf _build .pytest_cache .artifacts book/_assets/vendor

@@ -49,12 +49,24 @@ def cmd_knobs(a: argparse.Namespace) -> None:
         _print([k.name for k in ks], a.format, lambda: "\n".join(k.flag for k in ks))
         return
     rows = knobs.table(a.lang, a.gpu_memory_gib, a.entry)
-    data = [{"name": k.name, "flag": k.flag, "kwarg": k.kwarg, "config": k.config,
-             "source": k.source, "group": k.group,
-             "default": knobs.default(k.name, gpu_memory_gib=a.gpu_memory_gib, entry=a.entry),
-             "throughput": k.throughput, "ttft": k.ttft, "itl": k.itl,
-             "relieves": k.relieves, "move": k.move[a.lang], "trade": k.trade[a.lang]}
-            for k in knobs.KNOBS.values()]
+    data = [
+        {
+            "name": k.name,
+            "flag": k.flag,
+            "kwarg": k.kwarg,
+            "config": k.config,
+            "source": k.source,
+            "group": k.group,
+            "default": knobs.default(k.name, gpu_memory_gib=a.gpu_memory_gib, entry=a.entry),
+            "throughput": k.throughput,
+            "ttft": k.ttft,
+            "itl": k.itl,
+            "relieves": k.relieves,
+            "move": k.move[a.lang],
+            "trade": k.trade[a.lang],
+        }
+        for k in knobs.KNOBS.values()
+    ]
     _print(data, a.format, lambda: _table(rows))
 
 
@@ -67,19 +79,25 @@ def _kv(item: str) -> tuple[str, str]:
 
 def cmd_capacity(a: argparse.Namespace) -> None:
     shape = capacity.load_model(a.model)
-    data: dict[str, Any] = {"model": shape.name, "params_b": round(shape.params() / 1e9, 3),
-                            "weights_gib": round(shape.weight_gib(), 2),
-                            "kv_bytes_per_token": shape.kv_bytes_per_token(a.kv_dtype)}
+    data: dict[str, Any] = {
+        "model": shape.name,
+        "params_b": round(shape.params() / 1e9, 3),
+        "weights_gib": round(shape.weight_gib(), 2),
+        "kv_bytes_per_token": shape.kv_bytes_per_token(a.kv_dtype),
+    }
     if a.kv_memory_gib is not None:
         data["kv_memory_gib"] = a.kv_memory_gib
         data["kv_tokens"] = shape.kv_tokens(a.kv_memory_gib, a.kv_dtype)
         data["max_concurrency"] = round(
-            shape.max_concurrency(a.kv_memory_gib, a.max_model_len, a.kv_dtype), 2)
+            shape.max_concurrency(a.kv_memory_gib, a.max_model_len, a.kv_dtype), 2
+        )
     if a.gpu:
-        f = capacity.fit(shape, a.gpu, a.gpu_memory_utilization, a.max_model_len, a.kv_dtype,
-                         a.overhead_gib)
-        data["fit"] = {k: (round(v, 2) if isinstance(v, float) else v)
-                       for k, v in f.as_dict().items()}
+        f = capacity.fit(
+            shape, a.gpu, a.gpu_memory_utilization, a.max_model_len, a.kv_dtype, a.overhead_gib
+        )
+        data["fit"] = {
+            k: (round(v, 2) if isinstance(v, float) else v) for k, v in f.as_dict().items()
+        }
         data["tpot_floor_ms_batch1"] = round(capacity.tpot_floor_ms(shape, a.gpu), 2)
     data["max_model_len"] = a.max_model_len
 
@@ -96,20 +114,29 @@ def cmd_goodput(a: argparse.Namespace) -> None:
     s = slo.SLO.parse(a.slo)
     r = slo.BenchResult.from_json(a.bench)
     sc = slo.score(r, s)
-    data = {"slo": str(s), "request_throughput": sc.request_throughput,
-            "gate_goodput": sc.gate_goodput, "request_goodput": sc.request_goodput,
-            "request_goodput_source": sc.request_goodput_source, "meets_slo": sc.meets_slo,
-            "violations": sc.violations, "why_they_differ": sc.why_they_differ(a.lang)}
+    data = {
+        "slo": str(s),
+        "request_throughput": sc.request_throughput,
+        "gate_goodput": sc.gate_goodput,
+        "request_goodput": sc.request_goodput,
+        "request_goodput_source": sc.request_goodput_source,
+        "meets_slo": sc.meets_slo,
+        "violations": sc.violations,
+        "why_they_differ": sc.why_they_differ(a.lang),
+    }
 
     def text() -> str:
         rg = "n/a" if sc.request_goodput is None else f"{sc.request_goodput:.2f}"
-        return "\n".join([
-            f"SLO: {s}",
-            f"request throughput:            {sc.request_throughput:.2f} req/s",
-            f"per-request goodput (vLLM):    {rg} req/s",
-            f"p99 gate goodput (the SLO lesson's score): {sc.gate_goodput:.2f} req/s "
-            f"({'meets' if sc.meets_slo else 'violates'} the SLO)",
-            sc.why_they_differ(a.lang)])
+        return "\n".join(
+            [
+                f"SLO: {s}",
+                f"request throughput:            {sc.request_throughput:.2f} req/s",
+                f"per-request goodput (vLLM):    {rg} req/s",
+                f"p99 gate goodput (the SLO lesson's score): {sc.gate_goodput:.2f} req/s "
+                f"({'meets' if sc.meets_slo else 'violates'} the SLO)",
+                sc.why_they_differ(a.lang),
+            ]
+        )
 
     _print(data, a.format, text)
 

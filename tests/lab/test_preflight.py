@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from course_utils.lab import checks
 from course_utils.lab import preflight as pf
 from course_utils.lab.server import GpuInfo, gpu_inventory
 
@@ -169,13 +170,13 @@ def test_hub_id_needs_a_way_to_download(tmp_path: Path, monkeypatch: pytest.Monk
                 "https_proxy"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.setattr(pf, "_reachable", lambda host, port, timeout_s=1.0: False)
+    monkeypatch.setattr(checks, "_reachable", lambda host, port, timeout_s=1.0: False)
     c = pf.check_model("Qwen/Qwen2.5-7B-Instruct")
     assert not c.ok and "huggingface.co is not reachable" in c.detail["en"]
     assert "HF_ENDPOINT=https://hf-mirror.com" in c.fix["en"] and "VLLM_USE_MODELSCOPE" in c.fix["zh"]
-    monkeypatch.setattr(pf, "_reachable", lambda host, port, timeout_s=1.0: host == "huggingface.co")
+    monkeypatch.setattr(checks, "_reachable", lambda host, port, timeout_s=1.0: host == "huggingface.co")
     assert pf.check_model("Qwen/Qwen2.5-7B-Instruct").ok
-    monkeypatch.setattr(pf, "_reachable", lambda host, port, timeout_s=1.0: False)
+    monkeypatch.setattr(checks, "_reachable", lambda host, port, timeout_s=1.0: False)
     monkeypatch.setenv("https_proxy", "http://10.0.0.7:12798")  # AutoDL's network_turbo
     assert "through the proxy" in pf.check_model("Qwen/Qwen2.5-7B-Instruct").detail["en"]
     monkeypatch.delenv("https_proxy")
@@ -194,9 +195,9 @@ def test_reachable_is_a_bounded_tcp_connect() -> None:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        assert pf._reachable("127.0.0.1", port)
+        assert checks._reachable("127.0.0.1", port)
     t0 = time.monotonic()
-    assert not pf._reachable("127.0.0.1", port, timeout_s=0.5)  # closed now
+    assert not checks._reachable("127.0.0.1", port, timeout_s=0.5)  # closed now
     assert time.monotonic() - t0 < 1.0
 
 

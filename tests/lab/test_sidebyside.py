@@ -20,17 +20,19 @@ import pytest
 from course_utils.core import knobs
 from course_utils.core.records import PointPaths
 from course_utils.core.slo import SLO
+from course_utils.core.vllm_logs import parse_sweep_log
 from course_utils.lab.bench import Workload
 from course_utils.lab.sidebyside import (
-    SideBySideError,
-    bench_cmd_warmups,
     compare,
     load_vllm_sweep,
     main,
-    parse_sweep_log,
     serve_params,
     shrink_results,
     sweep_bench_cmd,
+)
+from course_utils.lab.sidebyside_evidence import (
+    SideBySideError,
+    bench_cmd_warmups,
     table_markdown,
 )
 from course_utils.lab.sweep import load_points, sweep

@@ -188,6 +188,7 @@ async function navCheck(page) {
       toc_title: text(".bd-toc .onthispage, .page-toc .tocsection, .bd-sidebar-secondary .onthispage"),
       search_placeholder: document.querySelector(".bd-search input, input[name=q]")?.placeholder ?? null,
       code: text(".cell .cell_input pre"),
+      pre: text("main pre"),
       outputs: text(".cell .cell_output"),
       main_text: (document.querySelector("main") || document.body).innerText,
       images: [...document.querySelectorAll("main img")].map((i) => ({ alt: i.alt, src: i.src })),

@@ -25,8 +25,15 @@ from typing import Any
 
 GIB = 1024**3
 BLOCK_SIZE = 16
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "auto": None, "fp8": 1,
-               "fp8_e4m3": 1, "fp8_e5m2": 1}
+DTYPE_BYTES = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "auto": None,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+}
 MODELS = ("qwen2.5-7b-instruct", "qwen2.5-7b-instruct-awq")
 # Activation peak + non-torch memory + CUDA graphs seen at start-up on the H200
 # (labs/results: 0.90 * 140.4 GiB - 14.29 GiB weights - 110.18 GiB KV = 1.89 GiB at
@@ -73,21 +80,28 @@ class ModelShape:
     def from_config(cls, cfg: dict[str, Any], name: str = "model") -> ModelShape:
         heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])
-        return cls(name=name, hidden=hidden, intermediate=int(cfg["intermediate_size"]),
-                   layers=int(cfg["num_hidden_layers"]), heads=heads,
-                   kv_heads=int(cfg.get("num_key_value_heads", heads)),
-                   head_dim=int(cfg.get("head_dim") or hidden // heads),
-                   vocab=int(cfg["vocab_size"]), tied=bool(cfg.get("tie_word_embeddings")),
-                   dtype=str(cfg.get("torch_dtype", "bfloat16")),
-                   quant=cfg.get("quantization_config"),
-                   max_position=int(cfg.get("max_position_embeddings", 0)))
+        return cls(
+            name=name,
+            hidden=hidden,
+            intermediate=int(cfg["intermediate_size"]),
+            layers=int(cfg["num_hidden_layers"]),
+            heads=heads,
+            kv_heads=int(cfg.get("num_key_value_heads", heads)),
+            head_dim=int(cfg.get("head_dim") or hidden // heads),
+            vocab=int(cfg["vocab_size"]),
+            tied=bool(cfg.get("tie_word_embeddings")),
+            dtype=str(cfg.get("torch_dtype", "bfloat16")),
+            quant=cfg.get("quantization_config"),
+            max_position=int(cfg.get("max_position_embeddings", 0)),
+        )
 
     # -- weights ---------------------------------------------------------------
     def linear_params(self) -> int:
         q = self.heads * self.head_dim
         kv = self.kv_heads * self.head_dim
-        per_layer = (self.hidden * (q + 2 * kv) + q * self.hidden
-                     + 3 * self.hidden * self.intermediate)
+        per_layer = (
+            self.hidden * (q + 2 * kv) + q * self.hidden + 3 * self.hidden * self.intermediate
+        )
         return per_layer * self.layers
 
     def other_params(self) -> int:
@@ -120,24 +134,31 @@ class ModelShape:
         if kv_dtype != "auto" and b is None:
             raise ValueError(f"unknown kv_cache_dtype {kv_dtype!r}")
         if b is None:
-            b = 2 if self.dtype in ("float16", "bfloat16") else DTYPE_BYTES.get(self.dtype, 2)
+            b = 2 if self.dtype in ("float16", "bfloat16") else (DTYPE_BYTES.get(self.dtype) or 2)
         return 2 * self.layers * self.kv_heads * self.head_dim * b
 
     def page_size_bytes(self, kv_dtype: str = "auto", block_size: int = BLOCK_SIZE) -> int:
         """One block of one layer (vLLM's ``page_size_bytes``)."""
         return self.kv_bytes_per_token(kv_dtype) // self.layers * block_size
 
-    def kv_blocks(self, kv_memory_gib: float, kv_dtype: str = "auto",
-                  block_size: int = BLOCK_SIZE) -> int:
+    def kv_blocks(
+        self, kv_memory_gib: float, kv_dtype: str = "auto", block_size: int = BLOCK_SIZE
+    ) -> int:
         avail = int(kv_memory_gib * GIB)
         return max(avail // self.page_size_bytes(kv_dtype, block_size) // self.layers, 0)
 
-    def kv_tokens(self, kv_memory_gib: float, kv_dtype: str = "auto",
-                  block_size: int = BLOCK_SIZE) -> int:
+    def kv_tokens(
+        self, kv_memory_gib: float, kv_dtype: str = "auto", block_size: int = BLOCK_SIZE
+    ) -> int:
         return self.kv_blocks(kv_memory_gib, kv_dtype, block_size) * block_size
 
-    def max_concurrency(self, kv_memory_gib: float, max_model_len: int,
-                        kv_dtype: str = "auto", block_size: int = BLOCK_SIZE) -> float:
+    def max_concurrency(
+        self,
+        kv_memory_gib: float,
+        max_model_len: int,
+        kv_dtype: str = "auto",
+        block_size: int = BLOCK_SIZE,
+    ) -> float:
         blocks = self.kv_blocks(kv_memory_gib, kv_dtype, block_size)
         return blocks / math.ceil(max_model_len / block_size)
 
@@ -146,15 +167,18 @@ def load_model(name_or_path: str = "qwen2.5-7b-instruct") -> ModelShape:
     """A shipped config (``qwen2.5-7b-instruct``, ``...-awq``) or a path to config.json/dir."""
     key = name_or_path.lower().split("/")[-1]
     if key in MODELS:
-        text = (resources.files("course_utils") / "data" / "models" / key / "config.json"
-                ).read_text()
+        text = (
+            resources.files("course_utils") / "data" / "models" / key / "config.json"
+        ).read_text()
         return ModelShape.from_config(json.loads(text), key)
     p = Path(name_or_path)
     if p.is_dir():
         p = p / "config.json"
     if not p.is_file():
-        raise ValueError(f"unknown model {name_or_path!r}: use one of {', '.join(MODELS)} "
-                         "or a path to a config.json")
+        raise ValueError(
+            f"unknown model {name_or_path!r}: use one of {', '.join(MODELS)} "
+            "or a path to a config.json"
+        )
     return ModelShape.from_config(json.loads(p.read_text()), p.parent.name)
 
 
@@ -191,25 +215,43 @@ class Fit:
         return {**self.__dict__, "fits": self.fits}
 
 
-def fit(model: str | ModelShape, gpu: str | GPU, gpu_memory_utilization: float = 0.92,
-        max_model_len: int = 4096, kv_dtype: str = "auto",
-        overhead_gib: float = DEFAULT_OVERHEAD_GIB) -> Fit:
+def fit(
+    model: str | ModelShape,
+    gpu: str | GPU,
+    gpu_memory_utilization: float = 0.92,
+    max_model_len: int = 4096,
+    kv_dtype: str = "auto",
+    overhead_gib: float = DEFAULT_OVERHEAD_GIB,
+) -> Fit:
     """Estimate what vLLM leaves for KV: total x utilisation - weights - overhead."""
     shape = model if isinstance(model, ModelShape) else load_model(model)
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
     budget = g.memory_gib * gpu_memory_utilization
     kv_mem = max(budget - shape.weight_gib() - overhead_gib, 0.0)
-    return Fit(model=shape.name, gpu=g.name, gpu_memory_utilization=gpu_memory_utilization,
-               budget_gib=budget, weights_gib=shape.weight_gib(), overhead_gib=overhead_gib,
-               kv_memory_gib=kv_mem, kv_tokens=shape.kv_tokens(kv_mem, kv_dtype),
-               max_model_len=max_model_len,
-               max_concurrency=shape.max_concurrency(kv_mem, max_model_len, kv_dtype)
-               if kv_mem > 0 else 0.0)
+    return Fit(
+        model=shape.name,
+        gpu=g.name,
+        gpu_memory_utilization=gpu_memory_utilization,
+        budget_gib=budget,
+        weights_gib=shape.weight_gib(),
+        overhead_gib=overhead_gib,
+        kv_memory_gib=kv_mem,
+        kv_tokens=shape.kv_tokens(kv_mem, kv_dtype),
+        max_model_len=max_model_len,
+        max_concurrency=shape.max_concurrency(kv_mem, max_model_len, kv_dtype)
+        if kv_mem > 0
+        else 0.0,
+    )
 
 
-def tpot_floor_ms(model: str | ModelShape, gpu: str | GPU, batch: int = 1,
-                  context_tokens: int = 0, kv_dtype: str = "auto",
-                  bandwidth_gbps: float | None = None) -> float:
+def tpot_floor_ms(
+    model: str | ModelShape,
+    gpu: str | GPU,
+    batch: int = 1,
+    context_tokens: int = 0,
+    kv_dtype: str = "auto",
+    bandwidth_gbps: float | None = None,
+) -> float:
     """Decode roofline: one step reads every weight once plus each sequence's KV.
 
     TPOT floor = (weight bytes + batch * context_tokens * KV bytes/token) / bandwidth.

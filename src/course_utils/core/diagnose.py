@@ -52,17 +52,33 @@ class Thresholds:
     @staticmethod
     def describe(lang: str = "en") -> list[dict[str, str]]:
         docs = {
-            "waiting_mean_min": ("平均排队请求数达到它即算队列深", "mean queue length that counts as deep"),
+            "waiting_mean_min": (
+                "平均排队请求数达到它即算队列深",
+                "mean queue length that counts as deep",
+            ),
             "kv_full": ("KV 使用率峰值达到它即算 KV 满", "peak KV usage that counts as full"),
-            "cap_fraction": ("运行数峰值达到 max_num_seqs 的该比例即算被上限卡住",
-                             "peak running / max_num_seqs that counts as capped"),
-            "preemptions_min": ("负载期间抢占次数达到它即算 KV 压力", "preemptions that count as KV pressure"),
-            "budget_fraction": ("每步平均 token 数达到 max_num_batched_tokens 的该比例即算预算用尽",
-                                "mean tokens per step / max_num_batched_tokens that counts as spent"),
+            "cap_fraction": (
+                "运行数峰值达到 max_num_seqs 的该比例即算被上限卡住",
+                "peak running / max_num_seqs that counts as capped",
+            ),
+            "preemptions_min": (
+                "负载期间抢占次数达到它即算 KV 压力",
+                "preemptions that count as KV pressure",
+            ),
+            "budget_fraction": (
+                "每步平均 token 数达到 max_num_batched_tokens 的该比例即算预算用尽",
+                "mean tokens per step / max_num_batched_tokens that counts as spent",
+            ),
         }
         d = Thresholds()
-        return [{"name": f.name, "default": str(getattr(d, f.name)),
-                 "meaning": docs[f.name][0 if lang == "zh" else 1]} for f in fields(Thresholds)]
+        return [
+            {
+                "name": f.name,
+                "default": str(getattr(d, f.name)),
+                "meaning": docs[f.name][0 if lang == "zh" else 1],
+            }
+            for f in fields(Thresholds)
+        ]
 
 
 @dataclass
@@ -91,16 +107,23 @@ class Facts:
         return over
 
     def kv_full(self, th: Thresholds) -> bool:
-        return (self.summary.kv_usage_max >= th.kv_full
-                or self.summary.preemptions >= th.preemptions_min)
+        return (
+            self.summary.kv_usage_max >= th.kv_full
+            or self.summary.preemptions >= th.preemptions_min
+        )
 
     def capped(self, th: Thresholds) -> bool:
-        return (self.max_num_seqs is not None
-                and self.summary.running_max >= th.cap_fraction * self.max_num_seqs)
+        return (
+            self.max_num_seqs is not None
+            and self.summary.running_max >= th.cap_fraction * self.max_num_seqs
+        )
 
     def budget_spent(self, th: Thresholds) -> bool:
-        return (self.max_num_batched_tokens is not None and self.tokens_per_step is not None
-                and self.tokens_per_step >= th.budget_fraction * self.max_num_batched_tokens)
+        return (
+            self.max_num_batched_tokens is not None
+            and self.tokens_per_step is not None
+            and self.tokens_per_step >= th.budget_fraction * self.max_num_batched_tokens
+        )
 
 
 @dataclass(frozen=True)
@@ -121,44 +144,104 @@ class Leaf:
     advice: dict[str, str] = field(default_factory=dict)
 
 
-TREE: dict[str, Question | Leaf] = {n.id: n for n in [
-    Question("waiting", {"en": "requests waiting during the load?",
-                         "zh": "负载期间有请求在排队？"},
-             lambda f, th: f.summary.waiting_mean >= th.waiting_mean_min,
-             yes="queue_kv", no="ttft"),
-    Question("queue_kv", {"en": "KV cache full or preempting?", "zh": "KV cache 满或发生抢占？"},
-             lambda f, th: f.kv_full(th), yes="kv", no="capped"),
-    Question("capped", {"en": "running pinned at max_num_seqs?",
-                        "zh": "运行数顶在 max_num_seqs？"},
-             lambda f, th: f.capped(th), yes="queue_cap", no="budget"),
-    Question("budget", {"en": "steps using the whole max_num_batched_tokens?",
-                        "zh": "每步用满 max_num_batched_tokens？"},
-             lambda f, th: f.budget_spent(th), yes="queue_budget", no="queue_replicas"),
-    Question("ttft", {"en": "p99 TTFT over the SLO?", "zh": "p99 TTFT 超 SLO？"},
-             lambda f, th: f.ttft_over(), yes="prefill", no="tpot"),
-    Question("tpot", {"en": "p99 TPOT or ITL over the SLO?", "zh": "p99 TPOT 或 ITL 超 SLO？"},
-             lambda f, th: f.tpot_over(), yes="decode", no="kv_idle"),
-    Question("kv_idle", {"en": "KV cache near full?", "zh": "KV cache 接近满？"},
-             lambda f, th: f.kv_full(th), yes="kv", no="none"),
-    Leaf("queue_cap", "queue", {"en": "queue: the batch-width cap binds",
-                                "zh": "队列：批宽上限在卡"}, "queue",
-         {"en": "raise max_num_seqs (and max_num_batched_tokens with it)",
-          "zh": "调高 max_num_seqs（必要时同时调高 max_num_batched_tokens）"}),
-    Leaf("queue_budget", "queue", {"en": "queue: the step's token budget binds",
-                                   "zh": "队列：每步 token 预算在卡"}, "queue_budget",
-         {"en": "raise max_num_batched_tokens", "zh": "调高 max_num_batched_tokens"}),
-    Leaf("queue_replicas", "queue", {"en": "queue: past the knee, not a tuning problem",
-                                     "zh": "队列：已过拐点，不是调参问题"}, None,
-         {"en": "add replicas or route load away; lower the offered rate to the knee",
-          "zh": "加副本或分流；把压测速率降到拐点"}),
+_NODES: list[Question | Leaf] = [
+    Question(
+        "waiting",
+        {"en": "requests waiting during the load?", "zh": "负载期间有请求在排队？"},
+        lambda f, th: f.summary.waiting_mean >= th.waiting_mean_min,
+        yes="queue_kv",
+        no="ttft",
+    ),
+    Question(
+        "queue_kv",
+        {"en": "KV cache full or preempting?", "zh": "KV cache 满或发生抢占？"},
+        lambda f, th: f.kv_full(th),
+        yes="kv",
+        no="capped",
+    ),
+    Question(
+        "capped",
+        {"en": "running pinned at max_num_seqs?", "zh": "运行数顶在 max_num_seqs？"},
+        lambda f, th: f.capped(th),
+        yes="queue_cap",
+        no="budget",
+    ),
+    Question(
+        "budget",
+        {
+            "en": "steps using the whole max_num_batched_tokens?",
+            "zh": "每步用满 max_num_batched_tokens？",
+        },
+        lambda f, th: f.budget_spent(th),
+        yes="queue_budget",
+        no="queue_replicas",
+    ),
+    Question(
+        "ttft",
+        {"en": "p99 TTFT over the SLO?", "zh": "p99 TTFT 超 SLO？"},
+        lambda f, th: f.ttft_over(),
+        yes="prefill",
+        no="tpot",
+    ),
+    Question(
+        "tpot",
+        {"en": "p99 TPOT or ITL over the SLO?", "zh": "p99 TPOT 或 ITL 超 SLO？"},
+        lambda f, th: f.tpot_over(),
+        yes="decode",
+        no="kv_idle",
+    ),
+    Question(
+        "kv_idle",
+        {"en": "KV cache near full?", "zh": "KV cache 接近满？"},
+        lambda f, th: f.kv_full(th),
+        yes="kv",
+        no="none",
+    ),
+    Leaf(
+        "queue_cap",
+        "queue",
+        {"en": "queue: the batch-width cap binds", "zh": "队列：批宽上限在卡"},
+        "queue",
+        {
+            "en": "raise max_num_seqs (and max_num_batched_tokens with it)",
+            "zh": "调高 max_num_seqs（必要时同时调高 max_num_batched_tokens）",
+        },
+    ),
+    Leaf(
+        "queue_budget",
+        "queue",
+        {"en": "queue: the step's token budget binds", "zh": "队列：每步 token 预算在卡"},
+        "queue_budget",
+        {"en": "raise max_num_batched_tokens", "zh": "调高 max_num_batched_tokens"},
+    ),
+    Leaf(
+        "queue_replicas",
+        "queue",
+        {"en": "queue: past the knee, not a tuning problem", "zh": "队列：已过拐点，不是调参问题"},
+        None,
+        {
+            "en": "add replicas or route load away; lower the offered rate to the knee",
+            "zh": "加副本或分流；把压测速率降到拐点",
+        },
+    ),
     Leaf("prefill", "prefill", {"en": "prefill binds", "zh": "prefill 在卡"}, "prefill"),
     Leaf("decode", "decode", {"en": "decode binds", "zh": "decode 在卡"}, "decode"),
     Leaf("kv", "kv", {"en": "KV capacity binds", "zh": "KV 容量在卡"}, "kv"),
-    Leaf("none", "none", {"en": "nothing binds inside the SLO: stop tuning here",
-                          "zh": "SLO 内没有约束在卡：调参到此为止"}, None,
-         {"en": "stop, or raise the offered rate to find the knee",
-          "zh": "停下，或提高压测速率去找拐点"}),
-]}
+    Leaf(
+        "none",
+        "none",
+        {
+            "en": "nothing binds inside the SLO: stop tuning here",
+            "zh": "SLO 内没有约束在卡：调参到此为止",
+        },
+        None,
+        {
+            "en": "stop, or raise the offered rate to find the knee",
+            "zh": "停下，或提高压测速率去找拐点",
+        },
+    ),
+]
+TREE: dict[str, Question | Leaf] = {n.id: n for n in _NODES}
 ROOT = "waiting"
 # The evidence each question reads, for ``Diagnosis.rows``.
 EVIDENCE_KEYS: dict[str, tuple[str, ...]] = {
@@ -191,8 +274,9 @@ class Diagnosis:
             steps.append(f"{q.text[lang]} {yes_no}")
         ev = ", ".join(f"{k}={_fmt(v)}" for k, v in self.evidence.items() if v is not None)
         if self.knobs:
-            todo = ", ".join(f"{k} ({knobs_mod.RELIEF_WORD[self.moves[k]][lang]})"
-                             for k in self.knobs)
+            todo = ", ".join(
+                f"{k} ({knobs_mod.RELIEF_WORD[self.moves[k]][lang]})" for k in self.knobs
+            )
         else:
             todo = leaf.advice.get(lang, "")
         sep = "；" if lang == "zh" else "; "
@@ -216,14 +300,18 @@ class Diagnosis:
         rows = self.rows(lang)
         head = list(rows[0]) if rows else []
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(r[c].replace("|", "\\|") for c in head) + " |"
-                  for r in rows]
+        lines += ["| " + " | ".join(r[c].replace("|", "\\|") for c in head) + " |" for r in rows]
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"constraint": self.constraint, "leaf": self.leaf, "evidence": self.evidence,
-                "knobs": self.knobs, "moves": self.moves,
-                "path": [[q, a] for q, a in self.path]}
+        return {
+            "constraint": self.constraint,
+            "leaf": self.leaf,
+            "evidence": self.evidence,
+            "knobs": self.knobs,
+            "moves": self.moves,
+            "path": [[q, a] for q, a in self.path],
+        }
 
 
 def _fmt(v: float | None) -> str:
@@ -246,8 +334,13 @@ def tokens_per_step(samples: Sequence[Snapshot]) -> float | None:
     return last.minus(samples[0].histogram(ITERATION_TOKENS)).mean
 
 
-def gather(samples: Sequence[Snapshot], bench: BenchResult | None, slo: SLO,
-           max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None) -> Facts:
+def gather(
+    samples: Sequence[Snapshot],
+    bench: BenchResult | None,
+    slo: SLO,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+) -> Facts:
     summary = summarize(samples)
 
     def p99(metric: str, fallback_s: float | None = None) -> float | None:
@@ -257,17 +350,27 @@ def gather(samples: Sequence[Snapshot], bench: BenchResult | None, slo: SLO,
                 return v
         return None if fallback_s is None else fallback_s * 1000
 
-    return Facts(summary=summary, slo=slo, max_num_seqs=max_num_seqs,
-                 max_num_batched_tokens=max_num_batched_tokens,
-                 tokens_per_step=tokens_per_step(samples),
-                 p99_ttft_ms=p99("ttft", summary.ttft_p99_s), p99_tpot_ms=p99("tpot"),
-                 p99_itl_ms=p99("itl"))
+    return Facts(
+        summary=summary,
+        slo=slo,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        tokens_per_step=tokens_per_step(samples),
+        p99_ttft_ms=p99("ttft", summary.ttft_p99_s),
+        p99_tpot_ms=p99("tpot"),
+        p99_itl_ms=p99("itl"),
+    )
 
 
-def diagnose(samples: Sequence[Snapshot], bench: BenchResult | None, slo: SLO,
-             thresholds: Thresholds | None = None, *,
-             max_num_seqs: int | None = None,
-             max_num_batched_tokens: int | None = None) -> Diagnosis:
+def diagnose(
+    samples: Sequence[Snapshot],
+    bench: BenchResult | None,
+    slo: SLO,
+    thresholds: Thresholds | None = None,
+    *,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+) -> Diagnosis:
     """Walk the tree on samples taken under load.
 
     ``max_num_seqs`` and ``max_num_batched_tokens``: the server's settings (what it logged,
@@ -284,22 +387,31 @@ def diagnose(samples: Sequence[Snapshot], bench: BenchResult | None, slo: SLO,
     s = f.summary
     evidence: dict[str, float | None] = {
         "samples_under_load": float(s.n_under_load),
-        "waiting_mean": round(s.waiting_mean, 3), "waiting_max": s.waiting_max,
+        "waiting_mean": round(s.waiting_mean, 3),
+        "waiting_max": s.waiting_max,
         "running_max": s.running_max,
         "max_num_seqs": float(max_num_seqs) if max_num_seqs is not None else None,
         "tokens_per_step": None if f.tokens_per_step is None else round(f.tokens_per_step, 1),
-        "max_num_batched_tokens": (float(max_num_batched_tokens)
-                                   if max_num_batched_tokens is not None else None),
-        "kv_usage_max": round(s.kv_usage_max, 4), "preemptions": s.preemptions,
+        "max_num_batched_tokens": (
+            float(max_num_batched_tokens) if max_num_batched_tokens is not None else None
+        ),
+        "kv_usage_max": round(s.kv_usage_max, 4),
+        "preemptions": s.preemptions,
         "queue_time_mean_ms": _ms(s.queue_time_mean_s),
         "prefill_time_mean_ms": _ms(s.prefill_time_mean_s),
         "decode_time_mean_ms": _ms(s.decode_time_mean_s),
-        "p99_ttft_ms": f.p99_ttft_ms, "p99_tpot_ms": f.p99_tpot_ms,
+        "p99_ttft_ms": f.p99_ttft_ms,
+        "p99_tpot_ms": f.p99_tpot_ms,
     }
     pairs = knobs_mod.for_constraint(node.knob_constraint) if node.knob_constraint else []
-    return Diagnosis(constraint=node.constraint, leaf=node.id, evidence=evidence,
-                     knobs=[k.name for k, _ in pairs], moves={k.name: m for k, m in pairs},
-                     path=path)
+    return Diagnosis(
+        constraint=node.constraint,
+        leaf=node.id,
+        evidence=evidence,
+        knobs=[k.name for k, _ in pairs],
+        moves={k.name: m for k, m in pairs},
+        path=path,
+    )
 
 
 def _ms(x: float | None) -> float | None:
@@ -320,7 +432,8 @@ def mermaid(lang: str = "en", with_knobs: bool = True) -> str:
                 if node.knob_constraint:
                     extra = "<br/>" + " · ".join(
                         f"{k.flag} {knobs_mod.RELIEF_WORD[m][lang]}"
-                        for k, m in knobs_mod.for_constraint(node.knob_constraint))
+                        for k, m in knobs_mod.for_constraint(node.knob_constraint)
+                    )
                 elif node.advice:
                     extra = "<br/>" + _esc(node.advice[lang])
             lines.append(f'    {node.id}["{_esc(label)}{extra}"]')

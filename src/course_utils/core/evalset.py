@@ -110,8 +110,10 @@ def prompt_tokens_bound(items: Sequence[Item]) -> int:
     """
     if not items:
         raise ValueError("no items")
-    return max(sum(len(m["content"].encode()) for m in messages(it)) for it in items
-               ) + CHAT_OVERHEAD_TOKENS
+    return (
+        max(sum(len(m["content"].encode()) for m in messages(it)) for it in items)
+        + CHAT_OVERHEAD_TOKENS
+    )
 
 
 def normalize(text: str) -> str:

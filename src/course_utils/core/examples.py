@@ -42,10 +42,14 @@ class Example:
         m = self.meta
         knobs = ", ".join(f"{k}={v}" for k, v in m["knobs"].items())
         if lang == "zh":
-            return (f"实测：{m['hardware']}，vLLM {m['vllm']}，{m['date']}，{knobs}，"
-                    f"压测 {m['offered_rate']} req/s（{m['source']}）")
-        return (f"measured: {m['hardware']}, vLLM {m['vllm']}, {m['date']}, {knobs}, "
-                f"offered {m['offered_rate']} req/s ({m['source']})")
+            return (
+                f"实测：{m['hardware']}，vLLM {m['vllm']}，{m['date']}，{knobs}，"
+                f"压测 {m['offered_rate']} req/s（{m['source']}）"
+            )
+        return (
+            f"measured: {m['hardware']}, vLLM {m['vllm']}, {m['date']}, {knobs}, "
+            f"offered {m['offered_rate']} req/s ({m['source']})"
+        )
 
 
 def folder(name: str) -> Path:
@@ -56,6 +60,9 @@ def folder(name: str) -> Path:
 
 def load(name: str) -> Example:
     d = folder(name)
-    return Example(name=name, bench=BenchResult.from_json(d / "bench.json"),
-                   samples=load_series(d / "metrics.jsonl"),
-                   meta=json.loads((d / "meta.json").read_text()))
+    return Example(
+        name=name,
+        bench=BenchResult.from_json(d / "bench.json"),
+        samples=load_series(d / "metrics.jsonl"),
+        meta=json.loads((d / "meta.json").read_text()),
+    )

@@ -44,8 +44,14 @@ TPOT = "vllm:request_time_per_output_token_seconds"
 E2E = "vllm:e2e_request_latency_seconds"
 
 GAUGES = (WAITING, RUNNING, KV_USAGE)
-COUNTERS = (PREEMPTIONS, PROMPT_TOKENS, GENERATION_TOKENS, PREFIX_CACHE_QUERIES,
-            PREFIX_CACHE_HITS, REQUEST_SUCCESS)
+COUNTERS = (
+    PREEMPTIONS,
+    PROMPT_TOKENS,
+    GENERATION_TOKENS,
+    PREFIX_CACHE_QUERIES,
+    PREFIX_CACHE_HITS,
+    REQUEST_SUCCESS,
+)
 HISTOGRAMS = (QUEUE_TIME, PREFILL_TIME, DECODE_TIME, TTFT, ITL, TPOT, E2E)
 
 
@@ -64,8 +70,11 @@ class Histogram:
         if earlier is None:
             return self
         before = dict(earlier.buckets)
-        return Histogram([(le, c - before.get(le, 0.0)) for le, c in self.buckets],
-                         self.sum - earlier.sum, self.count - earlier.count)
+        return Histogram(
+            [(le, c - before.get(le, 0.0)) for le, c in self.buckets],
+            self.sum - earlier.sum,
+            self.count - earlier.count,
+        )
 
     @property
     def mean(self) -> float | None:
@@ -136,17 +145,33 @@ class Snapshot:
         return self.histograms.get(name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"t": self.t, "values": self.values,
-                "histograms": {k: {"buckets": [[_le(le), c] for le, c in h.buckets],
-                                   "sum": h.sum, "count": h.count}
-                               for k, h in self.histograms.items()}}
+        return {
+            "t": self.t,
+            "values": self.values,
+            "histograms": {
+                k: {
+                    "buckets": [[_le(le), c] for le, c in h.buckets],
+                    "sum": h.sum,
+                    "count": h.count,
+                }
+                for k, h in self.histograms.items()
+            },
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Snapshot:
-        return cls(t=float(d["t"]), values={k: float(v) for k, v in d["values"].items()},
-                   histograms={k: Histogram([(float(le), float(c)) for le, c in h["buckets"]],
-                                            float(h["sum"]), float(h["count"]))
-                               for k, h in d.get("histograms", {}).items()})
+        return cls(
+            t=float(d["t"]),
+            values={k: float(v) for k, v in d["values"].items()},
+            histograms={
+                k: Histogram(
+                    [(float(le), float(c)) for le, c in h["buckets"]],
+                    float(h["sum"]),
+                    float(h["count"]),
+                )
+                for k, h in d.get("histograms", {}).items()
+            },
+        )
 
 
 def _le(x: float) -> float | str:
@@ -272,16 +297,26 @@ def summarize(samples: Sequence[Snapshot]) -> LoadSummary:
     ttft = delta(TTFT)
     pre = 0.0
     if last is not None:
-        pre = (last.gauge(PREEMPTIONS) or 0.0) - ((first.gauge(PREEMPTIONS) or 0.0) if first
-                                                   else 0.0)
+        pre = (last.gauge(PREEMPTIONS) or 0.0) - (
+            (first.gauge(PREEMPTIONS) or 0.0) if first else 0.0
+        )
     return LoadSummary(
-        n_samples=len(samples), n_under_load=len(load),
-        waiting_mean=w_mean, waiting_max=w_max,
-        waiting_frac=(sum(1 for s in load if (s.gauge(WAITING) or 0) > 0) / len(load)
-                      if load else 0.0),
-        running_mean=r_mean, running_max=r_max, kv_usage_mean=k_mean, kv_usage_max=k_max,
+        n_samples=len(samples),
+        n_under_load=len(load),
+        waiting_mean=w_mean,
+        waiting_max=w_max,
+        waiting_frac=(
+            sum(1 for s in load if (s.gauge(WAITING) or 0) > 0) / len(load) if load else 0.0
+        ),
+        running_mean=r_mean,
+        running_max=r_max,
+        kv_usage_mean=k_mean,
+        kv_usage_max=k_max,
         preemptions=pre,
-        queue_time_mean_s=mean(QUEUE_TIME), prefill_time_mean_s=mean(PREFILL_TIME),
-        decode_time_mean_s=mean(DECODE_TIME), ttft_mean_s=ttft.mean if ttft else None,
-        ttft_p99_s=ttft.quantile(0.99) if ttft else None, itl_mean_s=mean(ITL),
+        queue_time_mean_s=mean(QUEUE_TIME),
+        prefill_time_mean_s=mean(PREFILL_TIME),
+        decode_time_mean_s=mean(DECODE_TIME),
+        ttft_mean_s=ttft.mean if ttft else None,
+        ttft_p99_s=ttft.quantile(0.99) if ttft else None,
+        itl_mean_s=mean(ITL),
     )

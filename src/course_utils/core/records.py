@@ -150,12 +150,26 @@ class Workload:
 # --------------------------------------------------------------------------------------
 
 # the vLLM bench keys a window keeps (vllm/benchmarks/serve.py result JSON, 0.26.0)
-BENCH_KEYS = ("duration", "completed", "failed", "num_prompts", "request_rate",
-              "request_throughput", "request_goodput", "output_throughput",
-              "total_token_throughput", "max_concurrent_requests", "total_output_tokens",
-              "median_ttft_ms", "median_tpot_ms", "median_itl_ms", "median_e2el_ms")
-BENCH_PERCENTILES = tuple(f"{p}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
-                          for p in ("mean", "p50", "p90", "p99"))
+BENCH_KEYS = (
+    "duration",
+    "completed",
+    "failed",
+    "num_prompts",
+    "request_rate",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "total_token_throughput",
+    "max_concurrent_requests",
+    "total_output_tokens",
+    "median_ttft_ms",
+    "median_tpot_ms",
+    "median_itl_ms",
+    "median_e2el_ms",
+)
+BENCH_PERCENTILES = tuple(
+    f"{p}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for p in ("mean", "p50", "p90", "p99")
+)
 
 
 def bench_summary(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -184,11 +198,13 @@ class Scores:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Scores:
-        return cls(gate_goodput=float(d.get("gate_goodput") or 0.0),
-                   request_goodput=_opt_float(d.get("request_goodput")),
-                   request_throughput=float(d.get("request_throughput") or 0.0),
-                   meets_slo=bool(d.get("meets_slo")),
-                   violations=list(d.get("violations") or []))
+        return cls(
+            gate_goodput=float(d.get("gate_goodput") or 0.0),
+            request_goodput=_opt_float(d.get("request_goodput")),
+            request_throughput=float(d.get("request_throughput") or 0.0),
+            meets_slo=bool(d.get("meets_slo")),
+            violations=list(d.get("violations") or []),
+        )
 
 
 def _opt_float(v: Any) -> float | None:
@@ -339,11 +355,13 @@ class ServedPoint:
             return d.score if d else None
         n = len(good)
         rg = [s.request_goodput for s in good if s.request_goodput is not None]
-        return Scores(gate_goodput=sum(s.gate_goodput for s in good) / n,
-                      request_goodput=sum(rg) / len(rg) if rg else None,
-                      request_throughput=sum(s.request_throughput for s in good) / n,
-                      meets_slo=all(s.meets_slo for s in good),
-                      violations=sorted({v for s in good for v in s.violations}))
+        return Scores(
+            gate_goodput=sum(s.gate_goodput for s in good) / n,
+            request_goodput=sum(rg) / len(rg) if rg else None,
+            request_throughput=sum(s.request_throughput for s in good) / n,
+            meets_slo=all(s.meets_slo for s in good),
+            violations=sorted({v for s in good for v in s.violations}),
+        )
 
     @property
     def diagnosis(self) -> dict[str, Any]:
@@ -357,37 +375,46 @@ class ServedPoint:
 
     # ---- JSON ---------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__
-             if k not in ("warmup", "windows")}
+        d = {
+            k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("warmup", "windows")
+        }
         d["warmup"] = self.warmup.to_json() if self.warmup else None
         d["windows"] = [w.to_json() for w in self.windows]
         dec = self.deciding
         sc = self.scores()
-        d.update(valid=self.valid,
-                 validity_issues=[] if self.valid else self.validity_issues,
-                 invalid_windows=[w.index for w in self.windows if not w.valid],
-                 score=sc.to_json() if sc else None,
-                 spread={o: self.spread(o) for o in ("request_goodput", "gate")},
-                 bench=dec.bench if dec else {}, load=dec.load if dec else {},
-                 diagnosis=dec.diagnosis if dec else {},
-                 prefix_cache_hit_rate=dec.prefix_cache_hit_rate if dec else None)
+        d.update(
+            valid=self.valid,
+            validity_issues=[] if self.valid else self.validity_issues,
+            invalid_windows=[w.index for w in self.windows if not w.valid],
+            score=sc.to_json() if sc else None,
+            spread={o: self.spread(o) for o in ("request_goodput", "gate")},
+            bench=dec.bench if dec else {},
+            load=dec.load if dec else {},
+            diagnosis=dec.diagnosis if dec else {},
+            prefix_cache_hit_rate=dec.prefix_cache_hit_rate if dec else None,
+        )
         if self.rate_key is not None:  # a knee rate: the flat keys the knee pages read
             b = d["bench"]
-            d.update(rate=self.rate_key,
-                     request_throughput=sc.request_throughput if sc else None,
-                     request_goodput=sc.request_goodput if sc else None,
-                     gate_goodput=sc.gate_goodput if sc else None,
-                     meets_slo=self.meets_slo, violations=sc.violations if sc else [],
-                     output_throughput=b.get("output_throughput"),
-                     p99_ttft_ms=b.get("p99_ttft_ms"), p99_tpot_ms=b.get("p99_tpot_ms"),
-                     max_concurrent_requests=b.get("max_concurrent_requests"),
-                     server_startup_s=self.startup_s)
+            d.update(
+                rate=self.rate_key,
+                request_throughput=sc.request_throughput if sc else None,
+                request_goodput=sc.request_goodput if sc else None,
+                gate_goodput=sc.gate_goodput if sc else None,
+                meets_slo=self.meets_slo,
+                violations=sc.violations if sc else [],
+                output_throughput=b.get("output_throughput"),
+                p99_ttft_ms=b.get("p99_ttft_ms"),
+                p99_tpot_ms=b.get("p99_tpot_ms"),
+                max_concurrent_requests=b.get("max_concurrent_requests"),
+                server_startup_s=self.startup_s,
+            )
         return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ServedPoint:
-        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k not in
-              ("warmup", "windows")}
+        kw = {
+            k: d[k] for k in cls.__dataclass_fields__ if k in d and k not in ("warmup", "windows")
+        }
         if d.get("rate_key") is None and d.get("rate") is not None and "knob" not in d:
             kw["rate_key"] = str(d["rate"])  # a knee record that kept only its rate
         kw.setdefault("knob", "rate" if kw.get("rate_key") is not None else "baseline")
@@ -411,15 +438,31 @@ class ServedPoint:
 def _legacy_window(d: Mapping[str, Any]) -> Window:
     score = d.get("score")
     if score is None and ("gate_goodput" in d or "meets_slo" in d):  # knee scores were flat
-        score = {k: d.get(k) for k in ("gate_goodput", "request_goodput",
-                                       "request_throughput", "meets_slo", "violations")}
+        score = {
+            k: d.get(k)
+            for k in (
+                "gate_goodput",
+                "request_goodput",
+                "request_throughput",
+                "meets_slo",
+                "violations",
+            )
+        }
     issues = list(d.get("validity_issues") or [])
-    return Window(index=0, purpose="measure", seed=int((d.get("workload") or {}).get("seed", 0)),
-                  status="ok", valid=bool(d.get("valid", not issues)), validity_issues=issues,
-                  prefix_cache_hit_rate=d.get("prefix_cache_hit_rate"),
-                  score=Scores.from_json(score) if score else None,
-                  bench=dict(d.get("bench") or {}), load=dict(d.get("load") or {}),
-                  diagnosis=dict(d.get("diagnosis") or {}), elapsed_s=d.get("elapsed_s"))
+    return Window(
+        index=0,
+        purpose="measure",
+        seed=int((d.get("workload") or {}).get("seed", 0)),
+        status="ok",
+        valid=bool(d.get("valid", not issues)),
+        validity_issues=issues,
+        prefix_cache_hit_rate=d.get("prefix_cache_hit_rate"),
+        score=Scores.from_json(score) if score else None,
+        bench=dict(d.get("bench") or {}),
+        load=dict(d.get("load") or {}),
+        diagnosis=dict(d.get("diagnosis") or {}),
+        elapsed_s=d.get("elapsed_s"),
+    )
 
 
 def point_key(parts: Mapping[str, Any]) -> str:

@@ -27,8 +27,14 @@ import numpy as np
 SLO_KEYS = ("ttft", "tpot", "itl", "e2el")
 VLLM_GOODPUT_KEYS = ("ttft", "tpot", "e2el")  # check_goodput_args: VALID_NAMES
 # Keys every 0.26.0 `vllm bench serve --save-result` JSON of a generation benchmark has.
-REQUIRED_KEYS = ("duration", "completed", "request_throughput", "output_throughput",
-                 "total_input_tokens", "total_output_tokens")
+REQUIRED_KEYS = (
+    "duration",
+    "completed",
+    "request_throughput",
+    "output_throughput",
+    "total_input_tokens",
+    "total_output_tokens",
+)
 
 
 class SLOError(ValueError):
@@ -89,8 +95,9 @@ class SLO:
         return cls(**{f"{k}_ms": v for k, v in values.items()}, rate=r)
 
     def targets(self) -> dict[str, float]:
-        return {k: getattr(self, f"{k}_ms") for k in SLO_KEYS
-                if getattr(self, f"{k}_ms") is not None}
+        return {
+            k: getattr(self, f"{k}_ms") for k in SLO_KEYS if getattr(self, f"{k}_ms") is not None
+        }
 
     def goodput_args(self) -> list[str]:
         """Values for ``vllm bench serve --goodput`` (ITL is not a valid key there)."""
@@ -126,12 +133,14 @@ class BenchResult:
             except json.JSONDecodeError as e:
                 raise BenchResultError(f"{source}: not JSON ({e.msg} at line {e.lineno})") from None
         if not isinstance(data, dict):
-            raise BenchResultError(f"{path or 'result'}: not a vLLM result (top level is not an "
-                                   "object)")
+            raise BenchResultError(
+                f"{path or 'result'}: not a vLLM result (top level is not an object)"
+            )
         missing = [k for k in REQUIRED_KEYS if k not in data]
         if missing:
-            raise BenchResultError(f"{path or 'result'}: not a vLLM 0.26.0 bench result "
-                                   f"(missing {', '.join(missing)})")
+            raise BenchResultError(
+                f"{path or 'result'}: not a vLLM 0.26.0 bench result (missing {', '.join(missing)})"
+            )
         return cls(raw=data, path=path)
 
     def __getattr__(self, name: str) -> Any:
@@ -159,12 +168,19 @@ class BenchResult:
         """Per-request TTFT/TPOT/E2EL in ms, when the result was saved with --save-detailed."""
         ttfts, itls, olens = (self.raw.get(k) for k in ("ttfts", "itls", "output_lens"))
         # lists summarised to keep recorded files small are dicts: nothing per request then
-        if not all(isinstance(x, list) and x for x in (ttfts, itls, olens)):
+        if not (
+            isinstance(ttfts, list)
+            and isinstance(itls, list)
+            and isinstance(olens, list)
+            and ttfts
+            and itls
+            and olens
+        ):
             return None
         ok = [i for i, n in enumerate(olens) if n]  # failed requests have output_len 0
         ttft = np.array([ttfts[i] for i in ok]) * 1000
         e2el = np.array([ttfts[i] + sum(itls[i]) for i in ok]) * 1000
-        n = np.array([olens[i] for i in ok], dtype=float)
+        n: Any = np.array([olens[i] for i in ok], dtype=np.float64)
         tpot = np.where(n > 1, (e2el - ttft) / np.maximum(n - 1, 1), 0.0)
         return {"ttft": ttft, "tpot": tpot, "e2el": e2el}
 
@@ -181,19 +197,28 @@ class Score:
     def why_they_differ(self, lang: str = "en") -> str:
         g, r = self.gate_goodput, self.request_goodput
         if r is None:
-            return ("这次结果没有 vLLM 的逐请求 goodput（跑 bench 时加 --goodput）。" if lang == "zh"
-                    else "No per-request goodput in this result (run the bench with --goodput).")
+            return (
+                "这次结果没有 vLLM 的逐请求 goodput（跑 bench 时加 --goodput）。"
+                if lang == "zh"
+                else "No per-request goodput in this result (run the bench with --goodput)."
+            )
         if lang == "zh":
             if not self.meets_slo and r > 0:
-                return (f"p99 门槛判 0（{'; '.join(self.violations)}），但仍有 {r:.2f} req/s 的请求"
-                        "各自满足 SLO：vLLM 逐个数达标请求，门槛只看尾部分位。")
+                return (
+                    f"p99 门槛判 0（{'; '.join(self.violations)}），但仍有 {r:.2f} req/s 的请求"
+                    "各自满足 SLO：vLLM 逐个数达标请求，门槛只看尾部分位。"
+                )
             return f"两种分数接近（门槛 {g:.2f}，逐请求 {r:.2f} req/s）：尾部也达标时二者一致。"
         if not self.meets_slo and r > 0:
-            return (f"The p99 gate scores 0 ({'; '.join(self.violations)}), yet {r:.2f} req/s "
-                    "of requests met every target one by one: vLLM counts good requests, the "
-                    "gate looks only at the tail percentile.")
-        return (f"The scores agree (gate {g:.2f}, per-request {r:.2f} req/s): when the tail "
-                "meets the SLO, almost every request does.")
+            return (
+                f"The p99 gate scores 0 ({'; '.join(self.violations)}), yet {r:.2f} req/s "
+                "of requests met every target one by one: vLLM counts good requests, the "
+                "gate looks only at the tail percentile."
+            )
+        return (
+            f"The scores agree (gate {g:.2f}, per-request {r:.2f} req/s): when the tail "
+            "meets the SLO, almost every request does."
+        )
 
 
 def violations(result: BenchResult, slo: SLO) -> list[str]:
@@ -233,7 +258,9 @@ def request_goodput(result: BenchResult, slo: SLO) -> float | None:
 
 
 def _same_goodput_targets(result: BenchResult, slo: SLO) -> bool:
-    recorded = result.raw.get("goodput_slo")  # written by course_utils.lab.bench next to vLLM's keys
+    recorded = result.raw.get(
+        "goodput_slo"
+    )  # written by course_utils.lab.bench next to vLLM's keys
     if recorded is None:
         return True
     want = {k: float(v) for k, v in slo.targets().items() if k in VLLM_GOODPUT_KEYS}
@@ -243,9 +270,20 @@ def _same_goodput_targets(result: BenchResult, slo: SLO) -> bool:
 def score(result: BenchResult, slo: SLO) -> Score:
     v = violations(result, slo)
     rg = request_goodput(result, slo)
-    src = "none" if rg is None else (
-        "vllm" if result.raw.get("request_goodput") is not None
-        and _same_goodput_targets(result, slo) else "recomputed")
-    return Score(gate_goodput=0.0 if v else float(result.request_throughput),
-                 request_goodput=rg, request_throughput=float(result.request_throughput),
-                 meets_slo=not v, violations=v, request_goodput_source=src)
+    src = (
+        "none"
+        if rg is None
+        else (
+            "vllm"
+            if result.raw.get("request_goodput") is not None and _same_goodput_targets(result, slo)
+            else "recomputed"
+        )
+    )
+    return Score(
+        gate_goodput=0.0 if v else float(result.request_throughput),
+        request_goodput=rg,
+        request_throughput=float(result.request_throughput),
+        meets_slo=not v,
+        violations=v,
+        request_goodput_source=src,
+    )

@@ -49,20 +49,32 @@ def decision_word(decision: str, lang: str = "en") -> str:
 # ---- validity issues (validity.py) ---------------------------------------------------------
 
 _ISSUES_ZH: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"^prefix cache hit rate (\S+) on a workload without a shared prefix: .*"),
-     "prefix cache 命中率 {0}，而这份负载没有共享前缀：prompt 被重放了，结果偏好"),
+    (
+        re.compile(r"^prefix cache hit rate (\S+) on a workload without a shared prefix: .*"),
+        "prefix cache 命中率 {0}，而这份负载没有共享前缀：prompt 被重放了，结果偏好",
+    ),
     (re.compile(r"^no request completed \((\d+) failed\)$"), "没有请求完成（失败 {0} 个）"),
     (re.compile(r"^(\d+) of (\d+) requests failed$"), "{1} 个请求中失败了 {0} 个"),
-    (re.compile(r"^completed\+failed = (\d+), expected num_prompts (\d+)$"),
-     "完成加失败共 {0} 个，应为 num_prompts {1} 个"),
-    (re.compile(r"^mean output (\S+) tokens/request < requested (\d+).*"),
-     "平均每个请求只输出 {0} 个 token，少于要求的 {1} 个（提前遇到 EOS？请传 ignore_eos）"),
-    (re.compile(r"^offered rate (\S+) req/s vs requested (\S+) \(tolerance (\S+)\).*"),
-     "实际到达率 {0} req/s，要求 {1}（容差 {2}）：压测客户端没跟上节奏"),
-    (re.compile(r"^vLLM JIT-compiled (\d+) kernel\(s\) inside the measured window \((.*)\).*"),
-     "测量窗口内 vLLM JIT 编译了 {0} 个 kernel（{1}）：一次性的延迟尖峰，请在热身后的 server 上重测"),
-    (re.compile(r"^the warm-up reached (\S+) concurrent requests, the load (\S+):.*"),
-     "热身只到 {0} 个并发请求，负载到了 {1} 个：负载的批形状没有热身到"),
+    (
+        re.compile(r"^completed\+failed = (\d+), expected num_prompts (\d+)$"),
+        "完成加失败共 {0} 个，应为 num_prompts {1} 个",
+    ),
+    (
+        re.compile(r"^mean output (\S+) tokens/request < requested (\d+).*"),
+        "平均每个请求只输出 {0} 个 token，少于要求的 {1} 个（提前遇到 EOS？请传 ignore_eos）",
+    ),
+    (
+        re.compile(r"^offered rate (\S+) req/s vs requested (\S+) \(tolerance (\S+)\).*"),
+        "实际到达率 {0} req/s，要求 {1}（容差 {2}）：压测客户端没跟上节奏",
+    ),
+    (
+        re.compile(r"^vLLM JIT-compiled (\d+) kernel\(s\) inside the measured window \((.*)\).*"),
+        "测量窗口内 vLLM JIT 编译了 {0} 个 kernel（{1}）：一次性的延迟尖峰，请在热身后的 server 上重测",
+    ),
+    (
+        re.compile(r"^the warm-up reached (\S+) concurrent requests, the load (\S+):.*"),
+        "热身只到 {0} 个并发请求，负载到了 {1} 个：负载的批形状没有热身到",
+    ),
 ]
 
 
@@ -98,15 +110,19 @@ def _verdict_why_zh(v: Mapping[str, Any]) -> str:
         cand = v.get("candidate")
         if v.get("kv") is not None:
             kv = v["kv"]
-            return (f"{cand!r} 的输出 tok/s 高了 {_pct(gain or 0.0)}，但在基线上 KV cache 并没有卡住"
-                    f"（速度测试最多只要 {kv['demand_tokens']:,} 个 token，池子有 "
-                    f"{kv['kv_tokens']:,} 个），更多 KV 解释不了这个提升：换个顺序"
-                    "（新的 output_dir）再测一次，再决定要不要保留")
+            return (
+                f"{cand!r} 的输出 tok/s 高了 {_pct(gain or 0.0)}，但在基线上 KV cache 并没有卡住"
+                f"（速度测试最多只要 {kv['demand_tokens']:,} 个 token，池子有 "
+                f"{kv['kv_tokens']:,} 个），更多 KV 解释不了这个提升：换个顺序"
+                "（新的 output_dir）再测一次，再决定要不要保留"
+            )
         gap = v.get("same_batch_gap")
         if gap is not None:
-            return (f"{cand!r} 的输出 tok/s 高了 {_pct(gain or 0.0)}，但在 KV cache 填满之前"
-                    f"（旋钮还起不了作用）它和基线就已经差了 {_pct(gap)}：这个提升落在这台机器"
-                    "的运行间波动之内；换顺序、多测几次再决定")
+            return (
+                f"{cand!r} 的输出 tok/s 高了 {_pct(gain or 0.0)}，但在 KV cache 填满之前"
+                f"（旋钮还起不了作用）它和基线就已经差了 {_pct(gap)}：这个提升落在这台机器"
+                "的运行间波动之内；换顺序、多测几次再决定"
+            )
         return f"{cand!r} 的提升 {_pct(gain or 0.0)} 还需要复测"
     # revert
     if "slo_met_by" in v and not v["slo_met_by"]:
@@ -116,8 +132,10 @@ def _verdict_why_zh(v: Mapping[str, Any]) -> str:
             miss = f"（p99 延迟 {m.group(2)} s > {m.group(3)} s）"
         elif m and m.group(4):
             miss = f"（准确率 {m.group(4)} 低于基线的 {m.group(5)}）"
-        return (f"没有任何设置满足 SLO，基线也不满足{miss}：这个 SLO 不适合这份负载；"
-                "先保持基线，再改负载或 SLO")
+        return (
+            f"没有任何设置满足 SLO，基线也不满足{miss}：这个 SLO 不适合这份负载；"
+            "先保持基线，再改负载或 SLO"
+        )
     if v.get("slo_met_by"):
         return "基线本身就是满足 SLO、又不损失质量的最快设置"
     m = _MIN_GAIN_RE.search(why)
@@ -163,13 +181,14 @@ def knee(k: Mapping[str, Any], lang: str = "en") -> str:
         out = f"直到 {rate:g} req/s 的每个有效测试速率都满足 SLO：拐点还在更高处"
     else:
         by = "拐点扫描" if k.get("overloaded_by") == "knee scan" else "闭环的测量点"
-        out = (f"拐点在 {rate:g} req/s（满足 SLO 的最高有效速率）和 {over:g} req/s"
-               f"（依据：{by}）之间")
+        out = f"拐点在 {rate:g} req/s（满足 SLO 的最高有效速率）和 {over:g} req/s（依据：{by}）之间"
         m = _LOOP_RE.search(str(k.get("why", "")))
         if k.get("overloaded_by") == "loop points" and m:
             pts = m.group(3).replace("baseline", "基线").replace(", ", "、")
-            out += (f"；在 {m.group(1)} req/s，闭环的全部 {m.group(2)} 个有效点（{pts}；"
-                    "每个都在新启动的 server 上）都没满足 SLO")
+            out += (
+                f"；在 {m.group(1)} req/s，闭环的全部 {m.group(2)} 个有效点（{pts}；"
+                "每个都在新启动的 server 上）都没满足 SLO"
+            )
     invalid = list(k.get("invalid") or [])
     if invalid:
         names = "、".join(f"{i['rate']:g}" for i in invalid)
@@ -181,14 +200,24 @@ def knee(k: Mapping[str, Any], lang: str = "en") -> str:
 # ---- why tune() stopped (sweep.tune) --------------------------------------------------------
 
 _STOPS_ZH: list[tuple[re.Pattern[str], Any]] = [
-    (re.compile(r"^plateau: no knob the diagnosis names \((.*)\) has candidates left that help$"),
-     lambda m, s: f"到平台了：诊断点名的旋钮（{m.group(1)}）都没有还能带来提升的候选值"),
-    (re.compile(r"^diagnosis '([^']*)' \(([^)]*)\) names no engine knob: (.*)$"),
-     lambda m, s: _no_knob_zh(m.group(1), m.group(2))),
-    (re.compile(r"^GPU budget: (\S+) min left < (\S+) min per point$"),
-     lambda m, s: f"GPU 预算到了：只剩 {m.group(1)} 分钟，少于每个点约 {m.group(2)} 分钟"),
-    (re.compile(r"^max_steps \((\d+)\) reached$"),
-     lambda m, s: f"已走满 max_steps（{m.group(1)} 步）"),
+    (
+        re.compile(
+            r"^plateau: no knob the diagnosis names \((.*)\) has candidates left that help$"
+        ),
+        lambda m, s: f"到平台了：诊断点名的旋钮（{m.group(1)}）都没有还能带来提升的候选值",
+    ),
+    (
+        re.compile(r"^diagnosis '([^']*)' \(([^)]*)\) names no engine knob: (.*)$"),
+        lambda m, s: _no_knob_zh(m.group(1), m.group(2)),
+    ),
+    (
+        re.compile(r"^GPU budget: (\S+) min left < (\S+) min per point$"),
+        lambda m, s: f"GPU 预算到了：只剩 {m.group(1)} 分钟，少于每个点约 {m.group(2)} 分钟",
+    ),
+    (
+        re.compile(r"^max_steps \((\d+)\) reached$"),
+        lambda m, s: f"已走满 max_steps（{m.group(1)} 步）",
+    ),
     (re.compile(r"^baseline failed: (.*)$"), lambda m, s: f"基线没能启动：{m.group(1)}"),
     (re.compile(r"^baseline not run$"), lambda m, s: "基线没有运行"),
     (re.compile(r"^(\S+): no point ran$"), lambda m, s: f"{m.group(1)}：一个点也没跑"),
@@ -198,8 +227,7 @@ _STOPS_ZH: list[tuple[re.Pattern[str], Any]] = [
 def _no_knob_zh(leaf: str, constraint: str) -> str:
     node = diagnose.TREE.get(leaf)
     name = node.text["zh"] if isinstance(node, diagnose.Leaf) else leaf
-    tail = ("加副本或降低到达率，这不是调参问题" if constraint == "queue"
-            else "已经到头了")
+    tail = "加副本或降低到达率，这不是调参问题" if constraint == "queue" else "已经到头了"
     return f"诊断「{name}」没有点名任何引擎旋钮：{tail}"
 
 

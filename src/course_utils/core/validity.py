@@ -56,12 +56,15 @@ def prefix_cache_issue(hit_rate: float | None, workload: Workload) -> str | None
     """The validity issue of a replayed workload, or None."""
     if hit_rate is None or workload.prefix_len > 0 or hit_rate <= REPLAY_HIT_RATE:
         return None
-    return (f"prefix cache hit rate {hit_rate:.0%} on a workload without a shared prefix: "
-            "prompts were replayed, results are inflated")
+    return (
+        f"prefix cache hit rate {hit_rate:.0%} on a workload without a shared prefix: "
+        "prompts were replayed, results are inflated"
+    )
 
 
-def validity_issues(raw: Mapping[str, Any], workload: Workload, *,
-                    prefix_cache_hit_rate: float | None = None) -> list[str]:
+def validity_issues(
+    raw: Mapping[str, Any], workload: Workload, *, prefix_cache_hit_rate: float | None = None
+) -> list[str]:
     """Checks that a bench result measured what the workload asked for.
 
     - achieved vs offered request rate: the arrival rate the client really produced
@@ -115,8 +118,10 @@ def jit_issue(kernels: Sequence[str]) -> str | None:
     if not kernels:
         return None
     names = ", ".join(sorted(set(kernels)))
-    return (f"vLLM JIT-compiled {len(kernels)} kernel(s) inside the measured window "
-            f"({names}): a one-time latency spike, re-measure on the warm server")
+    return (
+        f"vLLM JIT-compiled {len(kernels)} kernel(s) inside the measured window "
+        f"({names}): a one-time latency spike, re-measure on the warm server"
+    )
 
 
 # A warm-up must reach this share of the window's engine peak (running requests, sampled
@@ -135,5 +140,7 @@ def warmup_issue(warmup_peak: float | None, load_peak: float | None) -> str | No
         return None
     if warmup_peak + WARMUP_SLACK >= WARMUP_COVERAGE * load_peak:
         return None
-    return (f"the warm-up ran at most {warmup_peak:.0f} requests at once, the window "
-            f"{load_peak:.0f}: the load's batch sizes were not warmed up")
+    return (
+        f"the warm-up ran at most {warmup_peak:.0f} requests at once, the window "
+        f"{load_peak:.0f}: the load's batch sizes were not warmed up"
+    )

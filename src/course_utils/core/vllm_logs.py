@@ -77,16 +77,20 @@ def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
 
 def _kv_too_small(m: re.Match[str], text: str) -> str:
     est = f"; the estimated max_model_len that fits is {m.group(4)}" if m.group(4) else ""
-    return (f"not enough KV cache memory for max_model_len {m.group(1)}: needs {m.group(2)} "
-            f"GiB, {m.group(3)} GiB available{est} (lower --max-model-len or raise "
-            "--gpu-memory-utilization)")
+    return (
+        f"not enough KV cache memory for max_model_len {m.group(1)}: needs {m.group(2)} "
+        f"GiB, {m.group(3)} GiB available{est} (lower --max-model-len or raise "
+        "--gpu-memory-utilization)"
+    )
 
 
 def _oom(m: re.Match[str], text: str) -> str:
     tried = re.search(r"Tried to allocate ([\d.]+ [KMG]iB)", m.group(0))
     extra = f" (tried to allocate {tried.group(1)})" if tried else ""
-    return (f"CUDA out of memory{extra}: lower --gpu-memory-utilization, --max-num-seqs or "
-            "--max-num-batched-tokens, or --max-model-len")
+    return (
+        f"CUDA out of memory{extra}: lower --gpu-memory-utilization, --max-num-seqs or "
+        "--max-num-batched-tokens, or --max-model-len"
+    )
 
 
 def _port(m: re.Match[str], text: str) -> str:
@@ -101,43 +105,73 @@ FAILURE_RULES: list[Rule] = [
     # with the model's max seq len ({max_model_len}), ({needed} GiB KV cache is needed, which
     # is larger than the available KV cache memory ({available} GiB). Based on the available
     # memory, the estimated maximum model length is {n}. ..."
-    (re.compile(r"To serve at least one request with the model's max seq len \((\d+)\), "
-                r"\(([\d.]+) GiB KV cache is needed, which is larger than the available KV "
-                r"cache memory \(([\d.]+) GiB\)\.(?: Based on the available memory, the "
-                r"estimated maximum model length is (\d+)\.)?"), _kv_too_small),
+    (
+        re.compile(
+            r"To serve at least one request with the model's max seq len \((\d+)\), "
+            r"\(([\d.]+) GiB KV cache is needed, which is larger than the available KV "
+            r"cache memory \(([\d.]+) GiB\)\.(?: Based on the available memory, the "
+            r"estimated maximum model length is (\d+)\.)?"
+        ),
+        _kv_too_small,
+    ),
     # v1/core/kv_cache_utils.py: "No available memory for the cache blocks. Try increasing
     # `gpu_memory_utilization` when initializing the engine ..."
-    (re.compile(r"No available memory for the cache blocks"),
-     lambda m, t: ("weights do not fit: no memory left for the KV cache blocks (\"No available "
-                "memory for the cache blocks\"); raise --gpu-memory-utilization, quantize, or "
-                "use a bigger GPU")),
+    (
+        re.compile(r"No available memory for the cache blocks"),
+        lambda m, t: (
+            'weights do not fit: no memory left for the KV cache blocks ("No available '
+            'memory for the cache blocks"); raise --gpu-memory-utilization, quantize, or '
+            "use a bigger GPU"
+        ),
+    ),
     # v1/worker/utils.py request_memory: "Free memory on device {dev} ({free}/{total} GiB) on
     # startup is less than desired GPU memory utilization ({util}, {req} GiB). ..."
-    (re.compile(r"Free memory on device \S* ?\(([\d.]+)/([\d.]+) GiB\) on startup is less "
-                r"than desired GPU memory utilization \(([\d.]+), ([\d.]+) GiB\)"),
-     lambda m, t: (f"GPU memory already in use: {m.group(1)}/{m.group(2)} GiB free at startup, "
-                f"--gpu-memory-utilization {m.group(3)} asks for {m.group(4)} GiB (another "
-                "process holds the GPU, or lower the utilization)")),
+    (
+        re.compile(
+            r"Free memory on device \S* ?\(([\d.]+)/([\d.]+) GiB\) on startup is less "
+            r"than desired GPU memory utilization \(([\d.]+), ([\d.]+) GiB\)"
+        ),
+        lambda m, t: (
+            f"GPU memory already in use: {m.group(1)}/{m.group(2)} GiB free at startup, "
+            f"--gpu-memory-utilization {m.group(3)} asks for {m.group(4)} GiB (another "
+            "process holds the GPU, or lower the utilization)"
+        ),
+    ),
     # torch: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ..."
     (re.compile(r"CUDA out of memory\.?[^\n]*"), _oom),
     # config/scheduler.py: "max_num_batched_tokens ({a}) must be greater than or equal to
     # max_num_seqs ({b})."
-    (re.compile(r"max_num_batched_tokens \((\d+)\) must be greater than or equal to "
-                r"max_num_seqs \((\d+)\)"),
-     lambda m, t: (f"invalid knob combination: max_num_batched_tokens ({m.group(1)}) must be >= "
-                f"max_num_seqs ({m.group(2)}); raise --max-num-batched-tokens with it")),
+    (
+        re.compile(
+            r"max_num_batched_tokens \((\d+)\) must be greater than or equal to "
+            r"max_num_seqs \((\d+)\)"
+        ),
+        lambda m, t: (
+            f"invalid knob combination: max_num_batched_tokens ({m.group(1)}) must be >= "
+            f"max_num_seqs ({m.group(2)}); raise --max-num-batched-tokens with it"
+        ),
+    ),
     # config/scheduler.py: "max_num_batched_tokens ({a}) is smaller than max_model_len ({b})."
-    (re.compile(r"max_num_batched_tokens \((\d+)\) is smaller than max_model_len \((\d+)\)"),
-     lambda m, t: (f"invalid knob combination: max_num_batched_tokens ({m.group(1)}) < "
-                f"max_model_len ({m.group(2)}) with chunked prefill off")),
+    (
+        re.compile(r"max_num_batched_tokens \((\d+)\) is smaller than max_model_len \((\d+)\)"),
+        lambda m, t: (
+            f"invalid knob combination: max_num_batched_tokens ({m.group(1)}) < "
+            f"max_model_len ({m.group(2)}) with chunked prefill off"
+        ),
+    ),
     # entrypoints/openai/api_server.py create_server_socket: "OSError: [Errno 98] Address
     # already in use" (the port is on the command line, earlier in the log)
     (re.compile(r"Address already in use"), _port),
     # argparse (utils/argparse_utils.py FlexibleArgumentParser):
     # "vllm serve: error: unrecognized arguments: --foo 1"
-    (re.compile(r"error: unrecognized arguments: ([^\n]*)"),
-     lambda m, t: f"unknown flag for vllm 0.26.0: {m.group(1).strip()}"),
-    (re.compile(r"error: (argument [^\n]*)"), lambda m, t: one_line(f"invalid argument: {m.group(1)}")),
+    (
+        re.compile(r"error: unrecognized arguments: ([^\n]*)"),
+        lambda m, t: f"unknown flag for vllm 0.26.0: {m.group(1).strip()}",
+    ),
+    (
+        re.compile(r"error: (argument [^\n]*)"),
+        lambda m, t: one_line(f"invalid argument: {m.group(1)}"),
+    ),
 ]
 
 
@@ -182,8 +216,10 @@ _KV_GIB = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 _WEIGHTS = re.compile(r"Model loading took ([\d.]+) GiB")
 _COMPILE = re.compile(r"torch\.compile took ([\d.]+) s in total")
 # v1/engine/core.py: once per engine start; "(compilation: ...)" only when torch.compile ran
-_INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took "
-                          r"([\d.]+) s(?: \(compilation: ([\d.]+) s)?")
+_INIT_ENGINE = re.compile(
+    r"init engine \(profile, create kv cache, warmup model\) took "
+    r"([\d.]+) s(?: \(compilation: ([\d.]+) s)?"
+)
 
 
 @dataclass(frozen=True)
@@ -216,8 +252,10 @@ def startup_facts(text: str) -> StartupFacts:
 
 def engine_init_times(text: str) -> list[tuple[float, float | None]]:
     """(engine init seconds, of which compilation) for each engine start logged in `text`."""
-    return [(float(m.group(1)), float(m.group(2)) if m.group(2) else None)
-            for m in _INIT_ENGINE.finditer(text)]
+    return [
+        (float(m.group(1)), float(m.group(2)) if m.group(2) else None)
+        for m in _INIT_ENGINE.finditer(text)
+    ]
 
 
 # --------------------------------------------------------------------------------------
@@ -229,7 +267,8 @@ def engine_init_times(text: str) -> list[tuple[float, float | None]]:
 _STATS = re.compile(
     r"Avg prompt throughput: ([\d.]+) tokens/s, Avg generation throughput: ([\d.]+) tokens/s, "
     r"Running: (\d+) reqs, Waiting: (\d+) reqs,.*?(?:Preemptions: (\d+), )?"
-    r"GPU KV cache usage: ([\d.]+)%")
+    r"GPU KV cache usage: ([\d.]+)%"
+)
 
 
 @dataclass(frozen=True)
@@ -262,10 +301,18 @@ def engine_stats(text: str) -> list[EngineStatsLine]:
         if prev is not None and t < prev:
             t += 366 * 86400
         t0, prev = (t if t0 is None else t0), t
-        out.append(EngineStatsLine(
-            t_s=round(t - t0), prompt_tok_s=float(m.group(1)), gen_tok_s=float(m.group(2)),
-            running=int(m.group(3)), waiting=int(m.group(4)), preemptions=int(m.group(5) or 0),
-            kv_usage=round(float(m.group(6)) / 100.0, 4), stamp=stamp))
+        out.append(
+            EngineStatsLine(
+                t_s=round(t - t0),
+                prompt_tok_s=float(m.group(1)),
+                gen_tok_s=float(m.group(2)),
+                running=int(m.group(3)),
+                waiting=int(m.group(4)),
+                preemptions=int(m.group(5) or 0),
+                kv_usage=round(float(m.group(6)) / 100.0, 4),
+                stamp=stamp,
+            )
+        )
     return out
 
 
@@ -300,10 +347,14 @@ def jit_compiles(text: str, base_offset: int = 0) -> list[JitCompile]:
         if JIT_LINE in line:
             k = _JIT.search(line)
             st = LOG_STAMP.search(line)
-            out.append(JitCompile(stamp=st.group(1) if st else "",
-                                  kernel=k.group(1) if k else "?",
-                                  offset=base_offset + pos,
-                                  line=line.strip()))
+            out.append(
+                JitCompile(
+                    stamp=st.group(1) if st else "",
+                    kernel=k.group(1) if k else "?",
+                    offset=base_offset + pos,
+                    line=line.strip(),
+                )
+            )
         pos += len(line.encode("utf-8", errors="replace"))
     return out
 
@@ -331,15 +382,17 @@ def parse_sweep_log(text: str) -> dict[str, Any]:
         p.feed(line)
     p.close_bench()  # a log that ends inside a benchmark (interrupted)
     for s in p.servers:
-        s["ready_s"] = (None if s["bench_start"] is None
-                        else round(s["bench_start"] - s["start"], 2))
+        s["ready_s"] = None if s["bench_start"] is None else round(s["bench_start"] - s["start"], 2)
         s["span_s"] = None if s["end"] is None else round(s["end"] - s["start"], 2)
         s["jit_windows"] = s.pop("_windows")
-    return {"server_starts": len(p.servers), "servers": p.servers,
-            "jit_in_benchmark": p.jit_in, "jit_in_warmup": p.jit_warm,
-            "jit_outside_benchmark": p.jit_out,
-            "log_span_s": None if p.first is None or p.last is None
-            else round(p.last - p.first, 2)}
+    return {
+        "server_starts": len(p.servers),
+        "servers": p.servers,
+        "jit_in_benchmark": p.jit_in,
+        "jit_in_warmup": p.jit_warm,
+        "jit_outside_benchmark": p.jit_out,
+        "log_span_s": None if p.first is None or p.last is None else round(p.last - p.first, 2),
+    }
 
 
 class _SweepLogParser:
@@ -376,9 +429,17 @@ class _SweepLogParser:
         marks = MARKER.findall(msg)  # a marker may follow output without a newline
         if "BEGIN SERVER" in marks:
             self.close_bench()
-            self.cur = {"overrides": None, "start": t, "bench_start": None, "end": None,
-                        "benchmarks_done": 0, "jit_in_benchmark": 0, "jit_in_warmup": 0,
-                        "warmups_logged": [], "_windows": []}
+            self.cur = {
+                "overrides": None,
+                "start": t,
+                "bench_start": None,
+                "end": None,
+                "benchmarks_done": 0,
+                "jit_in_benchmark": 0,
+                "jit_in_warmup": 0,
+                "warmups_logged": [],
+                "_windows": [],
+            }
             self.servers.append(self.cur)
             self.in_bench = self.measuring = False
         elif self.cur is not None and "Server overrides:" in msg:
@@ -387,8 +448,9 @@ class _SweepLogParser:
             self.in_bench, self.measuring, self.pending = True, False, []
             if self.cur is not None:
                 self.cur["bench_start"] = self.cur["bench_start"] or t
-                self.cur["_windows"].append({"start": t, "main_start": None, "end": None,
-                                             "jit": []})
+                self.cur["_windows"].append(
+                    {"start": t, "main_start": None, "end": None, "jit": []}
+                )
         if self.in_bench and MAIN_RUN_LINE in msg:
             self.measuring = True
             if self.cur is not None and self.cur["_windows"]:
@@ -425,5 +487,3 @@ class _SweepLogParser:
             self.pending.append(kernel)
         else:
             self.jit_out += 1
-
-

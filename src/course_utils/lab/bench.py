@@ -53,8 +53,6 @@ class BenchError(RuntimeError):
         self.log_path = log_path
 
 
-
-
 def _rate_arg(rate: float) -> str:
     return "inf" if math.isinf(rate) else f"{rate:g}"
 
@@ -87,20 +85,31 @@ def bench_args(
     """argv for `vllm bench serve` with vLLM 0.26.0's own flags (a list, never a string)."""
     w = workload
     argv = [
-        *[str(c) for c in vllm_cmd], "bench", "serve",
-        "--backend", "vllm",
-        "--base-url", base_url.rstrip("/"),
-        "--endpoint", "/v1/completions",
-        "--model", model,
-        "--dataset-name", "random",
-        "--random-input-len", str(w.input_len - w.prefix_len),
-        "--random-output-len", str(w.output_len),
+        *[str(c) for c in vllm_cmd],
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        base_url.rstrip("/"),
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        model,
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(w.input_len - w.prefix_len),
+        "--random-output-len",
+        str(w.output_len),
     ]
     if w.prefix_len:
         argv += ["--random-prefix-len", str(w.prefix_len)]
     argv += [
-        "--num-prompts", str(w.num_prompts),
-        "--request-rate", _rate_arg(w.request_rate),
+        "--num-prompts",
+        str(w.num_prompts),
+        "--request-rate",
+        _rate_arg(w.request_rate),
     ]
     if w.max_concurrency is not None:
         argv += ["--max-concurrency", str(w.max_concurrency)]
@@ -110,13 +119,18 @@ def bench_args(
         word = str(int(p_slo)) if float(p_slo).is_integer() else str(p_slo)
         pcts = ",".join(sorted({*pcts.split(","), word}, key=float))
     argv += [
-        "--percentile-metrics", PERCENTILE_METRICS,
-        "--metric-percentiles", pcts,
+        "--percentile-metrics",
+        PERCENTILE_METRICS,
+        "--metric-percentiles",
+        pcts,
         *_goodput_args(slo),
         "--save-result",
-        "--result-dir", str(result_dir),
-        "--result-filename", result_filename,
-        "--seed", str(w.seed),
+        "--result-dir",
+        str(result_dir),
+        "--result-filename",
+        result_filename,
+        "--seed",
+        str(w.seed),
     ]
     if save_detailed:
         argv.append("--save-detailed")
@@ -129,8 +143,6 @@ def bench_args(
     if disable_tqdm:
         argv.append("--disable-tqdm")
     return argv + [str(a) for a in extra_args]
-
-
 
 
 def run_bench(
@@ -157,13 +169,20 @@ def run_bench(
         out.unlink()
     log = Path(log_path) if log_path else result_dir / (Path(result_filename).stem + ".log")
     argv = bench_args(
-        base_url, model, workload, slo, result_dir, result_filename,
-        tokenizer=tokenizer, vllm_cmd=vllm_cmd, num_warmups=num_warmups, extra_args=extra_args,
+        base_url,
+        model,
+        workload,
+        slo,
+        result_dir,
+        result_filename,
+        tokenizer=tokenizer,
+        vllm_cmd=vllm_cmd,
+        num_warmups=num_warmups,
+        extra_args=extra_args,
     )
     rc, timed_out = run_logged(argv, log, timeout_s, env=env, grace_s=5.0)
     if timed_out:
-        raise BenchError(f"vllm bench serve did not finish within {timeout_s:.0f} s",
-                         log_path=log)
+        raise BenchError(f"vllm bench serve did not finish within {timeout_s:.0f} s", log_path=log)
     if rc != 0:
         raise BenchError(bench_failure_reason(log.read_text(errors="replace"), rc), log_path=log)
     if not out.exists():
@@ -220,8 +239,13 @@ def warmup(
     prompt = " ".join(["hello"] * max(1, workload.input_len - 1))
     t0 = time.monotonic()
     payloads = [
-        {"model": model, "prompt": f"{i} {prompt}", "max_tokens": max_tokens,
-         "ignore_eos": True, "stream": False}
+        {
+            "model": model,
+            "prompt": f"{i} {prompt}",
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": False,
+        }
         for i in range(num_prompts)
     ]
     with ThreadPoolExecutor(max_workers=min(num_prompts, 16)) as pool:
@@ -233,11 +257,3 @@ def warmup(
 # --------------------------------------------------------------------------------------
 # measurement validity
 # --------------------------------------------------------------------------------------
-
-
-
-
-
-
-
-

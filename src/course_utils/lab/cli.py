@@ -69,23 +69,46 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=None, help="the servers' port (none: a free one)")
     p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--patience", type=int, default=2)
-    p.add_argument("--objective", choices=OBJECTIVES, default="request_goodput",
-                   help="request_goodput: vLLM's per-request goodput; gate: the p99 gate")
-    p.add_argument("--repeats", type=int, default=1,
-                   help="extra windows per point with fresh prompts (the run-to-run spread)")
-    p.add_argument("--remeasure", type=int, default=1,
-                   help="re-measure an invalid window (JIT compile, replay, ...) at most N times")
-    p.add_argument("--warmup-share", type=float, default=0.5,
-                   help="warm-up prompts at the load's rate, as a share of --num-prompts")
+    p.add_argument(
+        "--objective",
+        choices=OBJECTIVES,
+        default="request_goodput",
+        help="request_goodput: vLLM's per-request goodput; gate: the p99 gate",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="extra windows per point with fresh prompts (the run-to-run spread)",
+    )
+    p.add_argument(
+        "--remeasure",
+        type=int,
+        default=1,
+        help="re-measure an invalid window (JIT compile, replay, ...) at most N times",
+    )
+    p.add_argument(
+        "--warmup-share",
+        type=float,
+        default=0.5,
+        help="warm-up prompts at the load's rate, as a share of --num-prompts",
+    )
     p.add_argument("--no-progress", action="store_true")
 
 
 def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
     from course_utils.core.slo import SLO
 
-    workload = Workload(input_len=a.input_len, output_len=a.output_len,
-                        num_prompts=a.num_prompts, request_rate=a.rate, prefix_len=a.prefix_len,
-                        seed=a.seed, ignore_eos=a.ignore_eos, max_concurrency=a.max_concurrency)
+    workload = Workload(
+        input_len=a.input_len,
+        output_len=a.output_len,
+        num_prompts=a.num_prompts,
+        request_rate=a.rate,
+        prefix_len=a.prefix_len,
+        seed=a.seed,
+        ignore_eos=a.ignore_eos,
+        max_concurrency=a.max_concurrency,
+    )
     vllm_cmd = shlex.split(a.vllm_cmd)
     server_kwargs: dict[str, Any] = {"vllm_cmd": vllm_cmd, "startup_timeout_s": a.startup_timeout}
     if a.port:
@@ -96,50 +119,91 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
     if a.tokenizer:
         bench_kwargs["tokenizer"] = a.tokenizer
     slo = SLO.parse(a.slo, rate=None if math.isinf(a.rate) else a.rate)
-    return dict(workload=workload, slo=slo, out_dir=a.out, base_knobs=_parse_assign(a.base, False),
-                resume=a.resume, patience=a.patience, server_kwargs=server_kwargs,
-                bench_kwargs=bench_kwargs, gpu_memory_gib=a.gpu_memory_gib,
-                progress=not a.no_progress, objective=a.objective, repeats=a.repeats,
-                remeasure=a.remeasure, warmup_share=a.warmup_share)
+    return dict(
+        workload=workload,
+        slo=slo,
+        out_dir=a.out,
+        base_knobs=_parse_assign(a.base, False),
+        resume=a.resume,
+        patience=a.patience,
+        server_kwargs=server_kwargs,
+        bench_kwargs=bench_kwargs,
+        gpu_memory_gib=a.gpu_memory_gib,
+        progress=not a.no_progress,
+        objective=a.objective,
+        repeats=a.repeats,
+        remeasure=a.remeasure,
+        warmup_share=a.warmup_share,
+    )
 
 
-def _preflight_first(a: argparse.Namespace, *, base_knobs: dict[str, Any],
-                     candidates: dict[str, Any]) -> None:
+def _preflight_first(
+    a: argparse.Namespace, *, base_knobs: dict[str, Any], candidates: dict[str, Any]
+) -> None:
     """Before the first server: warnings to stderr; a failed check raises PreflightError
     (one line each: exit 2)."""
-    report = preflight(a.model, entry="serve", output_dir=a.out, port=a.port,
-                       load_format=a.load_format, tokenizer=a.tokenizer,
-                       gpu_memory_utilization=requested_gmu(base_knobs, candidates),
-                       vllm_cmd=a.vllm_cmd)
+    report = preflight(
+        a.model,
+        entry="serve",
+        output_dir=a.out,
+        port=a.port,
+        load_format=a.load_format,
+        tokenizer=a.tokenizer,
+        gpu_memory_utilization=requested_gmu(base_knobs, candidates),
+        vllm_cmd=a.vllm_cmd,
+    )
     for c in report.warnings():
         print(f"warning: {c.line('en')}", file=sys.stderr)
     report.raise_if_failed("en")
 
 
 def _cmd_preflight(a: argparse.Namespace) -> int:
-    report = preflight(a.model, entry=a.entry, output_dir=a.out, port=a.port, host=a.host,
-                       load_format=a.load_format, tokenizer=a.tokenizer,
-                       gpu_memory_utilization=a.gpu_memory_utilization, vllm_cmd=a.vllm_cmd,
-                       min_free_disk_gib=a.min_disk_gib)
+    report = preflight(
+        a.model,
+        entry=a.entry,
+        output_dir=a.out,
+        port=a.port,
+        host=a.host,
+        load_format=a.load_format,
+        tokenizer=a.tokenizer,
+        gpu_memory_utilization=a.gpu_memory_utilization,
+        vllm_cmd=a.vllm_cmd,
+        min_free_disk_gib=a.min_disk_gib,
+    )
     print(report.table(a.lang), flush=True)
     report.raise_if_failed(a.lang)
     return 0
 
 
 def _cmd_sweep(a: argparse.Namespace) -> int:
-    _preflight_first(a, base_knobs=_parse_assign(a.base, False),
-                     candidates={a.knob: parse_values(a.values)})
+    _preflight_first(
+        a, base_knobs=_parse_assign(a.base, False), candidates={a.knob: parse_values(a.values)}
+    )
     kw = _kwargs_from(a)
-    recs = sweep(a.model, a.knob, parse_values(a.values), early_stop=not a.no_early_stop,
-                 couple=a.couple, **kw)
+    recs = sweep(
+        a.model,
+        a.knob,
+        parse_values(a.values),
+        early_stop=not a.no_early_stop,
+        couple=a.couple,
+        **kw,
+    )
     for r in recs:
         s = r.get("score") or {}
-        print(json.dumps({"value": r["value"], "status": r["status"], "reason": r.get("reason"),
-                          "gate_goodput": s.get("gate_goodput"),
-                          "request_goodput": s.get("request_goodput"),
-                          "meets_slo": s.get("meets_slo"),
-                          "valid": r.get("valid"),
-                          "constraint": (r.get("diagnosis") or {}).get("constraint")}))
+        print(
+            json.dumps(
+                {
+                    "value": r["value"],
+                    "status": r["status"],
+                    "reason": r.get("reason"),
+                    "gate_goodput": s.get("gate_goodput"),
+                    "request_goodput": s.get("request_goodput"),
+                    "meets_slo": s.get("meets_slo"),
+                    "valid": r.get("valid"),
+                    "constraint": (r.get("diagnosis") or {}).get("constraint"),
+                }
+            )
+        )
     return 0
 
 
@@ -149,8 +213,15 @@ def _cmd_tune(a: argparse.Namespace) -> int:
         raise SystemExit("give at least one --candidate KNOB=V1,V2,...")
     _preflight_first(a, base_knobs=_parse_assign(a.base, False), candidates=cand)
     kw = _kwargs_from(a)
-    summary = tune(a.model, cand, plateau=a.plateau, gpu_minutes=a.gpu_minutes,
-                   max_steps=a.max_steps, couple=not a.no_couple, **kw)
+    summary = tune(
+        a.model,
+        cand,
+        plateau=a.plateau,
+        gpu_minutes=a.gpu_minutes,
+        max_steps=a.max_steps,
+        couple=not a.no_couple,
+        **kw,
+    )
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -161,15 +232,22 @@ def add_cli(subparsers: Any) -> None:
     _common_cli(p)
     p.add_argument("--knob", required=True, help="e.g. max_num_seqs")
     p.add_argument("--values", required=True, help="comma-separated, e.g. 64,128,256")
-    p.add_argument("--couple", action="store_true",
-                   help="raise max_num_batched_tokens with max_num_seqs when needed")
+    p.add_argument(
+        "--couple",
+        action="store_true",
+        help="raise max_num_batched_tokens with max_num_seqs when needed",
+    )
     p.add_argument("--no-early-stop", action="store_true")
     p.set_defaults(func=_cmd_sweep)
 
     t = subparsers.add_parser("tune", help="the SLO-driven closed loop: diagnose, sweep, keep")
     _common_cli(t)
-    t.add_argument("--candidate", action="append", metavar="KNOB=V1,V2,...",
-                   help="values to try for a knob (repeat per knob)")
+    t.add_argument(
+        "--candidate",
+        action="append",
+        metavar="KNOB=V1,V2,...",
+        help="values to try for a knob (repeat per knob)",
+    )
     t.add_argument("--plateau", type=float, default=0.02, help="min relative goodput gain")
     t.add_argument("--gpu-minutes", type=float, default=None, help="GPU-minute budget")
     t.add_argument("--max-steps", type=int, default=6)
@@ -178,15 +256,23 @@ def add_cli(subparsers: Any) -> None:
 
     f = subparsers.add_parser("preflight", help="check what a GPU run needs before it starts")
     f.add_argument("--model", required=True, help="model folder or hub id")
-    f.add_argument("--entry", choices=("serve", "llm"), default="serve",
-                   help="serve: vllm serve subprocesses (lab 02, sweep, tune); llm: LLM(...) (lab 01)")
+    f.add_argument(
+        "--entry",
+        choices=("serve", "llm"),
+        default="serve",
+        help="serve: vllm serve subprocesses (lab 02, sweep, tune); llm: LLM(...) (lab 01)",
+    )
     f.add_argument("--out", default=None, help="output folder (writable, disk space)")
     f.add_argument("--port", type=int, default=None, help="the server's port (none: picked free)")
     f.add_argument("--host", default="127.0.0.1")
     f.add_argument("--load-format", default=None, help="dummy: the tokenizer must cover the vocab")
     f.add_argument("--tokenizer", default=None)
-    f.add_argument("--gpu-memory-utilization", type=float, default=None,
-                   help="the largest value the run asks for (default: vLLM's)")
+    f.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=None,
+        help="the largest value the run asks for (default: vLLM's)",
+    )
     f.add_argument("--vllm-cmd", default="vllm", help="the vllm executable (split like a shell)")
     f.add_argument("--min-disk-gib", type=float, default=MIN_FREE_DISK_GIB)
     f.add_argument("--lang", choices=("en", "zh"), default="en")

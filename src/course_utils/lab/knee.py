@@ -96,11 +96,16 @@ def knee_scan(
     knobs = dict(base_knobs or {})
     gib = gpu_memory_gib if gpu_memory_gib is not None else (_gpu_gib() or 24.0)
     mns = int(knobs.get("max_num_seqs") or knobs_mod.default("max_num_seqs", gpu_memory_gib=gib))
-    mnbt = int(knobs.get("max_num_batched_tokens")
-               or knobs_mod.default("max_num_batched_tokens", gpu_memory_gib=gib))
+    mnbt = int(
+        knobs.get("max_num_batched_tokens")
+        or knobs_mod.default("max_num_batched_tokens", gpu_memory_gib=gib)
+    )
     cfg = measure_config or MeasureConfig(
-        repeats=0, metrics_interval_s=metrics_interval_s, bench_kwargs=dict(bench_kwargs or {}),
-        **({"warmup_min_prompts": warmup_prompts} if warmup_prompts is not None else {}))
+        repeats=0,
+        metrics_interval_s=metrics_interval_s,
+        bench_kwargs=dict(bench_kwargs or {}),
+        **({"warmup_min_prompts": warmup_prompts} if warmup_prompts is not None else {}),
+    )
     say = progress or (lambda _m: None)
     brackets = _brackets(done, rates, bracket_repeats) if not todo else ["?"]
     if not (todo or need_b1 or brackets):
@@ -110,8 +115,9 @@ def knee_scan(
         with srv:
             say(f"knee: server up in {srv.startup_s:.0f} s; rates {[rate_key(r) for r in todo]}")
             for rate in todo:
-                rec = _scan_rate(srv, model, rate, rates, workload, slo, knobs, kdir, cfg, mns,
-                                 mnbt)
+                rec = _scan_rate(
+                    srv, model, rate, rates, workload, slo, knobs, kdir, cfg, mns, mnbt
+                )
                 append_jsonl(path, rec)
                 done[rate_key(rate)] = rec
                 say(_line(as_point(rec)))
@@ -121,48 +127,99 @@ def knee_scan(
                 done[rk] = rec
                 say("repeat " + _line(as_point(rec)))
             if need_b1:
-                _batch1(srv, model, workload, rates, slo, kdir, out, cfg, (mns, mnbt),
-                        batch1_prompts, say)
+                _batch1(
+                    srv,
+                    model,
+                    workload,
+                    rates,
+                    slo,
+                    kdir,
+                    out,
+                    cfg,
+                    (mns, mnbt),
+                    batch1_prompts,
+                    say,
+                )
     except ServerStartError as exc:
         for rate in todo:
             rk = rate_key(rate)
             if rk not in done:
-                rec = ServedPoint(key=f"rate-{rk}", knob="rate", value=rk, rate_key=rk,
-                                  tag="knee", knobs=knobs, workload=workload.to_dict(),
-                                  slo=str(slo), status="failed", reason=exc.reason).to_json()
+                rec = ServedPoint(
+                    key=f"rate-{rk}",
+                    knob="rate",
+                    value=rk,
+                    rate_key=rk,
+                    tag="knee",
+                    knobs=knobs,
+                    workload=workload.to_dict(),
+                    slo=str(slo),
+                    status="failed",
+                    reason=exc.reason,
+                ).to_json()
                 append_jsonl(path, rec)
                 done[rk] = rec
     return [done[rate_key(r)] for r in rates if rate_key(r) in done]
 
 
-def _scan_rate(srv: VllmServer, model: str, rate: float, rates: Sequence[float],
-               workload: Workload, slo: SLO, knobs: dict[str, Any], kdir: Path,
-               cfg: MeasureConfig, mns: int, mnbt: int) -> dict[str, Any]:
+def _scan_rate(
+    srv: VllmServer,
+    model: str,
+    rate: float,
+    rates: Sequence[float],
+    workload: Workload,
+    slo: SLO,
+    knobs: dict[str, Any],
+    kdir: Path,
+    cfg: MeasureConfig,
+    mns: int,
+    mnbt: int,
+) -> dict[str, Any]:
     rk = rate_key(rate)
     w = replace(workload, request_rate=float(rate), seed=knee_seed(workload.seed, rates, rate))
     t0 = time.monotonic()
-    p = ServedPoint(key=f"rate-{rk}", knob="rate", value=rk, rate_key=rk, tag="knee",
-                    knobs=knobs, workload=w.to_dict(), slo=str(slo), status="running",
-                    serve_cmd=shlex.join(srv.argv), startup_s=round(srv.startup_s or 0.0, 2),
-                    time=time.strftime("%Y-%m-%dT%H:%M:%S"))
-    p.warmup, p.windows = measure(srv, model, w, slo, PointPaths(kdir / f"rate-{rk}"),
-                                  cfg=cfg, max_num_seqs=mns, max_num_batched_tokens=mnbt)
+    p = ServedPoint(
+        key=f"rate-{rk}",
+        knob="rate",
+        value=rk,
+        rate_key=rk,
+        tag="knee",
+        knobs=knobs,
+        workload=w.to_dict(),
+        slo=str(slo),
+        status="running",
+        serve_cmd=shlex.join(srv.argv),
+        startup_s=round(srv.startup_s or 0.0, 2),
+        time=time.strftime("%Y-%m-%dT%H:%M:%S"),
+    )
+    p.warmup, p.windows = measure(
+        srv,
+        model,
+        w,
+        slo,
+        PointPaths(kdir / f"rate-{rk}"),
+        cfg=cfg,
+        max_num_seqs=mns,
+        max_num_batched_tokens=mnbt,
+    )
     p.status = "ok" if any(x.ok for x in p.windows) else "failed"
     p.reason = None if p.status == "ok" else (p.windows[-1].reason if p.windows else "no window")
     p.elapsed_s = round(time.monotonic() - t0, 2)
     return p.to_json()
 
 
-def _brackets(done: Mapping[str, Mapping[str, Any]], rates: Sequence[float],
-              repeats: int) -> list[str]:
+def _brackets(
+    done: Mapping[str, Mapping[str, Any]], rates: Sequence[float], repeats: int
+) -> list[str]:
     """The rates bracketing the knee that have fewer than 1 + ``repeats`` valid windows."""
     if repeats <= 0:
         return []
     recs = [done[rate_key(r)] for r in rates if rate_key(r) in done]
     knee = pick_knee(recs)
     out = []
-    for r in (knee["knee_rate"], knee["overloaded_rate"] if knee["overloaded_by"] == "knee scan"
-              else None):
+    for r in (
+        knee["knee_rate"],
+        knee["overloaded_rate"] if knee["overloaded_by"] == "knee scan" else None,
+    ):
         if r is None:
             continue
         rk = rate_key(r)
@@ -171,14 +228,29 @@ def _brackets(done: Mapping[str, Mapping[str, Any]], rates: Sequence[float],
     return out
 
 
-def _repeat_rate(srv: VllmServer, model: str, rec: Mapping[str, Any], kdir: Path,
-                 cfg: MeasureConfig, limits: tuple[int, int], slo: SLO) -> dict[str, Any]:
+def _repeat_rate(
+    srv: VllmServer,
+    model: str,
+    rec: Mapping[str, Any],
+    kdir: Path,
+    cfg: MeasureConfig,
+    limits: tuple[int, int],
+    slo: SLO,
+) -> dict[str, Any]:
     p = as_point(rec)
     w = Workload.from_dict(p.workload)
     t0 = time.monotonic()
-    _, more = measure(srv, model, w, slo, PointPaths(kdir / f"rate-{p.rate_key}"),
-                      cfg=replace(cfg, warmup_share=0.0, repeats=0), max_num_seqs=limits[0],
-                      max_num_batched_tokens=limits[1], first_index=len(p.windows))
+    _, more = measure(
+        srv,
+        model,
+        w,
+        slo,
+        PointPaths(kdir / f"rate-{p.rate_key}"),
+        cfg=replace(cfg, warmup_share=0.0, repeats=0),
+        max_num_seqs=limits[0],
+        max_num_batched_tokens=limits[1],
+        first_index=len(p.windows),
+    )
     for x in more:
         x.purpose = "repeat" if x.purpose == "measure" else x.purpose
     p.windows += more
@@ -186,27 +258,67 @@ def _repeat_rate(srv: VllmServer, model: str, rec: Mapping[str, Any], kdir: Path
     return p.to_json()
 
 
-def _batch1(srv: VllmServer, model: str, workload: Workload, rates: Sequence[float], slo: SLO,
-            kdir: Path, out: Path, cfg: MeasureConfig, limits: tuple[int, int], n: int,
-            say: Callable[[str], None]) -> None:
-    w1 = replace(workload, num_prompts=n, request_rate=math.inf, max_concurrency=1,
-                 seed=workload.seed + len(rates))
-    _, wins = measure(srv, model, w1, slo, PointPaths(kdir / "batch1"),
-                      cfg=replace(cfg, warmup_share=0.0, repeats=0), max_num_seqs=limits[0],
-                      max_num_batched_tokens=limits[1])
-    rec: dict[str, Any] = {"workload": w1.to_dict(), "knobs": srv.knobs,
-                           "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+def _batch1(
+    srv: VllmServer,
+    model: str,
+    workload: Workload,
+    rates: Sequence[float],
+    slo: SLO,
+    kdir: Path,
+    out: Path,
+    cfg: MeasureConfig,
+    limits: tuple[int, int],
+    n: int,
+    say: Callable[[str], None],
+) -> None:
+    w1 = replace(
+        workload,
+        num_prompts=n,
+        request_rate=math.inf,
+        max_concurrency=1,
+        seed=workload.seed + len(rates),
+    )
+    _, wins = measure(
+        srv,
+        model,
+        w1,
+        slo,
+        PointPaths(kdir / "batch1"),
+        cfg=replace(cfg, warmup_share=0.0, repeats=0),
+        max_num_seqs=limits[0],
+        max_num_batched_tokens=limits[1],
+    )
+    rec: dict[str, Any] = {
+        "workload": w1.to_dict(),
+        "knobs": srv.knobs,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
     good = next((x for x in wins if x.valid), wins[-1] if wins else None)
     if good is None or not good.ok:
         rec.update(status="failed", reason=good.reason if good else "no window")
     else:
         b = good.bench
-        rec.update(status="ok", reason=None, valid=good.valid,
-                   **{k: b.get(k) for k in ("median_tpot_ms", "mean_tpot_ms", "p99_tpot_ms",
-                                            "median_itl_ms", "completed")})
+        rec.update(
+            status="ok",
+            reason=None,
+            valid=good.valid,
+            **{
+                k: b.get(k)
+                for k in (
+                    "median_tpot_ms",
+                    "mean_tpot_ms",
+                    "p99_tpot_ms",
+                    "median_itl_ms",
+                    "completed",
+                )
+            },
+        )
     append_jsonl(out / BATCH1_FILE, rec)
-    say(f"batch 1: median TPOT {rec.get('median_tpot_ms')} ms" if rec["status"] == "ok"
-        else f"batch 1: {rec['reason']}")
+    say(
+        f"batch 1: median TPOT {rec.get('median_tpot_ms')} ms"
+        if rec["status"] == "ok"
+        else f"batch 1: {rec['reason']}"
+    )
 
 
 def _line(p: ServedPoint) -> str:
@@ -214,7 +326,9 @@ def _line(p: ServedPoint) -> str:
         return f"knee: rate {p.rate_key}: {p.reason}"
     sc = p.scores()
     valid = "" if p.valid else f" INVALID: {'; '.join(p.validity_issues)}"
-    return (f"knee: rate {p.rate_key} ({len(p.windows)} window(s)): "
-            f"{sc.request_throughput if sc else 0:.2f} req/s done, vLLM goodput "
-            f"{(sc.request_goodput or 0) if sc else 0:.2f}, "
-            f"{p.diagnosis.get('constraint')}{valid}")
+    return (
+        f"knee: rate {p.rate_key} ({len(p.windows)} window(s)): "
+        f"{sc.request_throughput if sc else 0:.2f} req/s done, vLLM goodput "
+        f"{(sc.request_goodput or 0) if sc else 0:.2f}, "
+        f"{p.diagnosis.get('constraint')}{valid}"
+    )

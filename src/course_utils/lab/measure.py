@@ -97,12 +97,15 @@ def jit_in_log_span(log_path: Path, start: int, end: int) -> list[dict[str, Any]
             text = fh.read(max(0, end - start)).decode("utf-8", errors="replace")
     except OSError:
         return []
-    return [{"stamp": c.stamp, "kernel": c.kernel, "offset": c.offset}
-            for c in jit_compiles(text, start)]
+    return [
+        {"stamp": c.stamp, "kernel": c.kernel, "offset": c.offset}
+        for c in jit_compiles(text, start)
+    ]
 
 
-def _warm_up(server: VllmServer, model: str, workload: Workload, paths: PointPaths,
-             cfg: MeasureConfig) -> Warmup | None:
+def _warm_up(
+    server: VllmServer, model: str, workload: Workload, paths: PointPaths, cfg: MeasureConfig
+) -> Warmup | None:
     w = cfg.warmup_workload(workload)
     if w is None:
         return None
@@ -110,22 +113,48 @@ def _warm_up(server: VllmServer, model: str, workload: Workload, paths: PointPat
     sampler = MetricsSampler(server.metrics_url, interval_s=cfg.metrics_interval_s)
     try:
         with sampler:
-            res = run_bench(server.base_url, model, w, None, paths.dir, paths.warmup_json.name,
-                            log_path=paths.warmup_log, **dict(cfg.bench_kwargs))
+            res = run_bench(
+                server.base_url,
+                model,
+                w,
+                None,
+                paths.dir,
+                paths.warmup_json.name,
+                log_path=paths.warmup_log,
+                **dict(cfg.bench_kwargs),
+            )
     except BenchError as exc:
-        return Warmup(seed=w.seed, num_prompts=w.num_prompts, status="failed", reason=exc.reason,
-                      elapsed_s=round(time.monotonic() - t0, 2))
-    return Warmup(seed=w.seed, num_prompts=w.num_prompts, status="ok",
-                  running_max=summarize(sampler.samples).running_max if sampler.samples else None,
-                  max_concurrent_requests=res.raw.get("max_concurrent_requests"),
-                  jit=jit_in_log_span(server.log_path, off0, _log_size(server)),
-                  elapsed_s=round(time.monotonic() - t0, 2))
+        return Warmup(
+            seed=w.seed,
+            num_prompts=w.num_prompts,
+            status="failed",
+            reason=exc.reason,
+            elapsed_s=round(time.monotonic() - t0, 2),
+        )
+    return Warmup(
+        seed=w.seed,
+        num_prompts=w.num_prompts,
+        status="ok",
+        running_max=summarize(sampler.samples).running_max if sampler.samples else None,
+        max_concurrent_requests=res.raw.get("max_concurrent_requests"),
+        jit=jit_in_log_span(server.log_path, off0, _log_size(server)),
+        elapsed_s=round(time.monotonic() - t0, 2),
+    )
 
 
-def _window(server: VllmServer, model: str, workload: Workload, slo: SLO | None,
-            paths: PointPaths, cfg: MeasureConfig, index: int, purpose: str,
-            covered_running: float | None, max_num_seqs: int,
-            max_num_batched_tokens: int | None) -> Window:
+def _window(
+    server: VllmServer,
+    model: str,
+    workload: Workload,
+    slo: SLO | None,
+    paths: PointPaths,
+    cfg: MeasureConfig,
+    index: int,
+    purpose: str,
+    covered_running: float | None,
+    max_num_seqs: int,
+    max_num_batched_tokens: int | None,
+) -> Window:
     """One measured window on the running server (never raises for a failed bench)."""
     w = replace(workload, seed=workload.seed + index * WINDOW_SEED_STRIDE)
     t0, started, off0 = time.monotonic(), time.time(), _log_size(server)
@@ -133,9 +162,16 @@ def _window(server: VllmServer, model: str, workload: Workload, slo: SLO | None,
     win = Window(index=index, purpose=purpose, seed=w.seed, status="failed", started_at=started)
     try:
         with sampler:
-            res = run_bench(server.base_url, model, w, slo, paths.dir,
-                            paths.bench_json(index).name, log_path=paths.bench_log(index),
-                            **dict(cfg.bench_kwargs))
+            res = run_bench(
+                server.base_url,
+                model,
+                w,
+                slo,
+                paths.dir,
+                paths.bench_json(index).name,
+                log_path=paths.bench_log(index),
+                **dict(cfg.bench_kwargs),
+            )
     except BenchError as exc:
         win.reason = f"bench failed: {exc.reason}"
         if not server.alive():
@@ -159,19 +195,34 @@ def _window(server: VllmServer, model: str, workload: Workload, slo: SLO | None,
         issues.append(cover)
     if slo is not None:
         sc = score(res, slo)
-        win.score = Scores(gate_goodput=sc.gate_goodput, request_goodput=sc.request_goodput,
-                           request_throughput=sc.request_throughput, meets_slo=sc.meets_slo,
-                           violations=list(sc.violations))
-        diag = diagnose(samples, res, slo, max_num_seqs=max_num_seqs,
-                        max_num_batched_tokens=max_num_batched_tokens)
+        win.score = Scores(
+            gate_goodput=sc.gate_goodput,
+            request_goodput=sc.request_goodput,
+            request_throughput=sc.request_throughput,
+            meets_slo=sc.meets_slo,
+            violations=list(sc.violations),
+        )
+        diag = diagnose(
+            samples,
+            res,
+            slo,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
         win.diagnosis = {**diag.as_dict(), "why_en": diag.why("en"), "why_zh": diag.why("zh")}
     win.status, win.valid, win.validity_issues = "ok", not issues, issues
     win.prefix_cache_hit_rate, win.bench, win.load = hit, bench_summary(res.raw), load.as_dict()
     return win
 
 
-def _close(win: Window, server: VllmServer, sampler: MetricsSampler, paths: PointPaths,
-           t0: float, off0: int) -> Window:
+def _close(
+    win: Window,
+    server: VllmServer,
+    sampler: MetricsSampler,
+    paths: PointPaths,
+    t0: float,
+    off0: int,
+) -> Window:
     sampler.save_jsonl(paths.metrics(win.index))
     off1 = _log_size(server)
     win.ended_at, win.elapsed_s = time.time(), round(time.monotonic() - t0, 2)
@@ -180,10 +231,19 @@ def _close(win: Window, server: VllmServer, sampler: MetricsSampler, paths: Poin
     return win
 
 
-def measure(server: VllmServer, model: str, workload: Workload, slo: SLO | None,
-            paths: PointPaths, *, cfg: MeasureConfig | None = None, max_num_seqs: int = 256,
-            max_num_batched_tokens: int | None = None, on_window: Any = None,
-            first_index: int = 0) -> tuple[Warmup | None, list[Window]]:
+def measure(
+    server: VllmServer,
+    model: str,
+    workload: Workload,
+    slo: SLO | None,
+    paths: PointPaths,
+    *,
+    cfg: MeasureConfig | None = None,
+    max_num_seqs: int = 256,
+    max_num_batched_tokens: int | None = None,
+    on_window: Any = None,
+    first_index: int = 0,
+) -> tuple[Warmup | None, list[Window]]:
     """Warm up, then measure windows until ``1 + cfg.repeats`` are valid or the re-measure
     budget (``cfg.remeasure`` invalid windows) is spent. Returns the warm-up and every
     window, valid or not, in order. ``first_index``: the index (and seed offset) of the first
@@ -196,10 +256,20 @@ def measure(server: VllmServer, model: str, workload: Workload, slo: SLO | None,
     windows: list[Window] = []
     invalid = 0
     while sum(1 for w in windows if w.valid) < 1 + cfg.repeats:
-        purpose = ("measure" if not windows else
-                   "remeasure" if not windows[-1].valid else "repeat")
-        win = _window(server, model, workload, slo, paths, cfg, first_index + len(windows),
-                      purpose, covered, max_num_seqs, max_num_batched_tokens)
+        purpose = "measure" if not windows else "remeasure" if not windows[-1].valid else "repeat"
+        win = _window(
+            server,
+            model,
+            workload,
+            slo,
+            paths,
+            cfg,
+            first_index + len(windows),
+            purpose,
+            covered,
+            max_num_seqs,
+            max_num_batched_tokens,
+        )
         windows.append(win)
         if on_window is not None:
             on_window(win)

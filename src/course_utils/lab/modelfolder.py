@@ -61,8 +61,11 @@ def _data_dir(model: str) -> Path:
     root = resources.files("course_utils") / "data" / "models" / model
     path = Path(str(root))
     if not (path / "config.json").is_file():
-        avail = sorted(p.name for p in Path(str(resources.files("course_utils") / "data" / "models"))
-                       .iterdir() if (p / "config.json").is_file())
+        avail = sorted(
+            p.name
+            for p in Path(str(resources.files("course_utils") / "data" / "models")).iterdir()
+            if (p / "config.json").is_file()
+        )
         raise ValueError(f"no shipped config for model {model!r}; have {avail}")
     return path
 
@@ -163,8 +166,9 @@ def make_dummy_model_folder(
         raise RuntimeError(f"BPE grew to {trained} ids, more than {first_special}")
 
     def special(content: str) -> AddedToken:
-        return AddedToken(content, special=True, normalized=False, single_word=False,
-                          lstrip=False, rstrip=False)
+        return AddedToken(
+            content, special=True, normalized=False, single_word=False, lstrip=False, rstrip=False
+        )
 
     # ids are assigned in order of addition: fill up to the first special id, then the
     # specials at their exact ids, then fill to vocab_size
@@ -179,8 +183,14 @@ def make_dummy_model_folder(
     tok.save(str(out / "tokenizer.json"))
 
     added = {
-        str(i): {"content": tok.id_to_token(i), "lstrip": False, "normalized": False,
-                 "rstrip": False, "single_word": False, "special": True}
+        str(i): {
+            "content": tok.id_to_token(i),
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": True,
+        }
         for i in sorted(specials.values())
     }
     tok_config = {
@@ -206,8 +216,11 @@ def make_dummy_model_folder(
         config["bos_token_id"] = specials["<|endoftext|>"]
         config["eos_token_id"] = specials[EOS_TOKEN]
         gen = json.loads(gen_src.read_text()) if gen_src.is_file() else {}
-        gen.update(bos_token_id=specials["<|endoftext|>"], pad_token_id=specials[PAD_TOKEN],
-                   eos_token_id=[specials[EOS_TOKEN], specials["<|endoftext|>"]])
+        gen.update(
+            bos_token_id=specials["<|endoftext|>"],
+            pad_token_id=specials[PAD_TOKEN],
+            eos_token_id=[specials[EOS_TOKEN], specials["<|endoftext|>"]],
+        )
         (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
         (out / "config.json").write_text(json.dumps(config, indent=2))
     else:
@@ -215,7 +228,7 @@ def make_dummy_model_folder(
         if gen_src.is_file():
             shutil.copyfile(gen_src, out / "generation_config.json")
     (out / "README.md").write_text(
-        f"Weight-free model folder for vLLM `load_format=\"dummy\"` ({model} config).\n"
+        f'Weight-free model folder for vLLM `load_format="dummy"` ({model} config).\n'
         "The tokenizer is a byte-level BPE trained on local text, not the model's own:\n"
         "speed, memory and KV-cache size are real, generated text and accuracy are not.\n"
         "Made by `python -m course_utils.lab.modelfolder`.\n"
@@ -234,8 +247,9 @@ def tokenizer_ids(tokenizer_json: str | Path) -> set[int]:
     return ids
 
 
-def uncovered_ids(model_dir: str | Path, tokenizer_dir: str | Path | None = None
-                  ) -> tuple[int, int] | None:
+def uncovered_ids(
+    model_dir: str | Path, tokenizer_dir: str | Path | None = None
+) -> tuple[int, int] | None:
     """``(vocab_size, ids below it the tokenizer cannot decode)`` for a ``load_format="dummy"``
     folder; None when there is no ``config.json`` vocab_size or no ``tokenizer.json`` to read."""
     cfg = Path(model_dir) / "config.json"
@@ -258,12 +272,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", help="folder to write")
     ap.add_argument("--model", default="qwen2.5-7b-instruct", help="shipped config name")
     ap.add_argument("--vocab-size", type=int, default=None, help="default: the config's")
-    ap.add_argument("--max-corpus-mb", type=float, default=None,
-                    help="stop reading the Python-source corpus after this many MB")
+    ap.add_argument(
+        "--max-corpus-mb",
+        type=float,
+        default=None,
+        help="stop reading the Python-source corpus after this many MB",
+    )
     args = ap.parse_args(argv)
     max_bytes = int(args.max_corpus_mb * 1e6) if args.max_corpus_mb else None
-    out = make_dummy_model_folder(args.out, model=args.model, vocab_size=args.vocab_size,
-                                  corpus=python_corpus(max_bytes))
+    out = make_dummy_model_folder(
+        args.out, model=args.model, vocab_size=args.vocab_size, corpus=python_corpus(max_bytes)
+    )
     size = sum(p.stat().st_size for p in out.iterdir()) / 1e6
     print(f"wrote {out} ({size:.1f} MB)")
     return 0

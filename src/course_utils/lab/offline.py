@@ -59,19 +59,6 @@ LLM_STARTUP_S_H200 = 115.0
 RUN_S_GUESS = 30.0  # eval + load passes, before any point has been measured
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
 # --------------------------------------------------------------------------------------
 # the spec of one point and its key
 # --------------------------------------------------------------------------------------
@@ -84,8 +71,6 @@ def point_key(spec: Mapping[str, Any]) -> str:
     keep = {k: spec[k] for k in sorted(spec) if k not in {"result_path", "label"}}
     blob = json.dumps(keep, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
 
 
 def _percentiles(values: Sequence[float]) -> tuple[float | None, float | None]:
@@ -143,8 +128,10 @@ def _child(spec: Mapping[str, Any]) -> dict[str, Any]:
         msgs[-1]["content"] = f"({i}) {msgs[-1]['content']}"  # no two prompts identical
         load_convos.append(msgs)
     sp_load = SamplingParams(
-        temperature=temperature, max_tokens=int(spec.get("load_max_tokens") or max_tokens),
-        seed=seed, ignore_eos=True
+        temperature=temperature,
+        max_tokens=int(spec.get("load_max_tokens") or max_tokens),
+        seed=seed,
+        ignore_eos=True,
     )
     t2 = time.monotonic()
     louts = llm.chat(load_convos, sp_load, use_tqdm=False)
@@ -207,8 +194,6 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-
-
 def run_point(
     knobs: Mapping[str, Any],
     *,
@@ -266,9 +251,7 @@ def run_point(
     }
     full_env = {**os.environ, **(env or {})}
     src = str(Path(__file__).resolve().parents[2])  # the child must import course_utils
-    full_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (full_env.get("PYTHONPATH", ""), src) if p
-    )
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (full_env.get("PYTHONPATH", ""), src) if p)
     t0 = time.monotonic()
     # on KeyboardInterrupt too the whole group is stopped: never leave an engine behind
     rc, timed_out = run_logged(cmd, log_path, timeout_s, env=full_env)
@@ -294,10 +277,6 @@ def run_point(
 # --------------------------------------------------------------------------------------
 # the sweep: one knob, results as they come, resumable
 # --------------------------------------------------------------------------------------
-
-
-
-
 
 
 def estimate_minutes(n_points: int, done: Iterable[Mapping[str, Any]] = ()) -> float:
@@ -351,7 +330,8 @@ def sweep_llm(
         if progress:
             what = (
                 f"{rec.get('output_tok_s') or 0:.0f} tok/s, KV {rec.get('kv_cache_tokens')} tokens"
-                if rec["status"] == "ok" else f"FAILED: {rec['reason']}"
+                if rec["status"] == "ok"
+                else f"FAILED: {rec['reason']}"
             )
             progress(f"[{i}/{len(values)}] {knob}={value}: {what} ({rec['wall_s']:.0f} s)")
     return records
@@ -377,9 +357,24 @@ def _key_for(knobs: Mapping[str, Any], point_kw: Mapping[str, Any]) -> str:
 
 
 CSV_FIELDS = [
-    "knob", "value", "status", "accuracy", "eval_correct", "eval_n", "output_tok_s",
-    "latency_p50_s", "latency_p99_s", "ttft_p50_s", "ttft_p99_s", "kv_cache_tokens",
-    "kv_cache_gib", "max_concurrency", "weights_gib", "startup_s", "wall_s", "reason",
+    "knob",
+    "value",
+    "status",
+    "accuracy",
+    "eval_correct",
+    "eval_n",
+    "output_tok_s",
+    "latency_p50_s",
+    "latency_p99_s",
+    "ttft_p50_s",
+    "ttft_p99_s",
+    "kv_cache_tokens",
+    "kv_cache_gib",
+    "max_concurrency",
+    "weights_gib",
+    "startup_s",
+    "wall_s",
+    "reason",
 ]
 
 
@@ -399,16 +394,6 @@ def fmt_accuracy(record: Mapping[str, Any]) -> str:
     if acc is None or record.get("load_format") == "dummy":
         return "n/a"
     return f"{float(acc):.1%}"
-
-
-
-
-
-
-
-
-
-
 
 
 if __name__ == "__main__":

@@ -35,8 +35,10 @@ _T: dict[str, dict[str, str]] = {
     "goodput_title": {"en": "Goodput vs {knob}", "zh": "goodput 随 {knob} 的变化"},
     "baseline": {"en": "baseline", "zh": "基线"},
     "tie": {"en": "tie (within {p:.0%})", "zh": "持平（差距 < {p:.0%}）"},
-    "latency_title": {"en": "p99 latency vs {knob} (labels: value)",
-                      "zh": "p99 延迟随 {knob} 的变化（标注：取值）"},
+    "latency_title": {
+        "en": "p99 latency vs {knob} (labels: value)",
+        "zh": "p99 延迟随 {knob} 的变化（标注：取值）",
+    },
     "slo_box": {"en": "inside the SLO: {slo}", "zh": "SLO 以内：{slo}"},
     "p99_tpot": {"en": "p99 TPOT (ms)", "zh": "p99 TPOT（ms）"},
     "p99_ttft": {"en": "p99 TTFT (ms)", "zh": "p99 TTFT（ms）"},
@@ -47,12 +49,16 @@ _T: dict[str, dict[str, str]] = {
     "requests": {"en": "requests", "zh": "请求数"},
     "kv_pct": {"en": "KV usage %", "zh": "KV 占用 %"},
     "series_title": {"en": "/metrics under load", "zh": "负载期间的 /metrics"},
-    "stats_x": {"en": "seconds into the pass (vLLM's stats lines)",
-                "zh": "测试开始后的秒数（vLLM 统计行）"},
+    "stats_x": {
+        "en": "seconds into the pass (vLLM's stats lines)",
+        "zh": "测试开始后的秒数（vLLM 统计行）",
+    },
     "gen_tok_s": {"en": "generation tok/s", "zh": "生成 tok/s"},
     "kv_pct_dashed": {"en": "KV usage % (dashed)", "zh": "KV 占用 %（虚线）"},
-    "stats_title": {"en": "engine stats: same batch until the KV cache fills",
-                    "zh": "引擎统计：KV cache 填满之前批是同一个"},
+    "stats_title": {
+        "en": "engine stats: same batch until the KV cache fills",
+        "zh": "引擎统计：KV cache 填满之前批是同一个",
+    },
     "accuracy": {"en": "quality: accuracy %", "zh": "质量：准确率 %"},
     "accuracy_na": {"en": "accuracy: n/a (dummy weights)", "zh": "准确率：无（随机权重）"},
     "out_tok_s": {"en": "output tok/s", "zh": "输出 tok/s"},
@@ -85,19 +91,23 @@ def _save(fig: Any, path: str | Path | None) -> Any:
     return fig
 
 
-def plot_knee(records: Sequence[Mapping[str, Any]], path: str | Path | None = None,
-              lang: str = "en") -> Any:
+def plot_knee(
+    records: Sequence[Mapping[str, Any]], path: str | Path | None = None, lang: str = "en"
+) -> Any:
     """Completed throughput and gate goodput against the offered rate."""
     _t("knee_title", lang)
     plt = _plt()
-    ok = sorted((r for r in records if r.get("status") == "ok" and r["rate"] != "inf"),
-                key=lambda r: float(r["rate"]))
+    ok = sorted(
+        (r for r in records if r.get("status") == "ok" and r["rate"] != "inf"),
+        key=lambda r: float(r["rate"]),
+    )
     x = [float(r["rate"]) for r in ok]
     fig, ax = plt.subplots(figsize=(6, 3.6))
     ax.plot(x, [r["request_throughput"] for r in ok], "o-", label=_t("throughput_rps", lang))
     ax.plot(x, [r["gate_goodput"] for r in ok], "s--", label=_t("gate_rps", lang))
-    ax.plot(x, [r.get("request_goodput") or 0 for r in ok], "^:",
-            label=_t("req_goodput_vllm", lang))
+    ax.plot(
+        x, [r.get("request_goodput") or 0 for r in ok], "^:", label=_t("req_goodput_vllm", lang)
+    )
     if x:
         ax.plot([0, max(x)], [0, max(x)], color="grey", lw=0.8, label=_t("offered_eq", lang))
     ax.set_xlabel(_t("offered_rate", lang))
@@ -141,9 +151,13 @@ def _is_base(p: Mapping[str, Any]) -> bool:
     return p.get("knob") in (None, "baseline")
 
 
-def plot_goodput(points: Sequence[Mapping[str, Any]], knob: str,
-                 path: str | Path | None = None, lang: str = "en",
-                 plateau: float = 0.02) -> Any:
+def plot_goodput(
+    points: Sequence[Mapping[str, Any]],
+    knob: str,
+    path: str | Path | None = None,
+    lang: str = "en",
+    plateau: float = 0.02,
+) -> Any:
     """Both goodput scores (gate and vLLM's per-request) and throughput against the knob,
     the baseline included (at its effective value); the y-axis starts at 0, and values whose
     request goodput is within `plateau` of the best are marked as a tie."""
@@ -152,8 +166,7 @@ def plot_goodput(points: Sequence[Mapping[str, Any]], knob: str,
     rows = _by_value(points, knob)
     x = [_effective(p, knob) for p in rows]
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    ax.plot(x, [p["score"]["request_throughput"] for p in rows], "o-",
-            label=_t("throughput", lang))
+    ax.plot(x, [p["score"]["request_throughput"] for p in rows], "o-", label=_t("throughput", lang))
     ax.plot(x, [p["score"]["gate_goodput"] for p in rows], "s--", label=_t("gate", lang))
     req = [p["score"].get("request_goodput") or 0 for p in rows]
     ax.plot(x, req, "^:", label=_t("req_goodput", lang))
@@ -162,13 +175,24 @@ def plot_goodput(points: Sequence[Mapping[str, Any]], knob: str,
         notes = []
         if _is_base(p):
             notes.append(_t("baseline", lang))
-        if top > 0 and yv > 0 and yv >= top / (1.0 + plateau) and sum(
-                1 for r in req if r >= top / (1.0 + plateau)) > 1:
+        if (
+            top > 0
+            and yv > 0
+            and yv >= top / (1.0 + plateau)
+            and sum(1 for r in req if r >= top / (1.0 + plateau)) > 1
+        ):
             notes.append(_t("tie", lang, p=plateau))
         if notes:
-            ax.annotate(" · ".join(notes), (xv, yv), textcoords="offset points",
-                        xytext=(0, -14), ha="center", fontsize=8)
-    if len(set(x)) > 1 and max(x) / max(min(x), 1e-9) >= 8:
+            ax.annotate(
+                " · ".join(notes),
+                (xv, yv),
+                textcoords="offset points",
+                xytext=(0, -14),
+                ha="center",
+                fontsize=8,
+            )
+    xs = [float(v) for v in x if v is not None]
+    if len(set(xs)) > 1 and max(xs) / max(min(xs), 1e-9) >= 8:
         ax.set_xscale("log", base=2)
     ax.set_xticks(x)
     ax.set_xticklabels([f"{v:g}" for v in x])
@@ -181,15 +205,23 @@ def plot_goodput(points: Sequence[Mapping[str, Any]], knob: str,
     return _save(fig, path)
 
 
-def plot_latency_box(points: Sequence[Mapping[str, Any]], knob: str, slo: Any,
-                     path: str | Path | None = None, lang: str = "en") -> Any:
+def plot_latency_box(
+    points: Sequence[Mapping[str, Any]],
+    knob: str,
+    slo: Any,
+    path: str | Path | None = None,
+    lang: str = "en",
+) -> Any:
     """p99 TTFT against p99 TPOT for each value of the knob (the baseline included), on
     linear axes around the SLO box (the region to stay inside); the legend sits outside."""
     _t("latency_title", lang, knob=knob)
     plt = _plt()
-    rows = [p for p in _by_value(points, knob)
-            if p.get("bench", {}).get("p99_ttft_ms") is not None
-            and p.get("bench", {}).get("p99_tpot_ms") is not None]
+    rows = [
+        p
+        for p in _by_value(points, knob)
+        if p.get("bench", {}).get("p99_ttft_ms") is not None
+        and p.get("bench", {}).get("p99_tpot_ms") is not None
+    ]
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     ttft = [p["bench"]["p99_ttft_ms"] for p in rows]
     tpot = [p["bench"]["p99_tpot_ms"] for p in rows]
@@ -202,8 +234,17 @@ def plot_latency_box(points: Sequence[Mapping[str, Any]], knob: str, slo: Any,
     if getattr(slo, "ttft_ms", None) and getattr(slo, "tpot_ms", None):
         from matplotlib.patches import Rectangle
 
-        ax.add_patch(Rectangle((0, 0), slo.tpot_ms, slo.ttft_ms, fill=True, alpha=0.12,
-                               color="green", label=_t("slo_box", lang, slo=slo)))
+        ax.add_patch(
+            Rectangle(
+                (0, 0),
+                slo.tpot_ms,
+                slo.ttft_ms,
+                fill=True,
+                alpha=0.12,
+                color="green",
+                label=_t("slo_box", lang, slo=slo),
+            )
+        )
         ax.axhline(slo.ttft_ms, color="green", lw=0.8)
         ax.axvline(slo.tpot_ms, color="green", lw=0.8)
         xs.append(slo.tpot_ms)
@@ -219,8 +260,9 @@ def plot_latency_box(points: Sequence[Mapping[str, Any]], knob: str, slo: Any,
     return _save(fig, path)
 
 
-def plot_series(samples: Sequence[Any], path: str | Path | None = None, title: str = "",
-                lang: str = "en") -> Any:
+def plot_series(
+    samples: Sequence[Any], path: str | Path | None = None, title: str = "", lang: str = "en"
+) -> Any:
     """The /metrics series sampled during a load: waiting, running, KV usage."""
     from course_utils.core import metrics as m
 
@@ -238,8 +280,13 @@ def plot_series(samples: Sequence[Any], path: str | Path | None = None, title: s
     ax.set_xlabel(_t("seconds", lang))
     ax.set_ylabel(_t("requests", lang))
     ax2 = ax.twinx()
-    ax2.plot(t, [100 * (s.gauge(m.KV_USAGE) or 0) for s in samples], color="tab:red",
-             lw=0.8, label=_t("kv_pct", lang))
+    ax2.plot(
+        t,
+        [100 * (s.gauge(m.KV_USAGE) or 0) for s in samples],
+        color="tab:red",
+        lw=0.8,
+        label=_t("kv_pct", lang),
+    )
     ax2.set_ylim(0, 105)
     ax2.set_ylabel(_t("kv_pct", lang))
     ax.set_title(title or _t("series_title", lang))
@@ -250,20 +297,21 @@ def plot_series(samples: Sequence[Any], path: str | Path | None = None, title: s
     return _save(fig, path)
 
 
-def plot_engine_stats(spread: Mapping[str, Any], knob: str, path: str | Path | None = None,
-                      lang: str = "en") -> Any:
+def plot_engine_stats(
+    spread: Mapping[str, Any], knob: str, path: str | Path | None = None, lang: str = "en"
+) -> Any:
     """Lab 01: vLLM's 10 s engine stats of each point (``keep.same_batch_gap``):
     generation tokens/s (solid) and KV cache usage (dashed) against time in the pass."""
     _t("stats_title", lang)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 3.4))
     ax2 = ax.twinx()
-    for i, (value, rows) in enumerate(sorted(spread.get("stats", {}).items(),
-                                             key=lambda kv: float(kv[0]))):
+    for i, (value, rows) in enumerate(
+        sorted(spread.get("stats", {}).items(), key=lambda kv: float(kv[0]))
+    ):
         color = f"C{i}"
         t = [r.t_s for r in rows]
-        ax.plot(t, [r.gen_tok_s for r in rows], "o-", color=color, ms=3,
-                label=f"{knob}={value}")
+        ax.plot(t, [r.gen_tok_s for r in rows], "o-", color=color, ms=3, label=f"{knob}={value}")
         ax2.plot(t, [100 * r.kv_usage for r in rows], "--", color=color, lw=0.9)
     ax.set_xlabel(_t("stats_x", lang))
     ax.set_ylabel(_t("gen_tok_s", lang))
@@ -275,8 +323,12 @@ def plot_engine_stats(spread: Mapping[str, Any], knob: str, path: str | Path | N
     return _save(fig, path)
 
 
-def plot_triple(records: Sequence[Mapping[str, Any]], knob: str,
-                path: str | Path | None = None, lang: str = "en") -> Any:
+def plot_triple(
+    records: Sequence[Mapping[str, Any]],
+    knob: str,
+    path: str | Path | None = None,
+    lang: str = "en",
+) -> Any:
     """Lab 01: accuracy, output tok/s, p50/p99 latency and KV tokens against the knob. On
     dummy weights (no accuracy) the accuracy panel is left out and the title says n/a; the
     panels go in a 2 x 2 (or 1 x 3) grid so their ticks stay readable."""
@@ -285,15 +337,17 @@ def plot_triple(records: Sequence[Mapping[str, Any]], knob: str,
     rows = sorted((r for r in records if r.get("status") == "ok"), key=lambda r: float(r["value"]))
     x = [float(r["value"]) for r in rows]
     acc = [r.get("accuracy") for r in rows]
-    has_acc = bool(rows) and all(a is not None for a in acc) and rows[0].get(
-        "load_format") != "dummy"
+    has_acc = (
+        bool(rows) and all(a is not None for a in acc) and rows[0].get("load_format") != "dummy"
+    )
     n = 4 if has_acc else 3
-    fig, axes = plt.subplots(2, 2, figsize=(9, 6.2)) if n == 4 else plt.subplots(
-        1, 3, figsize=(11, 3.6))
+    fig, axes = (
+        plt.subplots(2, 2, figsize=(9, 6.2)) if n == 4 else plt.subplots(1, 3, figsize=(11, 3.6))
+    )
     axes = list(getattr(axes, "flat", axes))
     if has_acc:
         ax_acc = axes.pop(0)
-        ax_acc.plot(x, [100 * a for a in acc], "o-")
+        ax_acc.plot(x, [100 * float(a or 0) for a in acc], "o-")
         ax_acc.set_ylim(0, 105)
         ax_acc.set_title(_t("accuracy", lang))
         ax_acc.set_xlabel(knob)

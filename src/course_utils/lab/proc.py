@@ -13,8 +13,11 @@ from pathlib import Path
 
 def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
     """SIGINT, then SIGTERM, then SIGKILL to the process group of ``proc``."""
-    for sig, wait in ((signal.SIGINT, grace_s), (signal.SIGTERM, grace_s / 2),
-                      (signal.SIGKILL, 10.0)):
+    for sig, wait in (
+        (signal.SIGINT, grace_s),
+        (signal.SIGTERM, grace_s / 2),
+        (signal.SIGKILL, 10.0),
+    ):
         if proc.poll() is not None:
             break
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -26,9 +29,13 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def run_logged(argv: Sequence[str], log_path: str | Path, timeout_s: float,
-               env: Mapping[str, str] | None = None, grace_s: float = 20.0
-               ) -> tuple[int | None, bool]:
+def run_logged(
+    argv: Sequence[str],
+    log_path: str | Path,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    grace_s: float = 20.0,
+) -> tuple[int | None, bool]:
     """Run ``argv`` (a list, never a shell string), appending its output to ``log_path``.
 
     Returns (return code or None, timed_out). On a timeout the group is stopped and
@@ -39,8 +46,12 @@ def run_logged(argv: Sequence[str], log_path: str | Path, timeout_s: float,
         log.write(f"$ {list(argv)}\n".encode())
         log.flush()
         proc = subprocess.Popen(  # noqa: S603 - argv list
-            list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, env=full_env,
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=full_env,
         )
         try:
             return proc.wait(timeout=timeout_s), False

@@ -51,18 +51,9 @@ __all__ = [
 ]
 
 
-
-
-
 # --------------------------------------------------------------------------------------
 # knee scan (lab 02 step 0)
 # --------------------------------------------------------------------------------------
-
-
-
-
-
-
 
 
 def recheck(rec: Mapping[str, Any], folder: Path) -> dict[str, Any]:
@@ -79,8 +70,7 @@ def recheck(rec: Mapping[str, Any], folder: Path) -> dict[str, Any]:
         covered = (out.get("warmup") or {}).get("running_max")
         windows = []
         for w in out["windows"]:  # as measure() does: each window warms the next one
-            windows.append(_recheck_window(dict(w), paths.metrics(int(w["index"])), wl,
-                                           covered))
+            windows.append(_recheck_window(dict(w), paths.metrics(int(w["index"])), wl, covered))
             if w.get("status") == "ok":
                 peak = (w.get("load") or {}).get("running_max") or 0.0
                 covered = max(float(covered or 0.0), float(peak))
@@ -89,12 +79,16 @@ def recheck(rec: Mapping[str, Any], folder: Path) -> dict[str, Any]:
     return _recheck_window(out, paths.metrics(0), wl)
 
 
-def _recheck_window(w: dict[str, Any], series: Path, wl: Workload | None,
-                   covered: float | None = None) -> dict[str, Any]:
+def _recheck_window(
+    w: dict[str, Any], series: Path, wl: Workload | None, covered: float | None = None
+) -> dict[str, Any]:
     if w.get("status") != "ok":
         return w
-    issues = [i for i in (w.get("validity_issues") or [])
-              if not str(i).startswith(("prefix cache hit rate", "the warm-up ran at most"))]
+    issues = [
+        i
+        for i in (w.get("validity_issues") or [])
+        if not str(i).startswith(("prefix cache hit rate", "the warm-up ran at most"))
+    ]
     cover = warmup_issue(covered, (w.get("load") or {}).get("running_max"))
     if cover:
         issues.append(cover)
@@ -108,15 +102,18 @@ def _recheck_window(w: dict[str, Any], series: Path, wl: Workload | None,
     return w
 
 
-def load_knee(results_dir: str | Path, rates: Sequence[float] | None = None
-              ) -> list[dict[str, Any]]:
+def load_knee(
+    results_dir: str | Path, rates: Sequence[float] | None = None
+) -> list[dict[str, Any]]:
     """knee.jsonl records, the last of each rate (only ``rates`` when given), validity
     re-checked from each rate's recorded /metrics series (``knee/rate-<r>/``)."""
     d = Path(results_dir)
     want = None if rates is None else {rate_key(r) for r in rates}
-    return [recheck(r, d / "knee" / f"rate-{rk}")
-            for rk, r in latest_by_rate(load_jsonl(d / KNEE_FILE)).items()
-            if want is None or rk in want]
+    return [
+        recheck(r, d / "knee" / f"rate-{rk}")
+        for rk, r in latest_by_rate(load_jsonl(d / KNEE_FILE)).items()
+        if want is None or rk in want
+    ]
 
 
 def load_points_checked(results_dir: str | Path) -> list[dict[str, Any]]:
@@ -127,33 +124,36 @@ def load_points_checked(results_dir: str | Path) -> list[dict[str, Any]]:
     return [recheck(p, PointPaths.of(d, str(p.get("key"))).dir) for p in load_points(d)]
 
 
-
-
-
-
-
-
 # --------------------------------------------------------------------------------------
 # results folders and replay
 # --------------------------------------------------------------------------------------
 
 
-def latest_results(root: str | Path = "labs/results", prefix: str = "", need: str = "") -> Path | None:
+def latest_results(
+    root: str | Path = "labs/results", prefix: str = "", need: str = ""
+) -> Path | None:
     """Newest ``<gpu>-<date>`` folder under ``root`` (by name; dates sort), optionally one
     that contains ``need`` (e.g. "slo/tune.jsonl")."""
     r = Path(root)
     if not r.is_dir():
         return None
-    found = sorted(p for p in r.iterdir() if p.is_dir() and p.name.startswith(prefix)
-                   and (not need or (p / need).exists()))
+    found = sorted(
+        p
+        for p in r.iterdir()
+        if p.is_dir() and p.name.startswith(prefix) and (not need or (p / need).exists())
+    )
     return found[-1] if found else None
 
 
 MODEL_CONFIG_FILE = "model_config.json"
 
 
-def model_shape(model: str, results_dir: str | Path | None = None,
-                resolve: Callable[[str], Path] = Path, save: bool = False) -> Any:
+def model_shape(
+    model: str,
+    results_dir: str | Path | None = None,
+    resolve: Callable[[str], Path] = Path,
+    save: bool = False,
+) -> Any:
     """The model's shape (course_utils.core.capacity) for a lab's memory arithmetic.
 
     ``model`` is a local folder (``resolve`` turns a parameter into a path), a shipped
@@ -174,9 +174,11 @@ def model_shape(model: str, results_dir: str | Path | None = None,
         return capacity.load_model(model)  # a shipped config name or HF id ending in one
     except ValueError:
         if saved is None or not saved.is_file():
-            raise ValueError(f"model {model!r}: no local folder with config.json, not a "
-                             f"shipped config ({', '.join(capacity.MODELS)}), and no "
-                             f"{MODEL_CONFIG_FILE} in {results_dir}") from None
+            raise ValueError(
+                f"model {model!r}: no local folder with config.json, not a "
+                f"shipped config ({', '.join(capacity.MODELS)}), and no "
+                f"{MODEL_CONFIG_FILE} in {results_dir}"
+            ) from None
     import dataclasses
 
     return dataclasses.replace(capacity.load_model(str(saved)), name=Path(model).name or "model")
@@ -186,8 +188,12 @@ def point_files(results_dir: str | Path, rec: Mapping[str, Any]) -> dict[str, Pa
     """A point's files, found by key under ``results_dir`` (recorded paths are absolute
     on the machine that ran it)."""
     pdir = Path(results_dir) / "points" / str(rec.get("key"))
-    return {"server_log": pdir / "serve.log", "bench_json": pdir / "bench.json",
-            "bench_log": pdir / "bench.log", "metrics": pdir / "metrics.jsonl"}
+    return {
+        "server_log": pdir / "serve.log",
+        "bench_json": pdir / "bench.json",
+        "bench_log": pdir / "bench.log",
+        "metrics": pdir / "metrics.jsonl",
+    }
 
 
 def tune_summary(results_dir: str | Path) -> dict[str, Any] | None:
@@ -210,8 +216,9 @@ def recorded_objective(results_dir: str | Path) -> str:
     return "gate"
 
 
-def replay_tune(results_dir: str | Path, plateau: float = 0.02,
-                objective: str = "request_goodput") -> dict[str, Any]:
+def replay_tune(
+    results_dir: str | Path, plateau: float = 0.02, objective: str = "request_goodput"
+) -> dict[str, Any]:
     """Re-derive the kept knobs from tune.jsonl's steps and the recorded points.
 
     Uses ``keep.decide`` (the keep rule of ``tune``: plateau and run-to-run spread) on each
@@ -232,50 +239,97 @@ def replay_tune(results_dir: str | Path, plateau: float = 0.02,
     if base is None or base.status != "ok":
         raise ValueError(f"{d}: baseline point missing or failed")
     kept = base
-    trail = [{"step": 0, "knobs": dict(kept.knobs), **_scores(kept, objective),
-              "constraint": kept.diagnosis.get("constraint"), "leaf": kept.diagnosis.get("leaf")}]
+    trail = [
+        {
+            "step": 0,
+            "knobs": dict(kept.knobs),
+            **_scores(kept, objective),
+            "constraint": kept.diagnosis.get("constraint"),
+            "leaf": kept.diagnosis.get("leaf"),
+        }
+    ]
     diverged = None
     for s in steps[1:]:
         knob, order = s["knob"], list(s.get("values_tried", []))
-        recs = sorted((p for p in points if p.tag == f"tune-step-{s['step']}" and p.knob == knob
-                       and p.value in order), key=lambda p: order.index(p.value))
+        recs = sorted(
+            (
+                p
+                for p in points
+                if p.tag == f"tune-step-{s['step']}" and p.knob == knob and p.value in order
+            ),
+            key=lambda p: order.index(p.value),
+        )
         others = {k: v for k, v in kept.knobs.items() if k != knob}
         measured_from = [{k: v for k, v in p.base_knobs.items() if k != knob} for p in recs]
         if knob not in (kept.diagnosis.get("knobs") or []) or any(
-                m != others for m in measured_from):
+            m != others for m in measured_from
+        ):
             was = measured_from[0] if measured_from else "?"
-            diverged = (f"step {s['step']} ({knob}) was measured from knobs {was}; this replay "
-                        f"is at {kept.knobs} with diagnosis {kept.diagnosis.get('leaf')}: the "
-                        "recorded run never measured this path further")
+            diverged = (
+                f"step {s['step']} ({knob}) was measured from knobs {was}; this replay "
+                f"is at {kept.knobs} with diagnosis {kept.diagnosis.get('leaf')}: the "
+                "recorded run never measured this path further"
+            )
             break
-        dec = decide(recs, objective_value(kept, objective), objective=objective,
-                     plateau=plateau, current_spread=kept.spread(objective))
+        dec = decide(
+            recs,
+            objective_value(kept, objective),
+            objective=objective,
+            plateau=plateau,
+            current_spread=kept.spread(objective),
+        )
         if dec.kept and dec.best is not None:
             kept = dec.best
-        trail.append({"step": s["step"], "knob": knob, "kept": dec.kept,
-                      "decision": dec.decision, "why": dec.why,
-                      "best_value": dec.best.value if dec.best else None,
-                      "gain": None if dec.gain is None else
-                      (str(dec.gain) if math.isinf(dec.gain) else dec.gain),
-                      "results": [{"value": p.value, "valid": p.valid, **_scores(p, objective),
-                                   "meets_slo": p.meets_slo, "spread": p.spread(objective),
-                                   "constraint": p.diagnosis.get("constraint")} for p in recs],
-                      "knobs": dict(kept.knobs), **_scores(kept, objective),
-                      "constraint": kept.diagnosis.get("constraint"),
-                      "leaf": kept.diagnosis.get("leaf")})
+        trail.append(
+            {
+                "step": s["step"],
+                "knob": knob,
+                "kept": dec.kept,
+                "decision": dec.decision,
+                "why": dec.why,
+                "best_value": dec.best.value if dec.best else None,
+                "gain": None
+                if dec.gain is None
+                else (str(dec.gain) if math.isinf(dec.gain) else dec.gain),
+                "results": [
+                    {
+                        "value": p.value,
+                        "valid": p.valid,
+                        **_scores(p, objective),
+                        "meets_slo": p.meets_slo,
+                        "spread": p.spread(objective),
+                        "constraint": p.diagnosis.get("constraint"),
+                    }
+                    for p in recs
+                ],
+                "knobs": dict(kept.knobs),
+                **_scores(kept, objective),
+                "constraint": kept.diagnosis.get("constraint"),
+                "leaf": kept.diagnosis.get("leaf"),
+            }
+        )
     diag = kept.diagnosis
-    return {"objective": objective, "plateau": plateau, "knobs": dict(kept.knobs),
-            **_scores(kept, objective),
-            "diagnosis": {k: diag.get(k) for k in ("constraint", "leaf", "knobs", "moves",
-                                                   "why_en", "why_zh")},
-            "next_knob": next_knob(diag), "diverged": diverged, "steps": trail}
+    return {
+        "objective": objective,
+        "plateau": plateau,
+        "knobs": dict(kept.knobs),
+        **_scores(kept, objective),
+        "diagnosis": {
+            k: diag.get(k) for k in ("constraint", "leaf", "knobs", "moves", "why_en", "why_zh")
+        },
+        "next_knob": next_knob(diag),
+        "diverged": diverged,
+        "steps": trail,
+    }
 
 
 def _scores(p: ServedPoint, objective: str) -> dict[str, Any]:
     sc = p.scores()
-    return {"score": objective_value(p, objective),
-            "gate_goodput": sc.gate_goodput if sc else None,
-            "request_goodput": sc.request_goodput if sc else None}
+    return {
+        "score": objective_value(p, objective),
+        "gate_goodput": sc.gate_goodput if sc else None,
+        "request_goodput": sc.request_goodput if sc else None,
+    }
 
 
 def repo_root(start: str | Path | None = None) -> Path | None:
@@ -304,12 +358,18 @@ def device_calls(run_dir: str | Path) -> list[dict[str, Any]]:
     current = None
     for line in log.read_text().splitlines() if log.is_file() else []:
         if " $ " in line:
-            current = ("knobs" if "01_knob_sweep" in line
-                       else "slo" if "02_slo_loop" in line else None)
+            current = (
+                "knobs" if "01_knob_sweep" in line else "slo" if "02_slo_loop" in line else None
+            )
         elif current and " wall=" in line:
             rc = re.search(r" rc=(-?\d+)", line)
-            calls.append({"lab": current, "rc": int(rc.group(1)) if rc else None,
-                          "wall_s": float(line.rsplit("wall=", 1)[1].rstrip("s"))})
+            calls.append(
+                {
+                    "lab": current,
+                    "rc": int(rc.group(1)) if rc else None,
+                    "wall_s": float(line.rsplit("wall=", 1)[1].rstrip("s")),
+                }
+            )
             current = None
     return calls
 
@@ -340,8 +400,9 @@ def measured_minutes(run_dir: str | Path) -> dict[str, float | None]:
 
 def _run(cmd: Sequence[str]) -> str:
     try:
-        return subprocess.run(list(cmd), capture_output=True, text=True, timeout=60,
-                              check=False).stdout.strip()
+        return subprocess.run(
+            list(cmd), capture_output=True, text=True, timeout=60, check=False
+        ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return ""
 
@@ -350,8 +411,12 @@ def environment() -> dict[str, Any]:
     """Driver, GPU, CUDA, torch and vLLM versions of this machine (no import of vLLM when
     it is absent; never raises)."""
     env: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform()}
-    env["nvidia_smi"] = _run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-                              "--format=csv,noheader"]) or None
+    env["nvidia_smi"] = (
+        _run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+        )
+        or None
+    )
     for mod in ("torch", "vllm", "transformers"):
         try:
             m = __import__(mod)
@@ -366,33 +431,24 @@ def environment() -> dict[str, Any]:
         env["cuda_available"] = bool(torch.cuda.is_available())
         if env["cuda_available"]:
             env["gpu"] = torch.cuda.get_device_name(0)
-            env["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 2)
+            env["gpu_memory_gib"] = round(
+                torch.cuda.get_device_properties(0).total_memory / 2**30, 2
+            )
     except Exception:  # noqa: BLE001
         pass
-    env["env"] = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES", "VLLM_USE_MODELSCOPE",
-                                             "HF_ENDPOINT", "VLLM_USE_FLASHINFER_SAMPLER")
-                  if k in os.environ}
+    env["env"] = {
+        k: os.environ[k]
+        for k in (
+            "CUDA_VISIBLE_DEVICES",
+            "VLLM_USE_MODELSCOPE",
+            "HF_ENDPOINT",
+            "VLLM_USE_FLASHINFER_SAMPLER",
+        )
+        if k in os.environ
+    }
     return env
 
 
 # --------------------------------------------------------------------------------------
 # plots (each saves a PNG and returns the figure)
 # --------------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

@@ -100,7 +100,10 @@ def _nvidia_smi_run(query: str, timeout_s: float) -> subprocess.CompletedProcess
     try:
         return subprocess.run(
             [exe, query, "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=timeout_s, check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -140,8 +143,11 @@ def gpu_inventory(timeout_s: float = 10.0) -> tuple[list[GpuInfo] | None, str]:
         if len(parts) != 6:
             continue
         try:
-            gpus.append(GpuInfo(int(parts[0]), parts[1], parts[2], float(parts[3]),
-                                float(parts[4]), parts[5]))
+            gpus.append(
+                GpuInfo(
+                    int(parts[0]), parts[1], parts[2], float(parts[3]), float(parts[4]), parts[5]
+                )
+            )
         except ValueError:
             continue
     if gpus:
@@ -334,10 +340,12 @@ class VllmServer:
             start_new_session=True,
             env=env,
             # PDEATHSIG fires when the forking *thread* exits: only from the main thread
-            preexec_fn=_die_with_parent if (
+            preexec_fn=_die_with_parent
+            if (
                 sys.platform.startswith("linux")
                 and threading.current_thread() is threading.main_thread()
-            ) else None,
+            )
+            else None,
         )
         _LIVE.add(self)
         try:
@@ -381,7 +389,11 @@ class VllmServer:
         pgid = self.pgid
         assert pgid is not None
         self._remember_pids()
-        for sig, wait_s in ((signal.SIGINT, grace), (signal.SIGTERM, grace / 2), (signal.SIGKILL, 10)):
+        for sig, wait_s in (
+            (signal.SIGINT, grace),
+            (signal.SIGTERM, grace / 2),
+            (signal.SIGKILL, 10),
+        ):
             if not group_pids(pgid) and self.proc.poll() is not None:
                 break
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -410,14 +422,17 @@ class VllmServer:
             on_gpu = gpu_pids()
             ours = on_gpu is not None and bool(on_gpu & self._seen_pids)
             used = gpu_memory_used_mib() if on_gpu is not None else None
-            high = (used is not None and self._gpu_used_before is not None
-                    and used > self._gpu_used_before + margin_mib)
+            high = (
+                used is not None
+                and self._gpu_used_before is not None
+                and used > self._gpu_used_before + margin_mib
+            )
             if not ours and not high:
                 return
             if time.monotonic() > deadline and not ours:
                 return
             if time.monotonic() > deadline:
-                left = sorted(on_gpu & self._seen_pids)
+                left = sorted((on_gpu or set()) & self._seen_pids)
                 for pid in left:  # our own pids only
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(pid, signal.SIGKILL)

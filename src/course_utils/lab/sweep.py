@@ -71,18 +71,29 @@ class SweepConfig:
     prevalidate: bool = True
 
     @classmethod
-    def make(cls, *, bench_kwargs: Mapping[str, Any] | None = None,
-             warmup_prompts: int | None = None, warmup_share: float | None = None,
-             repeats: int | None = None, remeasure: int | None = None,
-             metrics_interval_s: float | None = None, **kw: Any) -> SweepConfig:
+    def make(
+        cls,
+        *,
+        bench_kwargs: Mapping[str, Any] | None = None,
+        warmup_prompts: int | None = None,
+        warmup_share: float | None = None,
+        repeats: int | None = None,
+        remeasure: int | None = None,
+        metrics_interval_s: float | None = None,
+        **kw: Any,
+    ) -> SweepConfig:
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(kw) - names)
         if unknown:
             raise TypeError(f"unknown sweep option(s): {', '.join(unknown)}")
         m: dict[str, Any] = {"bench_kwargs": dict(bench_kwargs or {})}
-        for k, v in (("warmup_min_prompts", warmup_prompts), ("warmup_share", warmup_share),
-                     ("repeats", repeats), ("remeasure", remeasure),
-                     ("metrics_interval_s", metrics_interval_s)):
+        for k, v in (
+            ("warmup_min_prompts", warmup_prompts),
+            ("warmup_share", warmup_share),
+            ("repeats", repeats),
+            ("remeasure", remeasure),
+            ("metrics_interval_s", metrics_interval_s),
+        ):
             if v is not None:
                 m[k] = v
         kw["out_dir"] = Path(kw["out_dir"])
@@ -94,8 +105,10 @@ class SweepConfig:
         return _gpu_gib(self.gpu_memory_gib)
 
     def server_extra(self) -> dict[str, Any]:
-        return {"load_format": self.server_kwargs.get("load_format"),
-                "extra_args": list(self.server_kwargs.get("extra_args", ()))}
+        return {
+            "load_format": self.server_kwargs.get("load_format"),
+            "extra_args": list(self.server_kwargs.get("extra_args", ())),
+        }
 
 
 def load_points(path: str | Path) -> list[dict[str, Any]]:
@@ -159,7 +172,11 @@ def _validate_each(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _check_values(
-    knob: str, values: Sequence[Any], base: Mapping[str, Any], couple: bool, gpu_gib: float,
+    knob: str,
+    values: Sequence[Any],
+    base: Mapping[str, Any],
+    couple: bool,
+    gpu_gib: float,
     prevalidate: bool = True,
 ) -> list[tuple[Any, dict[str, Any], dict[str, Any]]]:
     """knobs.validate every point before any server starts; raise KnobError (one line).
@@ -176,8 +193,7 @@ def _check_values(
                 checked = _validate_each(merged)
                 if couple:
                     checked, coupled = couple_knobs(checked, name, gpu_gib)
-                out.append((checked.get(name, v) if name != BASELINE else None, checked,
-                            coupled))
+                out.append((checked.get(name, v) if name != BASELINE else None, checked, coupled))
                 continue
             checked = knobs_mod.validate(merged, entry="serve")
             if couple:
@@ -185,8 +201,11 @@ def _check_values(
             checked = knobs_mod.validate(checked, gpu_memory_gib=gpu_gib, entry="serve")
         except knobs_mod.KnobError as exc:
             label = f"{name}={v!r}" if name != BASELINE else "base knobs"
-            hint = (" (couple=True raises max_num_batched_tokens with max_num_seqs)"
-                    if not couple and "max_num_batched_tokens" in str(exc) else "")
+            hint = (
+                " (couple=True raises max_num_batched_tokens with max_num_seqs)"
+                if not couple and "max_num_batched_tokens" in str(exc)
+                else ""
+            )
             raise knobs_mod.KnobError(f"{label}: {exc}{hint}") from None
         value = checked.get(name, v) if name != BASELINE else None
         out.append((value, checked, coupled))
@@ -198,29 +217,44 @@ def _check_values(
 # --------------------------------------------------------------------------------------
 
 
-def run_point(model: str, point: ServedPoint, cfg: SweepConfig,
-              on_window: Callable[[Any], None] | None = None) -> ServedPoint:
+def run_point(
+    model: str, point: ServedPoint, cfg: SweepConfig, on_window: Callable[[Any], None] | None = None
+) -> ServedPoint:
     """Serve ``point.knobs`` on a fresh server, ``measure()`` it, stop the server; fill in and
     return ``point`` (a failure sets status "failed" and a one-line reason; never raises for
     a bad point; KeyboardInterrupt propagates after the server is stopped)."""
     paths = PointPaths.of(cfg.out_dir, point.key)
     paths.dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    srv = VllmServer(model, point.knobs, log_path=paths.server_log,
-                     check_knobs=cfg.prevalidate, **cfg.server_kwargs)
+    srv = VllmServer(
+        model,
+        point.knobs,
+        log_path=paths.server_log,
+        check_knobs=cfg.prevalidate,
+        **cfg.server_kwargs,
+    )
     point.serve_cmd = shlex.join(srv.argv)
     mns = int(effective("max_num_seqs", point.knobs, cfg.gpu_gib()))
     mnbt = int(effective("max_num_batched_tokens", point.knobs, cfg.gpu_gib()))
-    bench_kw = {"vllm_cmd": cfg.server_kwargs.get("vllm_cmd", ("vllm",)),
-                **dict(cfg.measure.bench_kwargs)}
+    bench_kw = {
+        "vllm_cmd": cfg.server_kwargs.get("vllm_cmd", ("vllm",)),
+        **dict(cfg.measure.bench_kwargs),
+    }
     mcfg = MeasureConfig(**{**cfg.measure.__dict__, "bench_kwargs": bench_kw})
     try:
         with srv:
             point.startup_s = round(srv.startup_s or 0.0, 2)
-            point.warmup, point.windows = measure(srv, model, cfg.workload, cfg.slo, paths,
-                                                  cfg=mcfg, max_num_seqs=mns,
-                                                  max_num_batched_tokens=mnbt,
-                                                  on_window=on_window)
+            point.warmup, point.windows = measure(
+                srv,
+                model,
+                cfg.workload,
+                cfg.slo,
+                paths,
+                cfg=mcfg,
+                max_num_seqs=mns,
+                max_num_batched_tokens=mnbt,
+                on_window=on_window,
+            )
     except ServerStartError as exc:
         point.status, point.reason = "failed", exc.reason
         point.elapsed_s = round(time.monotonic() - t0, 2)
@@ -276,32 +310,32 @@ def sweep(
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     gpu_gib = cfg.gpu_gib()
     name = knobs_mod.get(knob).name if knob != BASELINE else BASELINE
-    base = (knobs_mod.validate(dict(base_knobs or {}), entry="serve") if cfg.prevalidate
-            else _validate_each(dict(base_knobs or {})))
+    base = (
+        knobs_mod.validate(dict(base_knobs or {}), entry="serve")
+        if cfg.prevalidate
+        else _validate_each(dict(base_knobs or {}))
+    )
     planned = _check_values(name, values, base, cfg.couple, gpu_gib, cfg.prevalidate)
     points_path = cfg.out_dir / POINTS_FILE
     done: dict[str, dict[str, Any]] = {}
     if cfg.resume:
-        done = {r["key"]: r for r in load_points(points_path)
-                if not (cfg.retry_failed and r.get("status") == "failed")}
+        done = {
+            r["key"]: r
+            for r in load_points(points_path)
+            if not (cfg.retry_failed and r.get("status") == "failed")
+        }
     records: list[dict[str, Any]] = []
     bar = _progress(len(planned), f"sweep {name}", progress)
     try:
         for value, checked, coupled in planned:
-            key = point_key({"model": model, "knob": name, "value": value,
-                             "base": {k: v for k, v in sorted(base.items()) if k != name},
-                             "workload": cfg.workload.to_dict(), "server": cfg.server_extra(),
-                             "effective": dict(sorted(checked.items()))})
+            pt = _new_point(model, name, value, checked, base, coupled, cfg, tag)
+            key = pt.key
             if key not in done:
                 reason = stop_if() if stop_if else None
                 if reason:
                     if bar is not None:
                         bar.set_postfix_str(f"stopped: {reason}")
                     break
-                pt = ServedPoint(key=key, tag=tag, model=model, knob=name, value=value,
-                                 knobs=checked, base_knobs=base, coupled=coupled,
-                                 workload=cfg.workload.to_dict(), slo=str(cfg.slo),
-                                 status="running", time=time.strftime("%Y-%m-%dT%H:%M:%S"))
                 rec = run_point(model, pt, cfg).to_json()
                 append_jsonl(points_path, rec)
                 done[key] = rec
@@ -309,8 +343,11 @@ def sweep(
                     on_point(rec)
             records.append(done[key])
             _tick(bar, name, value, ServedPoint.from_json(done[key]), cfg.objective)
-            why = early_stop_reason(records, patience, min_gain, cfg.objective) if early_stop \
+            why = (
+                early_stop_reason(records, patience, min_gain, cfg.objective)
+                if early_stop
                 else None
+            )
             if why:
                 if bar is not None:
                     bar.set_postfix_str(f"early stop: {why}")
@@ -321,10 +358,47 @@ def sweep(
     return records
 
 
+def _new_point(
+    model: str,
+    name: str,
+    value: Any,
+    checked: dict[str, Any],
+    base: dict[str, Any],
+    coupled: dict[str, Any],
+    cfg: SweepConfig,
+    tag: str | None,
+) -> ServedPoint:
+    """A point to measure; its key hashes everything that changes what is measured."""
+    key = point_key(
+        {
+            "model": model,
+            "knob": name,
+            "value": value,
+            "base": {k: v for k, v in sorted(base.items()) if k != name},
+            "workload": cfg.workload.to_dict(),
+            "server": cfg.server_extra(),
+            "effective": dict(sorted(checked.items())),
+        }
+    )
+    return ServedPoint(
+        key=key,
+        tag=tag,
+        model=model,
+        knob=name,
+        value=value,
+        knobs=checked,
+        base_knobs=base,
+        coupled=coupled,
+        workload=cfg.workload.to_dict(),
+        slo=str(cfg.slo),
+        status="running",
+        time=time.strftime("%Y-%m-%dT%H:%M:%S"),
+    )
+
+
 def _tick(bar: Any, name: str, value: Any, p: ServedPoint, objective: str) -> None:
     if bar is None:
         return
-    what = (f"{objective_label(objective)}={p.objective(objective):.2f}"
-            if p.ok else p.status)
+    what = f"{objective_label(objective)}={p.objective(objective):.2f}" if p.ok else p.status
     bar.set_postfix_str(f"{name}={value} {what}")
     bar.update(1)

@@ -91,29 +91,54 @@ class TuneStep:
 
 def _result(p: ServedPoint, objective: str) -> dict[str, Any]:
     sc = p.scores()
-    return {"value": p.value, "status": p.status, "reason": p.reason,
-            "gate_goodput": sc.gate_goodput if sc else None,
-            "request_goodput": sc.request_goodput if sc else None,
-            "meets_slo": p.meets_slo, "score": objective_value(p, objective),
-            "spread": p.spread(objective), "valid": p.valid,
-            "windows": [{"index": w.index, "purpose": w.purpose, "valid": w.valid,
-                         "validity_issues": w.validity_issues,
-                         "score": w.score.objective(objective) if w.score else None}
-                        for w in p.windows],
-            "validity_issues": p.validity_issues}
+    return {
+        "value": p.value,
+        "status": p.status,
+        "reason": p.reason,
+        "gate_goodput": sc.gate_goodput if sc else None,
+        "request_goodput": sc.request_goodput if sc else None,
+        "meets_slo": p.meets_slo,
+        "score": objective_value(p, objective),
+        "spread": p.spread(objective),
+        "valid": p.valid,
+        "windows": [
+            {
+                "index": w.index,
+                "purpose": w.purpose,
+                "valid": w.valid,
+                "validity_issues": w.validity_issues,
+                "score": w.score.objective(objective) if w.score else None,
+            }
+            for w in p.windows
+        ],
+        "validity_issues": p.validity_issues,
+    }
 
 
 class _Budget:
     """GPU minutes spent and left; minutes per point measured in this run, else earlier."""
 
-    def __init__(self, gpu_minutes: float | None, est_point_minutes: float, out: Path,
-                 on_point: Callable[[dict[str, Any]], None] | None, bar: Any) -> None:
-        self.gpu_minutes, self.est, self.on_point, self.bar = gpu_minutes, est_point_minutes, \
-            on_point, bar
+    def __init__(
+        self,
+        gpu_minutes: float | None,
+        est_point_minutes: float,
+        out: Path,
+        on_point: Callable[[dict[str, Any]], None] | None,
+        bar: Any,
+    ) -> None:
+        self.gpu_minutes, self.est, self.on_point, self.bar = (
+            gpu_minutes,
+            est_point_minutes,
+            on_point,
+            bar,
+        )
         self.spent_s = 0.0
         self.measured: list[float] = []
-        self.earlier = [float(r["elapsed_s"]) for r in read_jsonl(out / POINTS_FILE)
-                        if r.get("status") == "ok" and r.get("elapsed_s")]
+        self.earlier = [
+            float(r["elapsed_s"])
+            for r in read_jsonl(out / POINTS_FILE)
+            if r.get("status") == "ok" and r.get("elapsed_s")
+        ]
         self.hit: list[str] = []
 
     def per_point_min(self) -> float:
@@ -132,7 +157,8 @@ class _Budget:
             label = "baseline" if rec.get("knob") == BASELINE else f"{rec['knob']}={rec['value']}"
             self.bar.set_postfix_str(
                 f"{label}: {rec.get('status')}"
-                + (f" | GPU min left ~{left:.1f}" if left is not None else ""))
+                + (f" | GPU min left ~{left:.1f}" if left is not None else "")
+            )
             self.bar.update(1)
         if self.on_point is not None:
             self.on_point(rec)
@@ -207,15 +233,17 @@ def tune(
     state: _State | None = None
     steps = 0
     try:
-        state = _baseline(model, knobs_mod.validate(dict(base_knobs or {}), entry="serve"),
-                          cfg, budget, tune_path)
+        state = _baseline(
+            model, knobs_mod.validate(dict(base_knobs or {}), entry="serve"), cfg, budget, tune_path
+        )
         steps = 1
         tried: set[str] = set()
         while steps <= max_steps:
             knob = _next(state, cand, tried)
             tried.add(knob)
-            step = _sweep_step(model, knob, steps, cand[knob], state, cfg, budget, patience,
-                               plateau)
+            step = _sweep_step(
+                model, knob, steps, cand[knob], state, cfg, budget, patience, plateau
+            )
             append_jsonl(tune_path, budget.stamp(step))
             steps += 1
             if budget.hit:  # a sweep cut short: no conclusion from part of it; rerun to resume
@@ -229,15 +257,32 @@ def tune(
     return _summary(model, cfg, state, cand, plateau, stop_reason, steps, budget, tune_path)
 
 
-def _baseline(model: str, knobs: dict[str, Any], cfg: SweepConfig, budget: _Budget,
-              tune_path: Path) -> _State:
-    recs = sweep(model, BASELINE, [None], base_knobs=knobs, on_point=budget.count,
-                 stop_if=budget.stop, early_stop=False, progress=False, config=cfg)
+def _baseline(
+    model: str, knobs: dict[str, Any], cfg: SweepConfig, budget: _Budget, tune_path: Path
+) -> _State:
+    recs = sweep(
+        model,
+        BASELINE,
+        [None],
+        base_knobs=knobs,
+        on_point=budget.count,
+        stop_if=budget.stop,
+        early_stop=False,
+        progress=False,
+        config=cfg,
+    )
     if not recs:
         raise _Stop(budget.hit[-1] if budget.hit else "baseline not run")
     p = as_point(recs[0])
-    step = TuneStep(step=0, kind="baseline", objective=cfg.objective, knobs=knobs, point=p.key,
-                    status=p.status, reason=p.reason)
+    step = TuneStep(
+        step=0,
+        kind="baseline",
+        objective=cfg.objective,
+        knobs=knobs,
+        point=p.key,
+        status=p.status,
+        reason=p.reason,
+    )
     if p.status != "ok":
         append_jsonl(tune_path, budget.stamp(step))
         raise _Stop(f"baseline failed: {p.reason}")
@@ -257,42 +302,78 @@ def _baseline(model: str, knobs: dict[str, Any], cfg: SweepConfig, budget: _Budg
 def _next(state: _State, cand: Mapping[str, Any], tried: set[str]) -> str:
     diag = state.diag
     if not diag.get("knobs"):
-        raise _Stop(f"diagnosis '{diag.get('leaf')}' ({diag.get('constraint')}) names no engine "
-                    "knob: " + ("add replicas / lower the rate, not a tuning problem"
-                                if diag.get("constraint") == "queue" else "at the limit"))
+        raise _Stop(
+            f"diagnosis '{diag.get('leaf')}' ({diag.get('constraint')}) names no engine "
+            "knob: "
+            + (
+                "add replicas / lower the rate, not a tuning problem"
+                if diag.get("constraint") == "queue"
+                else "at the limit"
+            )
+        )
     named = [k for k in diag["knobs"] if k in cand and k not in tried]
     if not named:
-        raise _Stop("plateau: no knob the diagnosis names "
-                    f"({', '.join(diag['knobs'])}) has candidates left that help")
+        raise _Stop(
+            "plateau: no knob the diagnosis names "
+            f"({', '.join(diag['knobs'])}) has candidates left that help"
+        )
     return named[0]
 
 
-def _sweep_step(model: str, knob: str, n: int, values: Sequence[Any], state: _State,
-                cfg: SweepConfig, budget: _Budget, patience: int, plateau: float) -> TuneStep:
+def _sweep_step(
+    model: str,
+    knob: str,
+    n: int,
+    values: Sequence[Any],
+    state: _State,
+    cfg: SweepConfig,
+    budget: _Budget,
+    patience: int,
+    plateau: float,
+) -> TuneStep:
     obj = cfg.objective
     cur = state.knobs.get(knob)
     if cur is None:
         cur = knobs_mod.default(knob, gpu_memory_gib=cfg.gpu_gib(), entry="serve")
     move = (state.diag.get("moves") or {}).get(knob)
-    step = TuneStep(step=n, kind="sweep", objective=obj, knob=knob, move=move, from_value=cur,
-                    score_before=state.score, spread_before=state.kept.spread(obj),
-                    diagnosis_before=state.diag, knobs_after=dict(state.knobs))
+    step = TuneStep(
+        step=n,
+        kind="sweep",
+        objective=obj,
+        knob=knob,
+        move=move,
+        from_value=cur,
+        score_before=state.score,
+        spread_before=state.kept.spread(obj),
+        diagnosis_before=state.diag,
+        knobs_after=dict(state.knobs),
+    )
     todo = order_candidates(values, cur, move)
     if not todo:
         step.kind, step.reason = "skip", f"no candidate to {move} {knob} from {cur}"
         return step
     try:
-        recs = sweep(model, knob, todo, base_knobs=state.knobs, on_point=budget.count,
-                     stop_if=budget.stop, patience=patience, tag=f"tune-step-{n}",
-                     progress=False, config=cfg)
+        recs = sweep(
+            model,
+            knob,
+            todo,
+            base_knobs=state.knobs,
+            on_point=budget.count,
+            stop_if=budget.stop,
+            patience=patience,
+            tag=f"tune-step-{n}",
+            progress=False,
+            config=cfg,
+        )
     except knobs_mod.KnobError as exc:
         step.kind, step.reason = "skip", str(exc)
         return step
     if not recs:  # the budget stopped the sweep before its first new point
         raise _Stop(budget.hit[-1] if budget.hit else f"{knob}: no point ran")
     points = [as_point(r) for r in recs]
-    d = decide(points, state.score, objective=obj, plateau=plateau,
-               current_spread=state.kept.spread(obj))
+    d = decide(
+        points, state.score, objective=obj, plateau=plateau, current_spread=state.kept.spread(obj)
+    )
     step.values_tried = [p.value for p in points]
     step.values_not_run = [v for v in todo if v not in step.values_tried]
     step.results = [_result(p, obj) for p in points]
@@ -311,22 +392,36 @@ def _sweep_step(model: str, knob: str, n: int, values: Sequence[Any], state: _St
     return step
 
 
-def _summary(model: str, cfg: SweepConfig, state: _State | None, cand: Mapping[str, Any],
-             plateau: float, stop_reason: str, steps: int, budget: _Budget,
-             tune_path: Path) -> dict[str, Any]:
+def _summary(
+    model: str,
+    cfg: SweepConfig,
+    state: _State | None,
+    cand: Mapping[str, Any],
+    plateau: float,
+    stop_reason: str,
+    steps: int,
+    budget: _Budget,
+    tune_path: Path,
+) -> dict[str, Any]:
     knobs = state.knobs if state else {}
     ship = VllmServer(model, knobs, vllm_cmd=cfg.server_kwargs.get("vllm_cmd", ("vllm",)), port=0)
     sc = state.kept.scores() if state else None
     summary = {
-        "kind": "summary", "model": model, "objective": cfg.objective, "plateau": plateau,
-        "knobs": knobs, "score": state.score if state else None,
+        "kind": "summary",
+        "model": model,
+        "objective": cfg.objective,
+        "plateau": plateau,
+        "knobs": knobs,
+        "score": state.score if state else None,
         "spread": state.kept.spread(cfg.objective) if state else None,
         "gate_goodput": sc.gate_goodput if sc else None,
         "request_goodput": sc.request_goodput if sc else None,
         "diagnosis": state.diag if state else None,
         "next_knob": next_knob(state.diag if state else None, cand),
-        "stop_reason": stop_reason, "stopped_on_budget": stop_reason.startswith("GPU budget"),
-        "steps": steps, "gpu_minutes_spent": round(budget.spent_s / 60.0, 2),
+        "stop_reason": stop_reason,
+        "stopped_on_budget": stop_reason.startswith("GPU budget"),
+        "steps": steps,
+        "gpu_minutes_spent": round(budget.spent_s / 60.0, 2),
         "serve_command": shlex.join(ship.ship_argv()),
         "label": objective_label(cfg.objective),
     }

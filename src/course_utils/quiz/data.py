@@ -30,10 +30,8 @@ def resolve_path(p: str | Path) -> Path:
     raise QuizError(f"data file {text!r} not found (looked in the repo and package data)")
 
 
-def _opts(items: Sequence[tuple[dict[str, str], bool, str]]) -> list[dict[str, Any]]:
+def _opts(items: Sequence[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:
     return [{"text": text, "correct": ok, "key": key} for text, ok, key in items]
-
-
 
 
 def _slo(p: Mapping[str, Any]) -> Any:
@@ -58,8 +56,9 @@ def _data(p: Mapping[str, Any], key: str) -> Any:
             return resolve_path(c)
         except QuizError:
             misses.append(str(c))
-    raise QuizError(f"{key}: none of {', '.join(misses)} found (looked in the repo and "
-                    "package data)")
+    raise QuizError(
+        f"{key}: none of {', '.join(misses)} found (looked in the repo and package data)"
+    )
 
 
 def recorded_point(p: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -87,8 +86,12 @@ def recorded_point(p: Mapping[str, Any]) -> dict[str, Any] | None:
         if rec.get("key") and all(knobs_.get(k) == v for k, v in want.items()):
             d = root / "points" / rec["key"]
             if (d / "bench.json").is_file() and (d / "metrics.jsonl").is_file():
-                found = {"bench": d / "bench.json", "series": d / "metrics.jsonl",
-                         "knobs": knobs_, "workload": rec.get("workload") or {}}
+                found = {
+                    "bench": d / "bench.json",
+                    "series": d / "metrics.jsonl",
+                    "knobs": knobs_,
+                    "workload": rec.get("workload") or {},
+                }
     return found
 
 
@@ -127,17 +130,22 @@ def requests_bench(p: Mapping[str, Any]) -> Any:
     if len(ttft) != len(tpot) or not ttft:
         raise QuizError("ttft_ms and tpot_ms need the same, non-zero length")
     dur = float(src["duration_s"])
-    raw = {"duration": dur, "completed": len(ttft), "failed": 0,
-           "request_throughput": len(ttft) / dur, "output_throughput": len(ttft) * n / dur,
-           "total_input_tokens": 0, "total_output_tokens": len(ttft) * n,
-           "ttfts": [t / 1000 for t in ttft], "output_lens": [n] * len(ttft),
-           "itls": [[t / 1000] * (n - 1) for t in tpot]}
+    raw = {
+        "duration": dur,
+        "completed": len(ttft),
+        "failed": 0,
+        "request_throughput": len(ttft) / dur,
+        "output_throughput": len(ttft) * n / dur,
+        "total_input_tokens": 0,
+        "total_output_tokens": len(ttft) * n,
+        "ttfts": [t / 1000 for t in ttft],
+        "output_lens": [n] * len(ttft),
+        "itls": [[t / 1000] * (n - 1) for t in tpot],
+    }
     for pct in (50, 90, 99):
         raw[f"p{pct}_ttft_ms"] = float(np.percentile(ttft, pct))
         raw[f"p{pct}_tpot_ms"] = float(np.percentile(tpot, pct))
     return _bench(raw)
-
-
 
 
 def slo_text(s: Any, lang: str) -> str:
@@ -146,7 +154,6 @@ def slo_text(s: Any, lang: str) -> str:
     parts = [f"p{pct} {k.upper()} ≤ {_fmt(v)} ms" for k, v in s.targets().items()]
     text = ("，" if lang == "zh" else ", ").join(parts)
     return text + (f" @ {_fmt(s.rate)} req/s" if s.rate else "")
-
 
 
 def recorded_sweep(p: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -163,18 +170,24 @@ def recorded_sweep(p: Mapping[str, Any]) -> list[dict[str, Any]]:
         for line in index.read_text(encoding="utf-8").splitlines():
             rec = json.loads(line) if line.strip() else {}
             value = (rec.get("knobs") or {}).get(knob)
-            bench = root / "points" / str(rec.get("key")) / "bench.json"
+            bench = index.parent / "points" / str(rec.get("key")) / "bench.json"
             if rec.get("knob") in (knob, "baseline") and value is not None and bench.is_file():
                 out = [o for o in out if o["value"] != value]  # a re-run replaces a point
-                out.append({"value": value, "bench": _bench(bench),
-                            "rate": (rec.get("workload") or {}).get("request_rate")})
+                out.append(
+                    {
+                        "value": value,
+                        "bench": _bench(bench),
+                        "rate": (rec.get("workload") or {}).get("request_rate"),
+                    }
+                )
     if not out:
-        out = [{"value": pt["value"], "bench": _bench(pt["bench"]), "rate": p.get("rate")}
-               for pt in p.get("points") or []]
+        out = [
+            {"value": pt["value"], "bench": _bench(pt["bench"]), "rate": p.get("rate")}
+            for pt in p.get("points") or []
+        ]
     if len(out) < 2:
         raise QuizError(f"sweep of {knob}: fewer than two points")
     return sorted(out, key=lambda o: o["value"])
-
 
 
 def synthetic_series(spec: Mapping[str, Any]) -> list[Any]:
@@ -191,17 +204,21 @@ def synthetic_series(spec: Mapping[str, Any]) -> list[Any]:
     kv = list(spec.get("kv_usage", [0.0] * n))
     pre = list(spec.get("preemptions", [0] * n))
     if not n or not len(running) == len(kv) == len(pre) == n:
-        raise QuizError("synthetic series: waiting, running, kv_usage, preemptions need the "
-                        "same non-zero length")
+        raise QuizError(
+            "synthetic series: waiting, running, kv_usage, preemptions need the "
+            "same non-zero length"
+        )
     dt = float(spec.get("interval_s", 0.5))
     lab = 'engine="0",model_name="Qwen/Qwen2.5-7B-Instruct"'
     out = []
     for i in range(n):
-        text = (f"# TYPE {metrics.WAITING} gauge\n{metrics.WAITING}{{{lab}}} {waiting[i]}\n"
-                f"# TYPE {metrics.RUNNING} gauge\n{metrics.RUNNING}{{{lab}}} {running[i]}\n"
-                f"# TYPE {metrics.KV_USAGE} gauge\n{metrics.KV_USAGE}{{{lab}}} {kv[i]}\n"
-                f"# TYPE {metrics.PREEMPTIONS}_total counter\n"
-                f"{metrics.PREEMPTIONS}_total{{{lab}}} {pre[i]}\n")
+        text = (
+            f"# TYPE {metrics.WAITING} gauge\n{metrics.WAITING}{{{lab}}} {waiting[i]}\n"
+            f"# TYPE {metrics.RUNNING} gauge\n{metrics.RUNNING}{{{lab}}} {running[i]}\n"
+            f"# TYPE {metrics.KV_USAGE} gauge\n{metrics.KV_USAGE}{{{lab}}} {kv[i]}\n"
+            f"# TYPE {metrics.PREEMPTIONS}_total counter\n"
+            f"{metrics.PREEMPTIONS}_total{{{lab}}} {pre[i]}\n"
+        )
         out.append(metrics.Snapshot.parse(text, t=i * dt))
     return out
 
@@ -218,9 +235,12 @@ def diagnosis_inputs(p: Mapping[str, Any]) -> dict[str, Any]:
     else:
         src, bsrc, mns = _data(p, "series"), _data(p, "bench"), p.get("max_num_seqs")
     samples = metrics.load_series(src) if isinstance(src, Path) else synthetic_series(src)
-    return {"samples": samples, "bench": None if bsrc is None else _bench(bsrc),
-            "max_num_seqs": mns, "recorded": rec is not None or isinstance(src, Path)}
-
+    return {
+        "samples": samples,
+        "bench": None if bsrc is None else _bench(bsrc),
+        "max_num_seqs": mns,
+        "recorded": rec is not None or isinstance(src, Path),
+    }
 
 
 def _model(p: Mapping[str, Any]) -> Any:
@@ -231,7 +251,6 @@ def _model(p: Mapping[str, Any]) -> Any:
 
 def _kv_dtype(p: Mapping[str, Any]) -> str:
     return str(p.get("kv_dtype", "auto"))
-
 
 
 def _logged(p: Mapping[str, Any]) -> tuple[dict[str, float], bool]:

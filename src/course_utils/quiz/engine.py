@@ -86,7 +86,7 @@ def _bi(value: Any, where: str) -> dict[str, str]:
     """A bilingual field: ``{zh: ..., en: ...}``, both non-empty strings."""
     if not isinstance(value, Mapping) or set(value) != set(LANGS):
         raise QuizError(f"{where}: needs exactly zh and en texts, got {value!r}")
-    out = {}
+    out: dict[str, str] = {}
     for lang in LANGS:
         text = value[lang]
         if not isinstance(text, str) or not text.strip():
@@ -140,15 +140,25 @@ class Question:
 
     def to_dict(self, lang: Lang | None = None) -> dict[str, Any]:
         """JSON-ready record; with ``lang`` the texts are resolved to that language."""
+
         def t(v: dict[str, str] | None) -> Any:
             return v if v is None or lang is None else v[lang]
+
         d: dict[str, Any] = {"id": self.id, "type": self.type, "prompt": t(self.prompt)}
         if self.choices:
-            d["choices"] = [{"id": c.id, "text": t(c.text), "correct": c.correct,
-                             **({"key": c.key} if c.key else {})} for c in self.choices]
+            d["choices"] = [
+                {
+                    "id": c.id,
+                    "text": t(c.text),
+                    "correct": c.correct,
+                    **({"key": c.key} if c.key else {}),
+                }
+                for c in self.choices
+            ]
         if self.type == "numeric":
-            d.update(answer=self.answer, abs_tol=self.abs_tol, rel_tol=self.rel_tol,
-                     unit=t(self.unit))
+            d.update(
+                answer=self.answer, abs_tol=self.abs_tol, rel_tol=self.rel_tol, unit=t(self.unit)
+            )
         d["explain"] = t(self.explain)
         if lang is not None:
             d["expected"] = self.expected(lang)
@@ -174,6 +184,7 @@ class Result:
 
 
 # ---------------------------------------------------------------- grading
+
 
 def parse_number(raw: Any) -> float | None | str:
     """A float, None for "no answer", or an error key ("bad") — quiz.js does the same."""
@@ -268,9 +279,11 @@ GENERATORS: dict[str, GeneratorFn] = {}
 
 def generator(name: str) -> Callable[[GeneratorFn], GeneratorFn]:
     """Register a generator: params -> question fields (prompt, explain, type, choices...)."""
+
     def deco(fn: GeneratorFn) -> GeneratorFn:
         GENERATORS[name] = fn
         return fn
+
     return deco
 
 
@@ -304,8 +317,14 @@ def _choices(raw: Any, where: str) -> tuple[Choice, ...]:
     for i, c in enumerate(raw):
         if not isinstance(c, Mapping):
             raise QuizError(f"{where}: choice {i + 1} is not a mapping")
-        out.append(Choice(id=CHOICE_IDS[i], text=_bi(c.get("text"), f"{where} choice {i + 1}"),
-                          correct=bool(c.get("correct", False)), key=str(c.get("key", ""))))
+        out.append(
+            Choice(
+                id=CHOICE_IDS[i],
+                text=_bi(c.get("text"), f"{where} choice {i + 1}"),
+                correct=bool(c.get("correct", False)),
+                key=str(c.get("key", "")),
+            )
+        )
     return tuple(out)
 
 
@@ -325,17 +344,25 @@ def _build(fields: Mapping[str, Any], where: str) -> Question:
     if not isinstance(qid, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", qid):
         raise QuizError(f"{where}: id must be lower-case letters, digits and dashes, got {qid!r}")
     q: dict[str, Any] = dict(
-        id=qid, type=qtype, prompt=_bi(fields.get("prompt"), f"{where} prompt"),
-        explain=_bi(fields.get("explain"), f"{where} explain"), seed=fields.get("seed"),
-        generator=fields.get("generator"), params=dict(fields.get("params") or {}))
+        id=qid,
+        type=qtype,
+        prompt=_bi(fields.get("prompt"), f"{where} prompt"),
+        explain=_bi(fields.get("explain"), f"{where} explain"),
+        seed=fields.get("seed"),
+        generator=fields.get("generator"),
+        params=dict(fields.get("params") or {}),
+    )
     if qtype == "numeric":
         answer = fields.get("answer")
         if isinstance(answer, bool) or not isinstance(answer, int | float):
             raise QuizError(f"{where}: numeric answer must be a number, got {answer!r}")
         tol = fields.get("tolerance") or {}
-        q.update(answer=float(answer), abs_tol=_tol(tol.get("abs"), where),
-                 rel_tol=_tol(tol.get("rel"), where),
-                 unit=_bi(fields["unit"], f"{where} unit") if fields.get("unit") else None)
+        q.update(
+            answer=float(answer),
+            abs_tol=_tol(tol.get("abs"), where),
+            rel_tol=_tol(tol.get("rel"), where),
+            unit=_bi(fields["unit"], f"{where} unit") if fields.get("unit") else None,
+        )
     else:
         q["choices"] = _choices(fields.get("choices"), where)
         n = sum(c.correct for c in q["choices"])
@@ -368,18 +395,25 @@ def expand(entry: Mapping[str, Any], where: str = "entry") -> Question:
         raise
     except (KeyError, TypeError, ValueError) as e:
         raise QuizError(f"{where}: generator {name} failed: {e}") from e
-    fields = {**gen, "id": entry.get("id"), "seed": entry.get("seed"), "generator": name,
-              "params": params}
+    fields = {
+        **gen,
+        "id": entry.get("id"),
+        "seed": entry.get("seed"),
+        "generator": name,
+        "params": params,
+    }
     if "prompt" in entry:
         fields["prompt"] = entry["prompt"]
     elif "intro" in entry:
         intro = _bi(entry["intro"], f"{where} intro")
-        fields["prompt"] = {lg: _end(intro[lg], lg) + STRINGS[lg]["sep"] + gen["prompt"][lg]
-                            for lg in LANGS}
+        fields["prompt"] = {
+            lg: _end(intro[lg], lg) + STRINGS[lg]["sep"] + gen["prompt"][lg] for lg in LANGS
+        }
     if "explain" in entry:
         extra = _bi(entry["explain"], f"{where} explain")
-        fields["explain"] = {lg: _end(gen["explain"][lg], lg) + STRINGS[lg]["sep"] + extra[lg]
-                             for lg in LANGS}
+        fields["explain"] = {
+            lg: _end(gen["explain"][lg], lg) + STRINGS[lg]["sep"] + extra[lg] for lg in LANGS
+        }
     return _build(fields, where)
 
 
@@ -408,8 +442,10 @@ def _load(lesson: str, path: str | None) -> tuple[Question, ...]:
     entries = doc.get("questions")
     if not isinstance(entries, list) or not entries:
         raise QuizError(f"{p}: no questions")
-    out = [expand(e, f"{p.name} #{i + 1} ({e.get('id', '?') if isinstance(e, Mapping) else e})")
-           for i, e in enumerate(entries)]
+    out = [
+        expand(e, f"{p.name} #{i + 1} ({e.get('id', '?') if isinstance(e, Mapping) else e})")
+        for i, e in enumerate(entries)
+    ]
     ids = [q.id for q in out]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
@@ -423,6 +459,7 @@ def title(lesson: str, lang: Lang = "en") -> str:
 
 
 # ---------------------------------------------------------------- formatting helpers
+
 
 def _fmt(x: float) -> str:
     """Readable number: thousands separators, no trailing zeros."""

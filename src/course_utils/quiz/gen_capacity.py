@@ -13,11 +13,13 @@ from course_utils.quiz.engine import LANGS, QuizError, _fmt, generator
 
 def _shape_text(m: Any, kv_dtype: str) -> dict[str, str]:
     b = m.kv_bytes_per_token(kv_dtype) // (2 * m.layers * m.kv_heads * m.head_dim)
-    return {"en": f"2 (K and V) × {m.layers} layers × {m.kv_heads} KV heads × head dim "
-                  f"{m.head_dim} × {b} byte{'s' if b > 1 else ''} = "
-                  f"{_fmt(m.kv_bytes_per_token(kv_dtype))} bytes per token",
-            "zh": f"2（K 与 V）× {m.layers} 层 × {m.kv_heads} 个 KV 头 × 头维 {m.head_dim} × "
-                  f"{b} 字节 = 每 token {_fmt(m.kv_bytes_per_token(kv_dtype))} 字节"}
+    return {
+        "en": f"2 (K and V) × {m.layers} layers × {m.kv_heads} KV heads × head dim "
+        f"{m.head_dim} × {b} byte{'s' if b > 1 else ''} = "
+        f"{_fmt(m.kv_bytes_per_token(kv_dtype))} bytes per token",
+        "zh": f"2（K 与 V）× {m.layers} 层 × {m.kv_heads} 个 KV 头 × 头维 {m.head_dim} × "
+        f"{b} 字节 = 每 token {_fmt(m.kv_bytes_per_token(kv_dtype))} 字节",
+    }
 
 
 def _log_name(p: Mapping[str, Any]) -> str:
@@ -31,14 +33,20 @@ def _g_kv_bytes(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, kv_dtype. Answer: ModelShape.kv_bytes_per_token."""
     m, dt = _model(p), _kv_dtype(p)
     shape = _shape_text(m, dt)
-    return {"type": "numeric", "answer": m.kv_bytes_per_token(dt), "tolerance": {"abs": 0},
-            "unit": {"en": "bytes", "zh": "字节"},
-            "prompt": {"en": f"{m.name} ({m.layers} layers, {m.kv_heads} KV heads, head dim "
-                             f"{m.head_dim}), `--kv-cache-dtype {dt}`: how many bytes of KV cache "
-                             "does one token take across all layers?",
-                       "zh": f"{m.name}（{m.layers} 层、{m.kv_heads} 个 KV 头、头维 {m.head_dim}），"
-                             f"`--kv-cache-dtype {dt}`：一个 token 在所有层上占多少字节 KV cache？"},
-            "explain": {lg: shape[lg] + ("。" if lg == "zh" else ".") for lg in LANGS}}
+    return {
+        "type": "numeric",
+        "answer": m.kv_bytes_per_token(dt),
+        "tolerance": {"abs": 0},
+        "unit": {"en": "bytes", "zh": "字节"},
+        "prompt": {
+            "en": f"{m.name} ({m.layers} layers, {m.kv_heads} KV heads, head dim "
+            f"{m.head_dim}), `--kv-cache-dtype {dt}`: how many bytes of KV cache "
+            "does one token take across all layers?",
+            "zh": f"{m.name}（{m.layers} 层、{m.kv_heads} 个 KV 头、头维 {m.head_dim}），"
+            f"`--kv-cache-dtype {dt}`：一个 token 在所有层上占多少字节 KV cache？",
+        },
+        "explain": {lg: shape[lg] + ("。" if lg == "zh" else ".") for lg in LANGS},
+    }
 
 
 @generator("kv_tokens")
@@ -57,26 +65,37 @@ def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
     logged = {"en": "", "zh": ""}
     if "kv_tokens" in facts:
         log = _log_name(p) if from_log else ""
-        src = {"en": f"the recorded start-up log `{log}`" if from_log else "the measured log",
-               "zh": f"已录制的启动日志 `{log}` " if from_log else "实测日志"}
-        logged = {"en": f" vLLM's own line in {src['en']}: `GPU KV cache size: "
-                        f"{_fmt(facts['kv_tokens'])} tokens` (the GiB figure it prints is "
-                        "rounded).",
-                  "zh": f"{src['zh']}里 vLLM 自己的一行：`GPU KV cache size: "
-                        f"{_fmt(facts['kv_tokens'])} tokens`（它打印的 GiB 数是四舍五入后的）。"}
-    return {"type": "numeric", "answer": tokens, "tolerance": {"rel": p.get("rel_tol", 0.01)},
-            "unit": {"en": "tokens", "zh": "token"},
-            "prompt": {"en": f"vLLM logs `Available KV cache memory: {_fmt(gib)} GiB` for "
-                             f"{m.name} (`--kv-cache-dtype {dt}`). How many tokens of KV cache "
-                             "is that?",
-                       "zh": f"vLLM 为 {m.name} 打印 `Available KV cache memory: {_fmt(gib)} GiB`"
-                             f"（`--kv-cache-dtype {dt}`）。这能装多少 token 的 KV？"},
-            "explain": {
-                "en": f"{shape['en']}; {_fmt(gib)} GiB ÷ that, rounded down to whole "
-                      f"{bs}-token blocks (vllm/v1/core/kv_cache_utils.py) = {_fmt(tokens)} "
-                      f"tokens.{logged['en']}",
-                "zh": f"{shape['zh']}；{_fmt(gib)} GiB ÷ 它，向下取整到 {bs} token 一个的整块"
-                      f"（vllm/v1/core/kv_cache_utils.py）= {_fmt(tokens)} token。{logged['zh']}"}}
+        src = {
+            "en": f"the recorded start-up log `{log}`" if from_log else "the measured log",
+            "zh": f"已录制的启动日志 `{log}` " if from_log else "实测日志",
+        }
+        logged = {
+            "en": f" vLLM's own line in {src['en']}: `GPU KV cache size: "
+            f"{_fmt(facts['kv_tokens'])} tokens` (the GiB figure it prints is "
+            "rounded).",
+            "zh": f"{src['zh']}里 vLLM 自己的一行：`GPU KV cache size: "
+            f"{_fmt(facts['kv_tokens'])} tokens`（它打印的 GiB 数是四舍五入后的）。",
+        }
+    return {
+        "type": "numeric",
+        "answer": tokens,
+        "tolerance": {"rel": p.get("rel_tol", 0.01)},
+        "unit": {"en": "tokens", "zh": "token"},
+        "prompt": {
+            "en": f"vLLM logs `Available KV cache memory: {_fmt(gib)} GiB` for "
+            f"{m.name} (`--kv-cache-dtype {dt}`). How many tokens of KV cache "
+            "is that?",
+            "zh": f"vLLM 为 {m.name} 打印 `Available KV cache memory: {_fmt(gib)} GiB`"
+            f"（`--kv-cache-dtype {dt}`）。这能装多少 token 的 KV？",
+        },
+        "explain": {
+            "en": f"{shape['en']}; {_fmt(gib)} GiB ÷ that, rounded down to whole "
+            f"{bs}-token blocks (vllm/v1/core/kv_cache_utils.py) = {_fmt(tokens)} "
+            f"tokens.{logged['en']}",
+            "zh": f"{shape['zh']}；{_fmt(gib)} GiB ÷ 它，向下取整到 {bs} token 一个的整块"
+            f"（vllm/v1/core/kv_cache_utils.py）= {_fmt(tokens)} token。{logged['zh']}",
+        },
+    }
 
 
 @generator("max_concurrency")
@@ -91,22 +110,31 @@ def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
     logged = {"en": "", "zh": ""}
     if "concurrency" in facts and facts.get("concurrency_len", mml) == mml:
         where = f" (`{_log_name(p)}`)" if from_log else ""
-        logged = {"en": f" vLLM logged {facts['concurrency']:.2f}x{where}.",
-                  "zh": f"vLLM 日志{where.replace(' (', '（').replace(')', '）')}里是 "
-                        f"{facts['concurrency']:.2f}x。"}
-    return {"type": "numeric", "answer": round(conc, 2),
-            "tolerance": {"rel": p.get("rel_tol", 0.01)},
-            "unit": {"en": "requests", "zh": "个请求"},
-            "prompt": {"en": f"{m.name}, {_fmt(gib)} GiB of KV cache, `--max-model-len {mml}`: "
-                             "what 'Maximum concurrency' does vLLM log at start-up, i.e. how many "
-                             "full-length requests fit at once?",
-                       "zh": f"{m.name}，KV cache {_fmt(gib)} GiB，`--max-model-len {mml}`："
-                             "vLLM 启动日志里的「Maximum concurrency」是多少，即同时能装下几个满长度请求？"},
-            "explain": {"en": f"{_fmt(blocks)} blocks ÷ ceil({mml} / 16) blocks per request = "
-                              f"{conc:.2f}×. Requests shorter than {mml} tokens fit more."
-                              f"{logged['en']}",
-                        "zh": f"{_fmt(blocks)} 个 block ÷ 每请求 ceil({mml} / 16) 个 block = "
-                              f"{conc:.2f}×。比 {mml} 短的请求能装更多。{logged['zh']}"}}
+        logged = {
+            "en": f" vLLM logged {facts['concurrency']:.2f}x{where}.",
+            "zh": f"vLLM 日志{where.replace(' (', '（').replace(')', '）')}里是 "
+            f"{facts['concurrency']:.2f}x。",
+        }
+    return {
+        "type": "numeric",
+        "answer": round(conc, 2),
+        "tolerance": {"rel": p.get("rel_tol", 0.01)},
+        "unit": {"en": "requests", "zh": "个请求"},
+        "prompt": {
+            "en": f"{m.name}, {_fmt(gib)} GiB of KV cache, `--max-model-len {mml}`: "
+            "what 'Maximum concurrency' does vLLM log at start-up, i.e. how many "
+            "full-length requests fit at once?",
+            "zh": f"{m.name}，KV cache {_fmt(gib)} GiB，`--max-model-len {mml}`："
+            "vLLM 启动日志里的「Maximum concurrency」是多少，即同时能装下几个满长度请求？",
+        },
+        "explain": {
+            "en": f"{_fmt(blocks)} blocks ÷ ceil({mml} / 16) blocks per request = "
+            f"{conc:.2f}×. Requests shorter than {mml} tokens fit more."
+            f"{logged['en']}",
+            "zh": f"{_fmt(blocks)} 个 block ÷ 每请求 ceil({mml} / 16) 个 block = "
+            f"{conc:.2f}×。比 {mml} 短的请求能装更多。{logged['zh']}",
+        },
+    }
 
 
 @generator("kv_binding")
@@ -117,52 +145,65 @@ def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
     from course_utils.core.records import read_jsonl
 
     src = _data(p, "records")
-    records = (read_jsonl(src) if isinstance(src, Path)
-               else [dict(r) for r in src])
+    records = read_jsonl(src) if isinstance(src, Path) else [dict(r) for r in src]
     base = p["baseline"]
     bound = evalset.prompt_tokens_bound(evalset.load_items(resolve_path(p["eval_set"])))
-    kv = keep.kv_check(records, baseline=base, prompt_tokens_bound=bound,
-                            max_num_seqs=p.get("max_num_seqs"))
+    kv = keep.kv_check(
+        records, baseline=base, prompt_tokens_bound=bound, max_num_seqs=p.get("max_num_seqs")
+    )
     if kv is None:
         raise QuizError(f"kv_binding: no baseline {base!r} with a KV size in the records")
     out_tokens, bs = kv["out_tokens"], capacity.BLOCK_SIZE
     share = kv["demand_tokens"] / kv["kv_tokens"]
-    verdict = {"en": ("it does not bind: more KV cannot speed this pass up, so a gain from "
-                      "raising the knob needs another explanation before you keep it"
-                      if not kv["binding"] else
-                      "it binds: more KV lets more requests run at once"),
-               "zh": ("没有卡住：更多 KV 不可能让这一轮更快，所以调高旋钮带来的提升另有原因，"
-                      "保留之前要先查清" if not kv["binding"] else
-                      "卡住了：更多 KV 让更多请求同时运行")}
+    verdict = {
+        "en": (
+            "it does not bind: more KV cannot speed this pass up, so a gain from "
+            "raising the knob needs another explanation before you keep it"
+            if not kv["binding"]
+            else "it binds: more KV lets more requests run at once"
+        ),
+        "zh": (
+            "没有卡住：更多 KV 不可能让这一轮更快，所以调高旋钮带来的提升另有原因，保留之前要先查清"
+            if not kv["binding"]
+            else "卡住了：更多 KV 让更多请求同时运行"
+        ),
+    }
     where = {"en": "", "zh": ""}
     if isinstance(src, Path):
         rel = src.parent.parent.name
         where = {"en": f" (the recorded run {rel})", "zh": f"（已录制的实测 {rel}）"}
     at = kv["at_once"]
-    return {"type": "numeric", "answer": kv["demand_tokens"],
-            "tolerance": {"rel": p.get("rel_tol", 0.05)},
-            "unit": {"en": "tokens", "zh": "token"},
-            "prompt": {"en": f"Lab 01's speed pass{where['en']}: {kv['load_prompts']} "
-                             f"requests submitted at once, each a prompt of at most "
-                             f"{kv['prompt_tokens']} tokens plus {out_tokens} generated "
-                             f"(`ignore_eos`), at most {at} running at once. The baseline "
-                             f"`gpu_memory_utilization={base}` logged `GPU KV cache size: "
-                             f"{_fmt(kv['kv_tokens'])} tokens`. How many KV tokens can the "
-                             f"pass need at most ({bs}-token blocks)?",
-                       "zh": f"实验 01 的速度测试{where['zh']}：一次提交 {kv['load_prompts']} 个请求，"
-                             f"每个 prompt 至多 {kv['prompt_tokens']} token，再生成 {out_tokens} "
-                             f"个（`ignore_eos`），同时最多运行 {at} 个。基线 "
-                             f"`gpu_memory_utilization={base}` 的日志是 `GPU KV cache size: "
-                             f"{_fmt(kv['kv_tokens'])} tokens`。这一轮最多需要多少 KV token"
-                             f"（按 {bs} token 的 block 取整）？"},
-            "explain": {"en": f"{at} x ceil(({kv['prompt_tokens']} + {out_tokens}) / {bs}) x {bs} = "
-                              f"{at} x {kv['per_request_tokens']} = {_fmt(kv['demand_tokens'])} "
-                              f"tokens, {share:.0%} of the {_fmt(kv['kv_tokens'])} in the pool: "
-                              f"{verdict['en']} (course_utils.core.keep.kv_check).",
-                        "zh": f"{at} x ceil(({kv['prompt_tokens']} + {out_tokens}) / {bs}) x {bs} = "
-                              f"{at} x {kv['per_request_tokens']} = {_fmt(kv['demand_tokens'])} "
-                              f"token，只占池子 {_fmt(kv['kv_tokens'])} 的 {share:.0%}："
-                              f"{verdict['zh']}（course_utils.core.keep.kv_check）。"}}
+    return {
+        "type": "numeric",
+        "answer": kv["demand_tokens"],
+        "tolerance": {"rel": p.get("rel_tol", 0.05)},
+        "unit": {"en": "tokens", "zh": "token"},
+        "prompt": {
+            "en": f"Lab 01's speed pass{where['en']}: {kv['load_prompts']} "
+            f"requests submitted at once, each a prompt of at most "
+            f"{kv['prompt_tokens']} tokens plus {out_tokens} generated "
+            f"(`ignore_eos`), at most {at} running at once. The baseline "
+            f"`gpu_memory_utilization={base}` logged `GPU KV cache size: "
+            f"{_fmt(kv['kv_tokens'])} tokens`. How many KV tokens can the "
+            f"pass need at most ({bs}-token blocks)?",
+            "zh": f"实验 01 的速度测试{where['zh']}：一次提交 {kv['load_prompts']} 个请求，"
+            f"每个 prompt 至多 {kv['prompt_tokens']} token，再生成 {out_tokens} "
+            f"个（`ignore_eos`），同时最多运行 {at} 个。基线 "
+            f"`gpu_memory_utilization={base}` 的日志是 `GPU KV cache size: "
+            f"{_fmt(kv['kv_tokens'])} tokens`。这一轮最多需要多少 KV token"
+            f"（按 {bs} token 的 block 取整）？",
+        },
+        "explain": {
+            "en": f"{at} x ceil(({kv['prompt_tokens']} + {out_tokens}) / {bs}) x {bs} = "
+            f"{at} x {kv['per_request_tokens']} = {_fmt(kv['demand_tokens'])} "
+            f"tokens, {share:.0%} of the {_fmt(kv['kv_tokens'])} in the pool: "
+            f"{verdict['en']} (course_utils.core.keep.kv_check).",
+            "zh": f"{at} x ceil(({kv['prompt_tokens']} + {out_tokens}) / {bs}) x {bs} = "
+            f"{at} x {kv['per_request_tokens']} = {_fmt(kv['demand_tokens'])} "
+            f"token，只占池子 {_fmt(kv['kv_tokens'])} 的 {share:.0%}："
+            f"{verdict['zh']}（course_utils.core.keep.kv_check）。",
+        },
+    }
 
 
 @generator("same_batch_spread")
@@ -184,11 +225,15 @@ def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
         tok = {r["value"]: r["output_tok_s"] for r in recs if r.get("status") == "ok"}
         sm = spread["shared_means"][cand]
         lo, hi = spread["windows_s"][cand]
-        pts = {base: {"tok_s": tok[base], "gen_before_full": sm["baseline"]},
-               cand: {"tok_s": tok[cand], "gen_before_full": sm["value"]},
-               "window": {"from_s": lo, "to_s": hi}}
-        where = {"en": f" (the recorded run {src.parent.name})",
-                 "zh": f"（已录制的实测 {src.parent.name}）"}
+        pts = {
+            base: {"tok_s": tok[base], "gen_before_full": sm["baseline"]},
+            cand: {"tok_s": tok[cand], "gen_before_full": sm["value"]},
+            "window": {"from_s": lo, "to_s": hi},
+        }
+        where = {
+            "en": f" (the recorded run {src.parent.name})",
+            "zh": f"（已录制的实测 {src.parent.name}）",
+        }
     else:
         pts = {(k if k == "window" else float(k)): dict(v) for k, v in src.items()}
     b, c = pts[base], pts[cand]
@@ -200,43 +245,71 @@ def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "single",
         "prompt": {
             "en": f"Lab 01{where['en']}: `gpu_memory_utilization` {base} vs {cand}, with the KV "
-                  f"cache binding at both (requests preempted once it filled). Output tok/s over "
-                  f"the pass: {_fmt(round(b['tok_s']))} vs {_fmt(round(c['tok_s']))} "
-                  f"({overall:+.0%}). vLLM's 10 s stats lines: over the same seconds {lo}-{hi} of "
-                  f"each pass, before either cache filled, both ran the same requests at the "
-                  f"same lengths and generated {_fmt(round(b['gen_before_full']))} vs "
-                  f"{_fmt(round(c['gen_before_full']))} tok/s. What do you conclude?",
+            f"cache binding at both (requests preempted once it filled). Output tok/s over "
+            f"the pass: {_fmt(round(b['tok_s']))} vs {_fmt(round(c['tok_s']))} "
+            f"({overall:+.0%}). vLLM's 10 s stats lines: over the same seconds {lo}-{hi} of "
+            f"each pass, before either cache filled, both ran the same requests at the "
+            f"same lengths and generated {_fmt(round(b['gen_before_full']))} vs "
+            f"{_fmt(round(c['gen_before_full']))} tok/s. What do you conclude?",
             "zh": f"实验 01{where['zh']}：`gpu_memory_utilization` {base} 对 {cand}，两边 KV cache "
-                  f"都成了瓶颈（填满后就有请求被抢占）。整轮输出 tok/s：{_fmt(round(b['tok_s']))} 对 "
-                  f"{_fmt(round(c['tok_s']))}（{overall:+.0%}）。vLLM 每 10 秒的统计行：在两轮相同的第 {lo}–{hi} 秒、"
-                  f"两边 cache 都还没满时，跑的是同样的请求、同样的长度，生成速度是 "
-                  f"{_fmt(round(b['gen_before_full']))} 对 {_fmt(round(c['gen_before_full']))} tok/s。"
-                  "结论是什么？"},
-        "choices": _opts([
-            ({"en": f"No verdict: a {gap:+.0%} gap before the caches filled exceeds the effect",
-              "zh": f"下不了结论：cache 填满前就有 {gap:+.0%} 的差距，比效应还大"}, True, "spread"),
-            ({"en": f"Keep {base}: the smaller KV pool is {-overall:.0%} faster over the pass",
-              "zh": f"保留 {base}：整轮来看，KV 池小一些反而快 {-overall:.0%}"}, False, "keep-base"),
-            ({"en": f"Revert to {base}: {cand} preempts more because its pool is larger",
-              "zh": f"退回 {base}：{cand} 的池子更大，所以抢占更多"}, False, "preempt"),
-            ({"en": "Ignore the knob: the KV cache did not bind, so it could not matter",
-              "zh": "不必理会这个旋钮：KV cache 没成为瓶颈，它不可能起作用"}, False, "no-bind"),
-        ]),
+            f"都成了瓶颈（填满后就有请求被抢占）。整轮输出 tok/s：{_fmt(round(b['tok_s']))} 对 "
+            f"{_fmt(round(c['tok_s']))}（{overall:+.0%}）。vLLM 每 10 秒的统计行：在两轮相同的第 {lo}–{hi} 秒、"
+            f"两边 cache 都还没满时，跑的是同样的请求、同样的长度，生成速度是 "
+            f"{_fmt(round(b['gen_before_full']))} 对 {_fmt(round(c['gen_before_full']))} tok/s。"
+            "结论是什么？",
+        },
+        "choices": _opts(
+            [
+                (
+                    {
+                        "en": f"No verdict: a {gap:+.0%} gap before the caches filled exceeds the effect",
+                        "zh": f"下不了结论：cache 填满前就有 {gap:+.0%} 的差距，比效应还大",
+                    },
+                    True,
+                    "spread",
+                ),
+                (
+                    {
+                        "en": f"Keep {base}: the smaller KV pool is {-overall:.0%} faster over the pass",
+                        "zh": f"保留 {base}：整轮来看，KV 池小一些反而快 {-overall:.0%}",
+                    },
+                    False,
+                    "keep-base",
+                ),
+                (
+                    {
+                        "en": f"Revert to {base}: {cand} preempts more because its pool is larger",
+                        "zh": f"退回 {base}：{cand} 的池子更大，所以抢占更多",
+                    },
+                    False,
+                    "preempt",
+                ),
+                (
+                    {
+                        "en": "Ignore the knob: the KV cache did not bind, so it could not matter",
+                        "zh": "不必理会这个旋钮：KV cache 没成为瓶颈，它不可能起作用",
+                    },
+                    False,
+                    "no-bind",
+                ),
+            ]
+        ),
         "explain": {
             "en": f"Until a cache fills, every value of a capacity knob runs the same batch, so "
-                  f"the {gap:+.0%} gap there cannot come from the knob. This run does not say "
-                  "what caused it (the points ran in one order, 0.80 first; clocks and memory "
-                  "placement are other candidates), and an earlier same-order repeat on this "
-                  "host showed gaps of the same kind, so it may be systematic rather than "
-                  f"noise. Either way it is larger than the {overall:+.0%} over the pass and "
-                  f"than the {gain:.0%} min_gain, so no verdict on the knob survives it. Lab 01 "
-                  "turns a keep inside this spread into recheck "
-                  "(course_utils.core.keep.same_batch_gap).",
+            f"the {gap:+.0%} gap there cannot come from the knob. This run does not say "
+            "what caused it (the points ran in one order, 0.80 first; clocks and memory "
+            "placement are other candidates), and an earlier same-order repeat on this "
+            "host showed gaps of the same kind, so it may be systematic rather than "
+            f"noise. Either way it is larger than the {overall:+.0%} over the pass and "
+            f"than the {gain:.0%} min_gain, so no verdict on the knob survives it. Lab 01 "
+            "turns a keep inside this spread into recheck "
+            "(course_utils.core.keep.same_batch_gap).",
             "zh": f"cache 填满之前，容量类旋钮的每个取值跑的都是同一批请求，所以那一段的 {gap:+.0%} 不可能来自旋钮。"
-                  "这次运行说明不了它的成因（两个点按固定顺序跑，0.80 在先；时钟、显存布局也都可能），而这台机器上"
-                  "更早一次同顺序的重复也出现过同类差距，所以它可能是系统性的，而不只是噪声。无论如何，它比整轮的 "
-                  f"{overall:+.0%}、也比 {gain:.0%} 的 min_gain 都大，关于这个旋钮的任何结论都站不住。实验 01 "
-                  "会把落在这个差距之内的「保留」改判为 recheck（course_utils.core.keep.same_batch_gap）。"},
+            "这次运行说明不了它的成因（两个点按固定顺序跑，0.80 在先；时钟、显存布局也都可能），而这台机器上"
+            "更早一次同顺序的重复也出现过同类差距，所以它可能是系统性的，而不只是噪声。无论如何，它比整轮的 "
+            f"{overall:+.0%}、也比 {gain:.0%} 的 min_gain 都大，关于这个旋钮的任何结论都站不住。实验 01 "
+            "会把落在这个差距之内的「保留」改判为 recheck（course_utils.core.keep.same_batch_gap）。",
+        },
     }
 
 
@@ -249,19 +322,25 @@ def _g_tpot_floor(p: Mapping[str, Any]) -> dict[str, Any]:
     g = capacity.get_gpu(p.get("gpu", "rtx4090"))
     batch, ctx = int(p.get("batch", 1)), int(p.get("context_tokens", 0))
     ms = capacity.tpot_floor_ms(m, g, batch=batch, context_tokens=ctx)
-    return {"type": "numeric", "answer": round(ms, 2),
-            "tolerance": {"rel": p.get("rel_tol", 0.1)}, "unit": {"en": "ms", "zh": "ms"},
-            "prompt": {"en": f"Decode roofline: {m.name} (about {m.weight_gib():.2f} GiB of "
-                             f"weights) on one {g.name} ({_fmt(g.hbm_gbps)} GB/s), batch {batch}, "
-                             f"{ctx} context tokens. What is the TPOT floor if every step reads "
-                             "all weights once?",
-                       "zh": f"decode 屋顶线：{m.name}（约 {m.weight_gib():.2f} GiB 权重）跑在一张 "
-                             f"{g.name}（{_fmt(g.hbm_gbps)} GB/s）上，batch {batch}，上下文 {ctx} token。"
-                             "若每步都把全部权重读一遍，TPOT 下限是多少？"},
-            "explain": {"en": f"{m.weight_bytes() / 1e9:.2f} GB ÷ {_fmt(g.hbm_gbps)} GB/s ≈ "
-                              f"{ms:.2f} ms per token. Quantized weights shrink the bytes, which is "
-                              "why quantization speeds up memory-bound decode.",
-                        "zh": f"{m.weight_bytes() / 1e9:.2f} GB ÷ {_fmt(g.hbm_gbps)} GB/s ≈ 每 token "
-                              f"{ms:.2f} ms。量化缩小权重字节，所以能加速受带宽限制的 decode。"}}
-
-
+    return {
+        "type": "numeric",
+        "answer": round(ms, 2),
+        "tolerance": {"rel": p.get("rel_tol", 0.1)},
+        "unit": {"en": "ms", "zh": "ms"},
+        "prompt": {
+            "en": f"Decode roofline: {m.name} (about {m.weight_gib():.2f} GiB of "
+            f"weights) on one {g.name} ({_fmt(g.hbm_gbps)} GB/s), batch {batch}, "
+            f"{ctx} context tokens. What is the TPOT floor if every step reads "
+            "all weights once?",
+            "zh": f"decode 屋顶线：{m.name}（约 {m.weight_gib():.2f} GiB 权重）跑在一张 "
+            f"{g.name}（{_fmt(g.hbm_gbps)} GB/s）上，batch {batch}，上下文 {ctx} token。"
+            "若每步都把全部权重读一遍，TPOT 下限是多少？",
+        },
+        "explain": {
+            "en": f"{m.weight_bytes() / 1e9:.2f} GB ÷ {_fmt(g.hbm_gbps)} GB/s ≈ "
+            f"{ms:.2f} ms per token. Quantized weights shrink the bytes, which is "
+            "why quantization speeds up memory-bound decode.",
+            "zh": f"{m.weight_bytes() / 1e9:.2f} GB ÷ {_fmt(g.hbm_gbps)} GB/s ≈ 每 token "
+            f"{ms:.2f} ms。量化缩小权重字节，所以能加速受带宽限制的 decode。",
+        },
+    }

@@ -25,8 +25,10 @@ CONSTRAINTS: dict[str, dict[str, str]] = {
     "kv": {"en": "KV cache capacity", "zh": "KV cache 容量"},
     "none": {"en": "nothing binds: the SLO holds", "zh": "没有约束在卡：SLO 已满足"},
 }
-NO_KNOB = {"en": "no engine knob: add replicas / route load (or stop tuning)",
-           "zh": "没有引擎旋钮可拧：加副本 / 分流（或停止调参）"}
+NO_KNOB = {
+    "en": "no engine knob: add replicas / route load (or stop tuning)",
+    "zh": "没有引擎旋钮可拧：加副本 / 分流（或停止调参）",
+}
 
 
 def _bilist(items: Iterable[str], lang: str) -> str:
@@ -41,16 +43,21 @@ def _knob_text(k: Any, move: bool = True) -> dict[str, str]:
     return {"en": f"`{k.flag}` ({k.label['en']})", "zh": f"`{k.flag}`（{k.label['zh']}）"}
 
 
-def _knob_choices(names: Sequence[str] | None, correct: set[str],
-                  move: bool = True) -> list[dict[str, Any]]:
+def _knob_choices(
+    names: Sequence[str] | None, correct: set[str], move: bool = True
+) -> list[dict[str, Any]]:
     from course_utils.core import knobs
 
     ks = [knobs.get(n) for n in names] if names else list(knobs.KNOBS.values())
     return _opts([(_knob_text(k, move), k.name in correct, k.name) for k in ks])
 
 
-MOVE_WORD = {"raise": {"en": "raise", "zh": "调高"}, "lower": {"en": "lower", "zh": "调低"},
-             "enable": {"en": "enable", "zh": "开启"}, "fp8": {"en": "fp8", "zh": "改成 fp8"}}
+MOVE_WORD = {
+    "raise": {"en": "raise", "zh": "调高"},
+    "lower": {"en": "lower", "zh": "调低"},
+    "enable": {"en": "enable", "zh": "开启"},
+    "fp8": {"en": "fp8", "zh": "改成 fp8"},
+}
 
 
 def move_word(move: str, lang: str) -> str:
@@ -74,7 +81,9 @@ def effect_line(k: Any, axis: str, lang: str) -> str:
         c = f"（{cond}）" if cond else ""
         ax = AXES[axis]["zh"]
         gap = " " if ax[-1:].isascii() else ""
-        return f"`{k.flag}` {mark}：{ax}{gap}{knobs.EFFECT_WORD[eff]['zh']}{c}，代价：{k.trade['zh']}"
+        return (
+            f"`{k.flag}` {mark}：{ax}{gap}{knobs.EFFECT_WORD[eff]['zh']}{c}，代价：{k.trade['zh']}"
+        )
     c = f" ({cond})" if cond else ""
     return f"`{k.flag}` {mark}: {AXES[axis]['en']} {knobs.EFFECT_WORD[eff]['en']}{c}; trade: {k.trade['en']}"
 
@@ -101,15 +110,17 @@ def _g_knob_direction(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "single",
         "prompt": {
             "en": f"{given['en']} Direction map: {k.label['en']} (`{k.flag}`), move: "
-                  f"{k.move['en']}. Which way does {AXES[axis]['en']} go?".strip(),
+            f"{k.move['en']}. Which way does {AXES[axis]['en']} go?".strip(),
             "zh": f"{given['zh']}方向地图：{k.label['zh']}（`{k.flag}`），动作：{k.move['zh']}。"
-                  f"{AXES[axis]['zh']} 会怎样？"},
+            f"{AXES[axis]['zh']} 会怎样？",
+        },
         "choices": _opts([(knobs.EFFECT_WORD[e], e == eff, e) for e in order]),
         "explain": {
             "en": f"{AXES[axis]['en']}: {knobs.EFFECT_WORD[eff]['en']}. Trade: {k.trade['en']}. "
-                  f"{note['en']}".strip(),
+            f"{note['en']}".strip(),
             "zh": f"{AXES[axis]['zh']}：{knobs.EFFECT_WORD[eff]['zh']}。代价：{k.trade['zh']}。"
-                  f"{note['zh']}"},
+            f"{note['zh']}",
+        },
     }
 
 
@@ -130,23 +141,26 @@ def _g_knob_recommend(p: Mapping[str, Any]) -> dict[str, Any]:
     flags = [f"`{knobs.get(n).flag}`" for n in good]
     return {
         "type": "multiple",
-        "prompt": {"en": f"Which knobs push {gname['en']} the right way, moved as the direction "
-                         "map says?",
-                   "zh": f"按方向地图的动作去拧，哪些旋钮能把 {gname['zh']} 往好的方向推？"},
+        "prompt": {
+            "en": f"Which knobs push {gname['en']} the right way, moved as the direction map says?",
+            "zh": f"按方向地图的动作去拧，哪些旋钮能把 {gname['zh']} 往好的方向推？",
+        },
         "choices": choices,
         "explain": {
             "en": each([effect_line(k, axis, "en") for k in shown], "en")
-                  + f" In all, knobs.recommend('{goal}') lists {len(flags)}: "
-                  f"{_bilist(flags, 'en')}.",
+            + f" In all, knobs.recommend('{goal}') lists {len(flags)}: "
+            f"{_bilist(flags, 'en')}.",
             "zh": each([effect_line(k, axis, "zh") for k in shown], "zh")
-                  + f"knobs.recommend('{goal}') 一共列出 {len(flags)} 个：{_bilist(flags, 'zh')}。"},
+            + f"knobs.recommend('{goal}') 一共列出 {len(flags)} 个：{_bilist(flags, 'zh')}。",
+        },
     }
 
 
 def helps_both(k: Any) -> bool:
     """Throughput better and no latency worse, by the direction map."""
-    return k.throughput == "better" and "worse" not in (k.ttft, k.itl) and "better" in (
-        k.ttft, k.itl)
+    return (
+        k.throughput == "better" and "worse" not in (k.ttft, k.itl) and "better" in (k.ttft, k.itl)
+    )
 
 
 @generator("knob_free_wins")
@@ -169,9 +183,11 @@ def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
 
     return {
         "type": "multiple",
-        "prompt": {"en": "Which moves help throughput and make no latency worse, because what "
-                         "they trade is not the other end of the throughput↔latency curve?",
-                   "zh": "哪些动作能提吞吐、又不让任何延迟变差，因为它们换掉的不是吞吐↔延迟曲线的另一端？"},
+        "prompt": {
+            "en": "Which moves help throughput and make no latency worse, because what "
+            "they trade is not the other end of the throughput↔latency curve?",
+            "zh": "哪些动作能提吞吐、又不让任何延迟变差，因为它们换掉的不是吞吐↔延迟曲线的另一端？",
+        },
         "choices": choices,
         "explain": {lg: each([line(k, lg) for k in shown], lg) for lg in LANGS},
     }
@@ -192,36 +208,67 @@ def _g_default_source(p: Mapping[str, Any]) -> dict[str, Any]:
     if vals[0] == vals[1]:
         raise QuizError("default_source: the two GPUs get the same default")
     fd = p["field_default"]
-    got = {lg: ("，" if lg == "zh" else ", ").join(
-        f"{g.name} {'得到' if lg == 'zh' else 'gets'} {v}" for g, v in zip(gpus, vals, strict=True))
-        for lg in LANGS}
+    got = {
+        lg: ("，" if lg == "zh" else ", ").join(
+            f"{g.name} {'得到' if lg == 'zh' else 'gets'} {v}"
+            for g, v in zip(gpus, vals, strict=True)
+        )
+        for lg in LANGS
+    }
     opts = [
-        ({"en": "`EngineArgs.get_batch_defaults` picks it by GPU memory and entry point",
-          "zh": "`EngineArgs.get_batch_defaults` 按显存大小与入口来挑"}, True, "batch-defaults"),
-        ({"en": f"The field's default {fd} is what runs; the log rounds it differently",
-          "zh": f"真正生效的是字段默认值 {fd}，只是日志的显示方式不同"}, False, "field"),
-        ({"en": "vLLM measures free memory at start-up and sizes the cap to fit",
-          "zh": "vLLM 启动时测空闲显存，再按能装下的量定这个上限"}, False, "profiled"),
-        ({"en": "The model's `config.json` sets it, so it changes with the checkpoint",
-          "zh": "由模型的 `config.json` 设定，所以随 checkpoint 变化"}, False, "model"),
+        (
+            {
+                "en": "`EngineArgs.get_batch_defaults` picks it by GPU memory and entry point",
+                "zh": "`EngineArgs.get_batch_defaults` 按显存大小与入口来挑",
+            },
+            True,
+            "batch-defaults",
+        ),
+        (
+            {
+                "en": f"The field's default {fd} is what runs; the log rounds it differently",
+                "zh": f"真正生效的是字段默认值 {fd}，只是日志的显示方式不同",
+            },
+            False,
+            "field",
+        ),
+        (
+            {
+                "en": "vLLM measures free memory at start-up and sizes the cap to fit",
+                "zh": "vLLM 启动时测空闲显存，再按能装下的量定这个上限",
+            },
+            False,
+            "profiled",
+        ),
+        (
+            {
+                "en": "The model's `config.json` sets it, so it changes with the checkpoint",
+                "zh": "由模型的 `config.json` 设定，所以随 checkpoint 变化",
+            },
+            False,
+            "model",
+        ),
     ]
     return {
         "type": "single",
-        "prompt": {"en": f"`{k.config}` is declared with the default {fd} in `{k.source}`. "
-                         f"Yet `vllm serve` without `{k.flag}`: {got['en']}. Why?",
-                   "zh": f"`{k.source}` 里 `{k.config}` 的字段默认值是 {fd}。可是不设 `{k.flag}` 时，"
-                         f"`vllm serve` 上 {got['zh']}。为什么？"},
+        "prompt": {
+            "en": f"`{k.config}` is declared with the default {fd} in `{k.source}`. "
+            f"Yet `vllm serve` without `{k.flag}`: {got['en']}. Why?",
+            "zh": f"`{k.source}` 里 `{k.config}` 的字段默认值是 {fd}。可是不设 `{k.flag}` 时，"
+            f"`vllm serve` 上 {got['zh']}。为什么？",
+        },
         "choices": _opts(opts),
         "explain": {
             "en": "The field's default is for tests (its docstring says so); when the flag is "
-                  "unset, `EngineArgs.get_batch_defaults` in vllm/engine/arg_utils.py fills it "
-                  "from the GPU's memory (>= 70 GiB and not an A100 counts as large) and the "
-                  "entry point (`vllm serve` or `LLM(...)`). It does not look at free memory "
-                  "or the model. So read the value your server logs, not the field.",
+            "unset, `EngineArgs.get_batch_defaults` in vllm/engine/arg_utils.py fills it "
+            "from the GPU's memory (>= 70 GiB and not an A100 counts as large) and the "
+            "entry point (`vllm serve` or `LLM(...)`). It does not look at free memory "
+            "or the model. So read the value your server logs, not the field.",
             "zh": "字段默认值是给测试用的（它的 docstring 就这么写）；不设 flag 时，"
-                  "vllm/engine/arg_utils.py 的 `EngineArgs.get_batch_defaults` 按显卡总显存"
-                  "（>= 70 GiB 且不是 A100 算大卡）和入口（`vllm serve` 或 `LLM(...)`）来填。"
-                  "它不看空闲显存，也不看模型。所以要看服务器日志里实际的值，而不是字段声明。"},
+            "vllm/engine/arg_utils.py 的 `EngineArgs.get_batch_defaults` 按显卡总显存"
+            "（>= 70 GiB 且不是 A100 算大卡）和入口（`vllm serve` 或 `LLM(...)`）来填。"
+            "它不看空闲显存，也不看模型。所以要看服务器日志里实际的值，而不是字段声明。",
+        },
     }
 
 
@@ -245,15 +292,18 @@ def _g_knob_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
 
     return {
         "type": "multiple",
-        "prompt": {"en": f"The binding constraint is {CONSTRAINTS[c]['en']}. Which knobs relieve "
-                         "it?",
-                   "zh": f"绑定约束是 {CONSTRAINTS[c]['zh']}。哪些旋钮能缓解它？"},
+        "prompt": {
+            "en": f"The binding constraint is {CONSTRAINTS[c]['en']}. Which knobs relieve it?",
+            "zh": f"绑定约束是 {CONSTRAINTS[c]['zh']}。哪些旋钮能缓解它？",
+        },
         "choices": _knob_choices(p.get("knobs"), names, move=False),
-        "explain": {"en": each([line(k, "en") for k in shown], "en")
-                          + " Turn one, re-measure goodput, keep it only if goodput rises "
-                          "inside the SLO.",
-                    "zh": each([line(k, "zh") for k in shown], "zh")
-                          + "一次拧一个，重测 goodput，只有 SLO 内 goodput 上升才保留。"},
+        "explain": {
+            "en": each([line(k, "en") for k in shown], "en")
+            + " Turn one, re-measure goodput, keep it only if goodput rises "
+            "inside the SLO.",
+            "zh": each([line(k, "zh") for k in shown], "zh")
+            + "一次拧一个，重测 goodput，只有 SLO 内 goodput 上升才保留。",
+        },
     }
 
 
@@ -272,23 +322,55 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
         ok, why = False, str(e)
     on = f" ({_fmt(gib)} GiB GPU)" if gib else ""
     on_zh = f"（{_fmt(gib)} GiB 显卡）" if gib else ""
-    opts = [({"en": "It starts: the flags are accepted as given.",
-              "zh": "能启动：参数按给定值生效。"}, ok, "starts"),
-            ({"en": "Start-up fails with a config error.",
-              "zh": "启动失败：配置校验报错。"}, not ok, "rejected"),
-            ({"en": "It starts, and vLLM silently lowers one value to fit.",
-              "zh": "能启动，vLLM 悄悄把某个值调小以适配。"}, False, "clamped")]
-    where = sorted({f"{kk.config.split('.')[0]} ({kk.source})" for kk in knobs.KNOBS.values()
-                    if why and kk.name in why})
-    explain = ({"en": f"knobs.validate raises: {why}. vLLM checks it in {', '.join(where)} "
-                      "while building the engine config, before loading the model.",
-                "zh": f"knobs.validate 报错：{why}。vLLM 在构建引擎配置时（加载模型之前）由 "
-                      f"{'、'.join(where)} 检查它。"} if why else
-               {"en": "knobs.validate accepts it: no cross-knob rule of 0.26.0 is broken.",
-                "zh": "knobs.validate 通过：没有违反 0.26.0 的跨旋钮规则。"})
-    return {"type": "single",
-            "prompt": {"en": f"`vllm serve MODEL {argv}`{on}: what happens?",
-                       "zh": f"`vllm serve MODEL {argv}`{on_zh}：会发生什么？"},
-            "choices": _opts(opts), "explain": explain}
-
-
+    opts = [
+        (
+            {
+                "en": "It starts: the flags are accepted as given.",
+                "zh": "能启动：参数按给定值生效。",
+            },
+            ok,
+            "starts",
+        ),
+        (
+            {"en": "Start-up fails with a config error.", "zh": "启动失败：配置校验报错。"},
+            not ok,
+            "rejected",
+        ),
+        (
+            {
+                "en": "It starts, and vLLM silently lowers one value to fit.",
+                "zh": "能启动，vLLM 悄悄把某个值调小以适配。",
+            },
+            False,
+            "clamped",
+        ),
+    ]
+    where = sorted(
+        {
+            f"{kk.config.split('.')[0]} ({kk.source})"
+            for kk in knobs.KNOBS.values()
+            if why and kk.name in why
+        }
+    )
+    explain = (
+        {
+            "en": f"knobs.validate raises: {why}. vLLM checks it in {', '.join(where)} "
+            "while building the engine config, before loading the model.",
+            "zh": f"knobs.validate 报错：{why}。vLLM 在构建引擎配置时（加载模型之前）由 "
+            f"{'、'.join(where)} 检查它。",
+        }
+        if why
+        else {
+            "en": "knobs.validate accepts it: no cross-knob rule of 0.26.0 is broken.",
+            "zh": "knobs.validate 通过：没有违反 0.26.0 的跨旋钮规则。",
+        }
+    )
+    return {
+        "type": "single",
+        "prompt": {
+            "en": f"`vllm serve MODEL {argv}`{on}: what happens?",
+            "zh": f"`vllm serve MODEL {argv}`{on_zh}：会发生什么？",
+        },
+        "choices": _opts(opts),
+        "explain": explain,
+    }

@@ -34,9 +34,14 @@ def point_load(p: Mapping[str, Any]) -> dict[str, Any]:
         raise QuizError(f"recorded point {p.get('point')!r} not found")
     bench = json.loads(rec["bench"].read_text(encoding="utf-8"))
     samples = metrics.load_series(rec["series"])
-    return {"bench": bench, "samples": samples, "summary": metrics.summarize(samples),
-            "knobs": rec["knobs"], "workload": rec["workload"],
-            "where": run_name(rec["bench"].parent.parent.parent)}
+    return {
+        "bench": bench,
+        "samples": samples,
+        "summary": metrics.summarize(samples),
+        "knobs": rec["knobs"],
+        "workload": rec["workload"],
+        "where": run_name(rec["bench"].parent.parent.parent),
+    }
 
 
 def in_flight(bench: Mapping[str, Any]) -> float:
@@ -45,6 +50,7 @@ def in_flight(bench: Mapping[str, Any]) -> float:
 
 
 # ---------------------------------------------------------------- Little's law
+
 
 @generator("littles_law")
 def _g_littles_law(p: Mapping[str, Any]) -> dict[str, Any]:
@@ -59,26 +65,30 @@ def _g_littles_law(p: Mapping[str, Any]) -> dict[str, Any]:
     cap = pt["knobs"].get("max_num_seqs")
     thr, e2e = b["request_throughput"], b["mean_e2el_ms"]
     return {
-        "type": "numeric", "answer": round(n, 1), "tolerance": {"rel": p.get("rel_tol", 0.05)},
+        "type": "numeric",
+        "answer": round(n, 1),
+        "tolerance": {"rel": p.get("rel_tol", 0.05)},
         "unit": {"en": "requests", "zh": "个请求"},
         "prompt": {
             "en": f"Recorded run `{pt['where']}`, point `--max-num-seqs {cap}`: `vllm bench "
-                  f"serve` completed {thr:.2f} req/s with a mean end-to-end latency of "
-                  f"{_fmt(round(e2e))} ms. On average, how many requests were inside the server "
-                  "(running or waiting)?",
+            f"serve` completed {thr:.2f} req/s with a mean end-to-end latency of "
+            f"{_fmt(round(e2e))} ms. On average, how many requests were inside the server "
+            "(running or waiting)?",
             "zh": f"已录制的实测 `{pt['where']}`，`--max-num-seqs {cap}` 这个点：`vllm bench serve` "
-                  f"完成 {thr:.2f} req/s，平均端到端延迟 {_fmt(round(e2e))} ms。平均有多少个请求"
-                  "在服务器里（运行中或排队中）？"},
+            f"完成 {thr:.2f} req/s，平均端到端延迟 {_fmt(round(e2e))} ms。平均有多少个请求"
+            "在服务器里（运行中或排队中）？",
+        },
         "explain": {
             "en": f"Little's law: requests in the system = rate x time each spends there = "
-                  f"{thr:.2f} x {e2e / 1000:.3f} s = {n:.1f}. The /metrics gauges sampled "
-                  f"under load agree: running {s.running_mean:.1f} + waiting "
-                  f"{s.waiting_mean:.1f} on average. A `--max-num-seqs` below this number "
-                  "cannot hold the load, so the rest must queue.",
+            f"{thr:.2f} x {e2e / 1000:.3f} s = {n:.1f}. The /metrics gauges sampled "
+            f"under load agree: running {s.running_mean:.1f} + waiting "
+            f"{s.waiting_mean:.1f} on average. A `--max-num-seqs` below this number "
+            "cannot hold the load, so the rest must queue.",
             "zh": f"利特尔定律：系统里的请求数 = 到达速率 × 每个请求停留的时间 = {thr:.2f} × "
-                  f"{e2e / 1000:.3f} 秒 = {n:.1f}。负载期间采样的 /metrics gauge 也对得上：平均运行 "
-                  f"{s.running_mean:.1f} 个 + 排队 {s.waiting_mean:.1f} 个。`--max-num-seqs` "
-                  "比这个数小，就装不下这份负载，多出来的只能排队。"},
+            f"{e2e / 1000:.3f} 秒 = {n:.1f}。负载期间采样的 /metrics gauge 也对得上：平均运行 "
+            f"{s.running_mean:.1f} 个 + 排队 {s.waiting_mean:.1f} 个。`--max-num-seqs` "
+            "比这个数小，就装不下这份负载，多出来的只能排队。",
+        },
     }
 
 
@@ -93,8 +103,11 @@ def sweep_points(root: Path, knob: str) -> list[dict[str, Any]]:
         value = (rec.get("knobs") or {}).get(knob)
         if value is None or not (d / "bench.json").is_file():
             continue
-        out[value] = {"value": value, "bench": json.loads((d / "bench.json").read_text()),
-                      "summary": metrics.summarize(metrics.load_series(d / "metrics.jsonl"))}
+        out[value] = {
+            "value": value,
+            "bench": json.loads((d / "bench.json").read_text()),
+            "summary": metrics.summarize(metrics.load_series(d / "metrics.jsonl")),
+        }
     return [out[v] for v in sorted(out)]
 
 
@@ -123,36 +136,44 @@ def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
         s = x["summary"]
         if lg == "zh":
             verdict = "小于" if x["value"] < n else "不小于"
-            return (f"{x['value']}：{verdict} {n:.0f}，实测排队均值 {s.waiting_mean:.1f}、"
-                    f"运行数最多 {_fmt(s.running_max)}")
+            return (
+                f"{x['value']}：{verdict} {n:.0f}，实测排队均值 {s.waiting_mean:.1f}、"
+                f"运行数最多 {_fmt(s.running_max)}"
+            )
         verdict = "below" if x["value"] < n else "not below"
-        return (f"{x['value']}: {verdict} {n:.0f}; recorded waiting mean {s.waiting_mean:.1f}, "
-                f"running max {_fmt(s.running_max)}")
+        return (
+            f"{x['value']}: {verdict} {n:.0f}; recorded waiting mean {s.waiting_mean:.1f}, "
+            f"running max {_fmt(s.running_max)}"
+        )
 
-    opts = [({lg: f"`--max-num-seqs {x['value']}`" for lg in LANGS}, x["value"] < n,
-             str(x["value"])) for x in pts]
+    opts = [
+        ({lg: f"`--max-num-seqs {x['value']}`" for lg in LANGS}, x["value"] < n, str(x["value"]))
+        for x in pts
+    ]
     return {
         "type": "multiple",
         "prompt": {
             "en": f"Recorded run `{where}`: {_fmt(rate)} req/s offered, 512 tokens in / 128 out. "
-                  f"With `--max-num-seqs {ref['value']}` nothing queued: it completed "
-                  f"{b['request_throughput']:.2f} req/s at a mean end-to-end latency of "
-                  f"{_fmt(round(b['mean_e2el_ms']))} ms. By Little's law, which caps must make "
-                  "requests queue at this load?",
+            f"With `--max-num-seqs {ref['value']}` nothing queued: it completed "
+            f"{b['request_throughput']:.2f} req/s at a mean end-to-end latency of "
+            f"{_fmt(round(b['mean_e2el_ms']))} ms. By Little's law, which caps must make "
+            "requests queue at this load?",
             "zh": f"已录制的实测 `{where}`：压测速率 {_fmt(rate)} req/s，512 入 / 128 出。"
-                  f"`--max-num-seqs {ref['value']}` 时没有排队：完成 {b['request_throughput']:.2f} "
-                  f"req/s，平均端到端延迟 {_fmt(round(b['mean_e2el_ms']))} ms。按利特尔定律，"
-                  "在这个负载下哪些上限一定会让请求排队？"},
+            f"`--max-num-seqs {ref['value']}` 时没有排队：完成 {b['request_throughput']:.2f} "
+            f"req/s，平均端到端延迟 {_fmt(round(b['mean_e2el_ms']))} ms。按利特尔定律，"
+            "在这个负载下哪些上限一定会让请求排队？",
+        },
         "choices": _opts(opts),
         "explain": {
             "en": f"Requests in flight = {b['request_throughput']:.2f} x "
-                  f"{b['mean_e2el_ms'] / 1000:.3f} s = {n:.0f}. A cap below that cannot hold "
-                  "them, so the rest wait; each point's own /metrics confirm it: "
-                  + "; ".join(why(x, "en") for x in pts) + ".",
+            f"{b['mean_e2el_ms'] / 1000:.3f} s = {n:.0f}. A cap below that cannot hold "
+            "them, so the rest wait; each point's own /metrics confirm it: "
+            + "; ".join(why(x, "en") for x in pts)
+            + ".",
             "zh": f"同时在服务器里的请求 = {b['request_throughput']:.2f} × "
-                  f"{b['mean_e2el_ms'] / 1000:.3f} 秒 = {n:.0f}。上限比它小就装不下，其余的只能排队；"
-                  "每个点自己的 /metrics 也证实了这一点："
-                  + "；".join(why(x, "zh") for x in pts) + "。"},
+            f"{b['mean_e2el_ms'] / 1000:.3f} 秒 = {n:.0f}。上限比它小就装不下，其余的只能排队；"
+            "每个点自己的 /metrics 也证实了这一点：" + "；".join(why(x, "zh") for x in pts) + "。",
+        },
     }
 
 
@@ -167,8 +188,12 @@ def ttft_parts(summary: Any) -> dict[str, float]:
     q, pf, t = summary.queue_time_mean_s, summary.prefill_time_mean_s, summary.ttft_mean_s
     if None in (q, pf, t):
         raise QuizError("ttft_split: the series has no queue/prefill/TTFT histograms")
-    return {"queue": q * 1000, "prefill": pf * 1000, "outside": (t - q - pf) * 1000,
-            "ttft": t * 1000}
+    return {
+        "queue": q * 1000,
+        "prefill": pf * 1000,
+        "outside": (t - q - pf) * 1000,
+        "ttft": t * 1000,
+    }
 
 
 def ttft_key(parts: Mapping[str, float]) -> str:
@@ -180,35 +205,43 @@ def ttft_key(parts: Mapping[str, float]) -> str:
 
 
 _PART_TEXT = {
-    "queue": {"en": "Waiting in the engine's queue for a slot",
-              "zh": "在引擎队列里等待进入运行批"},
-    "prefill": {"en": "Prefill compute, from scheduling to the first token",
-                "zh": "prefill 计算：从被调度到产出首 token"},
-    "outside": {"en": "Outside the engine core: before queueing and after",
-                "zh": "在引擎核心之外：入队之前与出结果之后"},
-    "decode": {"en": "The first decode step, after the prefill ends",
-               "zh": "prefill 结束之后的第一个 decode 步"},
+    "queue": {"en": "Waiting in the engine's queue for a slot", "zh": "在引擎队列里等待进入运行批"},
+    "prefill": {
+        "en": "Prefill compute, from scheduling to the first token",
+        "zh": "prefill 计算：从被调度到产出首 token",
+    },
+    "outside": {
+        "en": "Outside the engine core: before queueing and after",
+        "zh": "在引擎核心之外：入队之前与出结果之后",
+    },
+    "decode": {
+        "en": "The first decode step, after the prefill ends",
+        "zh": "prefill 结束之后的第一个 decode 步",
+    },
 }
 
 
 def _part_why(k: str, parts: Mapping[str, float], lg: str) -> str:
     ms = {x: f"{parts[x]:.0f} ms" for x in ("queue", "prefill", "outside")}
     share = {x: f"{parts[x] / parts['ttft']:.0%}" for x in ("queue", "prefill", "outside")}
-    en = {"queue": f"queue time {ms['queue']} ({share['queue']}); `--max-num-seqs` or the "
-                   "token budget act here",
-          "prefill": f"prefill time {ms['prefill']} ({share['prefill']}); "
-                     "`--max-num-batched-tokens` acts here",
-          "outside": f"TTFT minus both is {ms['outside']} ({share['outside']}): HTTP, "
-                     "tokenisation and the hand-off between API server and engine core; no "
-                     "scheduler knob acts on it",
-          "decode": "never part of TTFT: the step that finishes the prompt emits the first "
-                    "token"}
-    zh = {"queue": f"排队时间 {ms['queue']}（{share['queue']}）；`--max-num-seqs` 或 token 预算作用在这里",
-          "prefill": f"prefill 时间 {ms['prefill']}（{share['prefill']}）；"
-                     "`--max-num-batched-tokens` 作用在这里",
-          "outside": f"TTFT 减去前两段还剩 {ms['outside']}（{share['outside']}）：HTTP、分词以及 "
-                     "API 服务器与引擎核心之间的交接；没有调度旋钮能作用于它",
-          "decode": "从来不属于 TTFT：算完 prompt 的那一步就产出首 token"}
+    en = {
+        "queue": f"queue time {ms['queue']} ({share['queue']}); `--max-num-seqs` or the "
+        "token budget act here",
+        "prefill": f"prefill time {ms['prefill']} ({share['prefill']}); "
+        "`--max-num-batched-tokens` acts here",
+        "outside": f"TTFT minus both is {ms['outside']} ({share['outside']}): HTTP, "
+        "tokenisation and the hand-off between API server and engine core; no "
+        "scheduler knob acts on it",
+        "decode": "never part of TTFT: the step that finishes the prompt emits the first token",
+    }
+    zh = {
+        "queue": f"排队时间 {ms['queue']}（{share['queue']}）；`--max-num-seqs` 或 token 预算作用在这里",
+        "prefill": f"prefill 时间 {ms['prefill']}（{share['prefill']}）；"
+        "`--max-num-batched-tokens` 作用在这里",
+        "outside": f"TTFT 减去前两段还剩 {ms['outside']}（{share['outside']}）：HTTP、分词以及 "
+        "API 服务器与引擎核心之间的交接；没有调度旋钮能作用于它",
+        "decode": "从来不属于 TTFT：算完 prompt 的那一步就产出首 token",
+    }
     return (zh if lg == "zh" else en)[k]
 
 
@@ -223,31 +256,38 @@ def _g_ttft_split(p: Mapping[str, Any]) -> dict[str, Any]:
 
     q, pf, tt = metrics.QUEUE_TIME, metrics.PREFILL_TIME, metrics.TTFT
     opts = [(_PART_TEXT[k], k == key, k) for k in TTFT_PARTS]
-    lines = {lg: ("；" if lg == "zh" else "; ").join(
-        f"{_PART_TEXT[k][lg]}{'：' if lg == 'zh' else ': '}{_part_why(k, parts, lg)}"
-        for k in TTFT_PARTS) for lg in LANGS}
+    lines = {
+        lg: ("；" if lg == "zh" else "; ").join(
+            f"{_PART_TEXT[k][lg]}{'：' if lg == 'zh' else ': '}{_part_why(k, parts, lg)}"
+            for k in TTFT_PARTS
+        )
+        for lg in LANGS
+    }
     return {
         "type": "single",
         "prompt": {
             "en": f"Recorded run `{pt['where']}`, `--max-num-seqs {cap}` at {_fmt(rate)} req/s. "
-                  f"From its /metrics histograms (mean per request): `{tt}` "
-                  f"{parts['ttft']:.0f} ms, `{q}` {parts['queue']:.1f} ms, `{pf}` "
-                  f"{parts['prefill']:.1f} ms. Where does most of the TTFT go?",
+            f"From its /metrics histograms (mean per request): `{tt}` "
+            f"{parts['ttft']:.0f} ms, `{q}` {parts['queue']:.1f} ms, `{pf}` "
+            f"{parts['prefill']:.1f} ms. Where does most of the TTFT go?",
             "zh": f"已录制的实测 `{pt['where']}`，`--max-num-seqs {cap}`，{_fmt(rate)} req/s。"
-                  f"它的 /metrics 直方图（每请求均值）：`{tt}` {parts['ttft']:.0f} ms，`{q}` "
-                  f"{parts['queue']:.1f} ms，`{pf}` {parts['prefill']:.1f} ms。TTFT 大部分花在哪？"},
+            f"它的 /metrics 直方图（每请求均值）：`{tt}` {parts['ttft']:.0f} ms，`{q}` "
+            f"{parts['queue']:.1f} ms，`{pf}` {parts['prefill']:.1f} ms。TTFT 大部分花在哪？",
+        },
         "choices": _opts(opts),
         "explain": {
             "en": "vLLM stamps a request when it arrives at the API server, when the engine "
-                  "core queues it, when it is scheduled and when its first token comes out "
-                  f"(vllm/v1/metrics/stats.py). {lines['en']}. Turn the knob of the part "
-                  "that dominates, and only that one.",
+            "core queues it, when it is scheduled and when its first token comes out "
+            f"(vllm/v1/metrics/stats.py). {lines['en']}. Turn the knob of the part "
+            "that dominates, and only that one.",
             "zh": "vLLM 给每个请求打了几个时间戳：到达 API 服务器、进入引擎核心队列、被调度、产出首 token"
-                  f"（vllm/v1/metrics/stats.py）。{lines['zh']}。只去拧占大头的那一段对应的旋钮。"},
+            f"（vllm/v1/metrics/stats.py）。{lines['zh']}。只去拧占大头的那一段对应的旋钮。",
+        },
     }
 
 
 # ---------------------------------------------------------------- can you trust it?
+
 
 @generator("prefix_replay")
 def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
@@ -260,51 +300,84 @@ def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
     for d in sorted(root.glob("rate-*"), key=lambda x: float(x.name.split("-", 1)[1])):
         b = json.loads((d / "bench.json").read_text(encoding="utf-8"))
         hit = validity.prefix_cache_hit_rate(metrics.load_series(d / "metrics.jsonl"))
-        rows.append({"rate": float(d.name.split("-", 1)[1]), "p99": b["p99_ttft_ms"],
-                     "hit": hit or 0.0})
+        rows.append(
+            {"rate": float(d.name.split("-", 1)[1]), "p99": b["p99_ttft_ms"], "hit": hit or 0.0}
+        )
     bad = [r for r in rows if r["hit"] > validity.REPLAY_HIT_RATE]
     if not bad or len(bad) == len(rows):
         raise QuizError("prefix_replay: needs both replayed and fresh rates")
     where = run_name(root)
-    listing = {"en": "; ".join(f"{_fmt(r['rate'])} req/s: p99 TTFT {r['p99']:.0f} ms, hits "
-                               f"{r['hit']:.1%}" for r in rows) + ".",
-               "zh": "；".join(f"{_fmt(r['rate'])} req/s：p99 TTFT {r['p99']:.0f} ms，命中率 "
-                              f"{r['hit']:.1%}" for r in rows) + "。"}
+    listing = {
+        "en": "; ".join(
+            f"{_fmt(r['rate'])} req/s: p99 TTFT {r['p99']:.0f} ms, hits {r['hit']:.1%}"
+            for r in rows
+        )
+        + ".",
+        "zh": "；".join(
+            f"{_fmt(r['rate'])} req/s：p99 TTFT {r['p99']:.0f} ms，命中率 {r['hit']:.1%}"
+            for r in rows
+        )
+        + "。",
+    }
     bad_rates = "/".join(_fmt(r["rate"]) for r in bad)
     opts = [
-        ({"en": f"Not at {bad_rates} req/s: replayed prompts skipped most of their prefill",
-          "zh": f"{bad_rates} req/s 的点不可信：重放的 prompt 跳过了大部分 prefill"}, True, "replay"),
-        ({"en": f"Yes: p99 TTFT stays near 300 ms up to {_fmt(rows[-1]['rate'])} req/s",
-          "zh": f"可信：直到 {_fmt(rows[-1]['rate'])} req/s，p99 TTFT 都在 300 ms 附近"}, False,
-         "trust"),
-        ({"en": "Yes: prefix caching is on by default, so this is what users will see",
-          "zh": "可信：prefix caching 默认开启，用户看到的就是这个"}, False, "default"),
-        ({"en": f"Not at {_fmt(rows[0]['rate'])} req/s: the first rate ran on a cold server",
-          "zh": f"{_fmt(rows[0]['rate'])} req/s 的点不可信：第一个速率跑在冷服务器上"}, False,
-         "cold"),
+        (
+            {
+                "en": f"Not at {bad_rates} req/s: replayed prompts skipped most of their prefill",
+                "zh": f"{bad_rates} req/s 的点不可信：重放的 prompt 跳过了大部分 prefill",
+            },
+            True,
+            "replay",
+        ),
+        (
+            {
+                "en": f"Yes: p99 TTFT stays near 300 ms up to {_fmt(rows[-1]['rate'])} req/s",
+                "zh": f"可信：直到 {_fmt(rows[-1]['rate'])} req/s，p99 TTFT 都在 300 ms 附近",
+            },
+            False,
+            "trust",
+        ),
+        (
+            {
+                "en": "Yes: prefix caching is on by default, so this is what users will see",
+                "zh": "可信：prefix caching 默认开启，用户看到的就是这个",
+            },
+            False,
+            "default",
+        ),
+        (
+            {
+                "en": f"Not at {_fmt(rows[0]['rate'])} req/s: the first rate ran on a cold server",
+                "zh": f"{_fmt(rows[0]['rate'])} req/s 的点不可信：第一个速率跑在冷服务器上",
+            },
+            False,
+            "cold",
+        ),
     ]
     return {
         "type": "single",
         "prompt": {
             "en": f"Knee scan of the recorded run `{where}`: random 512-token prompts (no shared "
-                  f"prefix), every rate on one server with the same `--seed`. Prefix-cache hits / "
-                  f"queries over each run: {listing['en']} Can you trust this knee?",
+            f"prefix), every rate on one server with the same `--seed`. Prefix-cache hits / "
+            f"queries over each run: {listing['en']} Can you trust this knee?",
             "zh": f"已录制的实测 `{where}` 的拐点扫描：随机 512 token prompt（没有共享前缀），所有速率"
-                  f"在同一个服务器上、用同一个 `--seed`。每段的 prefix cache 命中 / 查询："
-                  f"{listing['zh']}这个拐点可信吗？"},
+            f"在同一个服务器上、用同一个 `--seed`。每段的 prefix cache 命中 / 查询："
+            f"{listing['zh']}这个拐点可信吗？",
+        },
         "choices": _opts(opts),
         "explain": {
             "en": "The same seed sent the same random prompts at every rate, and the server "
-                  "kept their KV from the previous rate: at a hit rate above "
-                  f"{validity.REPLAY_HIT_RATE:.0%} the prefill was mostly skipped, so those "
-                  "TTFTs are not those of new prompts (fresh servers at 55 req/s missed 300 ms). "
-                  "Users with random prompts get no such hits, and the first rate is the only "
-                  "honest one. Give each rate its own seed or restart the server, and check the hit "
-                  "rate before reading a knee.",
+            "kept their KV from the previous rate: at a hit rate above "
+            f"{validity.REPLAY_HIT_RATE:.0%} the prefill was mostly skipped, so those "
+            "TTFTs are not those of new prompts (fresh servers at 55 req/s missed 300 ms). "
+            "Users with random prompts get no such hits, and the first rate is the only "
+            "honest one. Give each rate its own seed or restart the server, and check the hit "
+            "rate before reading a knee.",
             "zh": "同一个 seed 在每个速率都发出同样的随机 prompt，而服务器还留着上一个速率的 KV："
-                  f"命中率超过 {validity.REPLAY_HIT_RATE:.0%} 时 prefill 大多被跳过，这些 TTFT 不是新 prompt "
-                  "的 TTFT（新起的服务器在 55 req/s 下都超了 300 ms）。真实用户的随机 prompt 不会这样命中，"
-                  "第一个速率反而是唯一可信的点。每个速率换一个 seed 或重启服务器，读拐点之前先看命中率。"},
+            f"命中率超过 {validity.REPLAY_HIT_RATE:.0%} 时 prefill 大多被跳过，这些 TTFT 不是新 prompt "
+            "的 TTFT（新起的服务器在 55 req/s 下都超了 300 ms）。真实用户的随机 prompt 不会这样命中，"
+            "第一个速率反而是唯一可信的点。每个速率换一个 seed 或重启服务器，读拐点之前先看命中率。",
+        },
     }
 
 
@@ -337,41 +410,67 @@ def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
     flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in want.items())
     k = kernels[0]
     opts = [
-        ({"en": "No: a one-time compile stalled the first requests inside the window",
-          "zh": "不可信：一次性的编译卡住了窗口里最早的那批请求"}, True, "jit"),
-        ({"en": "Yes: compiling kernels is part of what this setting costs",
-          "zh": "可信：编译内核本来就是这个配置的代价"}, False, "cost"),
-        ({"en": "Yes: vLLM compiles its kernels at start-up, before any window",
-          "zh": "可信：vLLM 在启动时就编译好内核，不会落进窗口"}, False, "startup"),
-        ({"en": "No: the cap is too small, so the queue makes TTFT meaningless",
-          "zh": "不可信：上限太小，排队让 TTFT 失去意义"}, False, "cap"),
+        (
+            {
+                "en": "No: a one-time compile stalled the first requests inside the window",
+                "zh": "不可信：一次性的编译卡住了窗口里最早的那批请求",
+            },
+            True,
+            "jit",
+        ),
+        (
+            {
+                "en": "Yes: compiling kernels is part of what this setting costs",
+                "zh": "可信：编译内核本来就是这个配置的代价",
+            },
+            False,
+            "cost",
+        ),
+        (
+            {
+                "en": "Yes: vLLM compiles its kernels at start-up, before any window",
+                "zh": "可信：vLLM 在启动时就编译好内核，不会落进窗口",
+            },
+            False,
+            "startup",
+        ),
+        (
+            {
+                "en": "No: the cap is too small, so the queue makes TTFT meaningless",
+                "zh": "不可信：上限太小，排队让 TTFT 失去意义",
+            },
+            False,
+            "cap",
+        ),
     ]
     return {
         "type": "single",
         "prompt": {
             "en": f"vLLM's `vllm bench sweep serve` in the recorded run `{run_name(log)}`, "
-                  f"server `{flags}`, {_fmt(res['request_rate'])} req/s, no warm-up requests. "
-                  "Between `Starting main benchmark run...` and the end of that benchmark the "
-                  f"server logged `Triton kernel JIT compilation during inference: {k}`. The "
-                  f"run reports p99 TTFT {_fmt(round(res['p99_ttft_ms']))} ms. Can you compare "
-                  "this number with another setting's?",
+            f"server `{flags}`, {_fmt(res['request_rate'])} req/s, no warm-up requests. "
+            "Between `Starting main benchmark run...` and the end of that benchmark the "
+            f"server logged `Triton kernel JIT compilation during inference: {k}`. The "
+            f"run reports p99 TTFT {_fmt(round(res['p99_ttft_ms']))} ms. Can you compare "
+            "this number with another setting's?",
             "zh": f"已录制的实测 `{run_name(log)}` 里 vLLM 的 `vllm bench sweep serve`，服务器 "
-                  f"`{flags}`，{_fmt(res['request_rate'])} req/s，没有预热请求。在 `Starting main "
-                  "benchmark run...` 与这次压测结束之间，服务器日志出现 `Triton kernel JIT compilation "
-                  f"during inference: {k}`。这次报告 p99 TTFT {_fmt(round(res['p99_ttft_ms']))} ms。"
-                  "这个数能拿去和别的配置比吗？"},
+            f"`{flags}`，{_fmt(res['request_rate'])} req/s，没有预热请求。在 `Starting main "
+            "benchmark run...` 与这次压测结束之间，服务器日志出现 `Triton kernel JIT compilation "
+            f"during inference: {k}`。这次报告 p99 TTFT {_fmt(round(res['p99_ttft_ms']))} ms。"
+            "这个数能拿去和别的配置比吗？",
+        },
         "choices": _opts(opts),
         "explain": {
             "en": f"vLLM compiles `{k}` the first time a sampling batch needs it, once per "
-                  "process (vllm/utils/jit_monitor.py warns about it), so a run without warm-up "
-                  "pays it inside its window: the requests that arrive meanwhile pile up and "
-                  "the p99 TTFT measures the compile, not the setting. `--num-warmups 8` moved "
-                  "the same compile before the window in the later run (h200-2026-11-29c). "
-                  "`core.vllm_logs.parse_sweep_log` finds such lines per window.",
+            "process (vllm/utils/jit_monitor.py warns about it), so a run without warm-up "
+            "pays it inside its window: the requests that arrive meanwhile pile up and "
+            "the p99 TTFT measures the compile, not the setting. `--num-warmups 8` moved "
+            "the same compile before the window in the later run (h200-2026-11-29c). "
+            "`core.vllm_logs.parse_sweep_log` finds such lines per window.",
             "zh": f"vLLM 在采样第一次用到 `{k}` 时才编译它，每个进程一次（vllm/utils/jit_monitor.py 会告警），"
-                  "所以没有预热的压测会在计时窗口里付这笔开销：编译期间到达的请求堆积起来，p99 TTFT 量的是编译，"
-                  "不是配置本身。后来那次实测（h200-2026-11-29c）加了 `--num-warmups 8`，同一次编译就落到了"
-                  "窗口之前。`core.vllm_logs.parse_sweep_log` 能按窗口找出这类日志行。"},
+            "所以没有预热的压测会在计时窗口里付这笔开销：编译期间到达的请求堆积起来，p99 TTFT 量的是编译，"
+            "不是配置本身。后来那次实测（h200-2026-11-29c）加了 `--num-warmups 8`，同一次编译就落到了"
+            "窗口之前。`core.vllm_logs.parse_sweep_log` 能按窗口找出这类日志行。",
+        },
     }
 
 
@@ -383,8 +482,14 @@ def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
     from course_utils.core.records import read_jsonl
 
     root = resolve_path(p["run"])
-    rec = next((r for r in read_jsonl(root / "results.jsonl")
-                if r.get("value") == p["value"] and r.get("status") == "ok"), None)
+    rec = next(
+        (
+            r
+            for r in read_jsonl(root / "results.jsonl")
+            if r.get("value") == p["value"] and r.get("status") == "ok"
+        ),
+        None,
+    )
     if rec is None:
         raise QuizError(f"kv_preempt: no point {p.get('value')} in {root}")
     log = root / "points" / str(rec["key"]) / "llm.log"
@@ -395,38 +500,66 @@ def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
         raise QuizError("kv_preempt: the stats show no wait that starts with a full KV cache")
     first = stats[0]
     n = rec.get("load_prompts")
-    rows = "; ".join(f"t={s.t_s} s: Running {s.running}, Waiting {s.waiting}, KV "
-                     f"{s.kv_usage:.1%}" for s in (first, full, peak))
+    rows = "; ".join(
+        f"t={s.t_s} s: Running {s.running}, Waiting {s.waiting}, KV {s.kv_usage:.1%}"
+        for s in (first, full, peak)
+    )
     opts = [
-        ({"en": "The KV cache filled, so vLLM preempted running requests",
-          "zh": "KV cache 满了，vLLM 把运行中的请求抢占回队列"}, True, "preempt"),
-        ({"en": "New requests kept arriving faster than they finished",
-          "zh": "新请求持续到达，比完成得还快"}, False, "arrivals"),
-        ({"en": "The running batch hit its `max_num_seqs` cap",
-          "zh": "运行批顶到了 `max_num_seqs` 上限"}, False, "cap"),
-        ({"en": "The step's token budget was spent on prefill",
-          "zh": "每步的 token 预算都花在了 prefill 上"}, False, "budget"),
+        (
+            {
+                "en": "The KV cache filled, so vLLM preempted running requests",
+                "zh": "KV cache 满了，vLLM 把运行中的请求抢占回队列",
+            },
+            True,
+            "preempt",
+        ),
+        (
+            {
+                "en": "New requests kept arriving faster than they finished",
+                "zh": "新请求持续到达，比完成得还快",
+            },
+            False,
+            "arrivals",
+        ),
+        (
+            {
+                "en": "The running batch hit its `max_num_seqs` cap",
+                "zh": "运行批顶到了 `max_num_seqs` 上限",
+            },
+            False,
+            "cap",
+        ),
+        (
+            {
+                "en": "The step's token budget was spent on prefill",
+                "zh": "每步的 token 预算都花在了 prefill 上",
+            },
+            False,
+            "budget",
+        ),
     ]
     return {
         "type": "single",
         "prompt": {
             "en": f"Lab 01 in the recorded run `{run_name(root)}`, `gpu_memory_utilization="
-                  f"{p['value']}`: all {n} requests were submitted at once, so none arrive "
-                  f"later. vLLM's 10 s stats lines: {rows}. Why do requests wait?",
+            f"{p['value']}`: all {n} requests were submitted at once, so none arrive "
+            f"later. vLLM's 10 s stats lines: {rows}. Why do requests wait?",
             "zh": f"已录制的实测 `{run_name(root)}` 中的实验 01，`gpu_memory_utilization="
-                  f"{p['value']}`：{n} 个请求一次性提交，之后不再有新请求。vLLM 每 10 秒的统计行："
-                  f"{rows}。为什么会有请求在等？"},
+            f"{p['value']}`：{n} 个请求一次性提交，之后不再有新请求。vLLM 每 10 秒的统计行："
+            f"{rows}。为什么会有请求在等？",
+        },
         "choices": _opts(opts),
         "explain": {
             "en": f"Nothing new arrived, and the running count fell below its start of "
-                  f"{first.running}, so neither arrivals nor the cap explain the queue. It starts "
-                  f"when KV usage reaches {full.kv_usage:.1%}: each generated token needs KV "
-                  "space, and when a running request cannot get a new block the v1 scheduler "
-                  "preempts the newest running request, frees its blocks and puts it back to "
-                  "waiting, to be recomputed later (`_preempt_request` in "
-                  "vllm/v1/core/sched/scheduler.py). A bigger KV pool moves this point later.",
+            f"{first.running}, so neither arrivals nor the cap explain the queue. It starts "
+            f"when KV usage reaches {full.kv_usage:.1%}: each generated token needs KV "
+            "space, and when a running request cannot get a new block the v1 scheduler "
+            "preempts the newest running request, frees its blocks and puts it back to "
+            "waiting, to be recomputed later (`_preempt_request` in "
+            "vllm/v1/core/sched/scheduler.py). A bigger KV pool moves this point later.",
             "zh": f"没有新请求到达，运行数也从一开始的 {first.running} 往下掉，所以既不是到达太快，也不是上限在卡。"
-                  f"排队从 KV 使用率到 {full.kv_usage:.1%} 时开始：每生成一个 token 都要 KV 空间，运行中的请求"
-                  "拿不到新 block 时，v1 调度器会抢占最新进入运行的请求，释放它的 block，把它放回等待队列，之后重算"
-                  "（vllm/v1/core/sched/scheduler.py 的 `_preempt_request`）。KV 池更大，这个时刻就来得更晚。"},
+            f"排队从 KV 使用率到 {full.kv_usage:.1%} 时开始：每生成一个 token 都要 KV 空间，运行中的请求"
+            "拿不到新 block 时，v1 调度器会抢占最新进入运行的请求，释放它的 block，把它放回等待队列，之后重算"
+            "（vllm/v1/core/sched/scheduler.py 的 `_preempt_request`）。KV 池更大，这个时刻就来得更晚。",
+        },
     }

@@ -26,10 +26,12 @@ from course_utils.quiz.gen_knobs import CONSTRAINTS, NO_KNOB, each, move_word
 def _requests_text(p: Mapping[str, Any], b: Any) -> dict[str, str]:
     per = _per_request(b)
     rows = "; ".join(f"{t:.0f}/{d:.0f}" for t, d in zip(per["ttft"], per["tpot"], strict=True))
-    return {"en": f"A run of {b.completed} requests took {_fmt(b.duration)} s. Per request, "
-                  f"TTFT/TPOT in ms: {rows}.",
-            "zh": f"一次压测 {b.completed} 个请求，用时 {_fmt(b.duration)} 秒。逐请求 TTFT/TPOT"
-                  f"（ms）：{rows}。"}
+    return {
+        "en": f"A run of {b.completed} requests took {_fmt(b.duration)} s. Per request, "
+        f"TTFT/TPOT in ms: {rows}.",
+        "zh": f"一次压测 {b.completed} 个请求，用时 {_fmt(b.duration)} 秒。逐请求 TTFT/TPOT"
+        f"（ms）：{rows}。",
+    }
 
 
 @generator("request_goodput")
@@ -45,19 +47,27 @@ def _g_request_goodput(p: Mapping[str, Any]) -> dict[str, Any]:
     good = round(g * float(b.duration))
     intro = _requests_text(p, b)
     targets = " ".join(s.goodput_args())
-    return {"type": "numeric", "answer": round(g, 4), "tolerance": {"abs": 0.01},
-            "unit": {"en": "req/s", "zh": "req/s"},
-            "prompt": {"en": f"{intro['en']} With `--goodput {targets}`, what request goodput "
-                             "does `vllm bench serve` report?",
-                       "zh": f"{intro['zh']}用 `--goodput {targets}`，`vllm bench serve` 报告的 "
-                             "request goodput 是多少？"},
-            "explain": {"en": f"vLLM counts a request as good when each of its own values is ≤ "
-                              f"its target (a value equal to the target counts): {good} of "
-                              f"{b.completed} requests, ÷ {_fmt(b.duration)} s = {g:.2f} req/s "
-                              f"(throughput {b.request_throughput:.2f} req/s).",
-                        "zh": f"vLLM 逐个请求判断：每项都 ≤ 目标（等于也算）才算好请求：{b.completed} 个里 "
-                              f"{good} 个，÷ {_fmt(b.duration)} 秒 = {g:.2f} req/s"
-                              f"（吞吐 {b.request_throughput:.2f} req/s）。"}}
+    return {
+        "type": "numeric",
+        "answer": round(g, 4),
+        "tolerance": {"abs": 0.01},
+        "unit": {"en": "req/s", "zh": "req/s"},
+        "prompt": {
+            "en": f"{intro['en']} With `--goodput {targets}`, what request goodput "
+            "does `vllm bench serve` report?",
+            "zh": f"{intro['zh']}用 `--goodput {targets}`，`vllm bench serve` 报告的 "
+            "request goodput 是多少？",
+        },
+        "explain": {
+            "en": f"vLLM counts a request as good when each of its own values is ≤ "
+            f"its target (a value equal to the target counts): {good} of "
+            f"{b.completed} requests, ÷ {_fmt(b.duration)} s = {g:.2f} req/s "
+            f"(throughput {b.request_throughput:.2f} req/s).",
+            "zh": f"vLLM 逐个请求判断：每项都 ≤ 目标（等于也算）才算好请求：{b.completed} 个里 "
+            f"{good} 个，÷ {_fmt(b.duration)} 秒 = {g:.2f} req/s"
+            f"（吞吐 {b.request_throughput:.2f} req/s）。",
+        },
+    }
 
 
 @generator("p99_gate")
@@ -76,29 +86,57 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
     over = {k for k in keys if b.percentile(k, s.percentile) > s.targets()[k]}
     pcts = ", ".join(f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms" for k in keys)
     opts: list[tuple[dict[str, str], bool, str]] = [
-        ({"en": f"It passes: the score is the full throughput ({b.request_throughput:.2f} "
+        (
+            {
+                "en": f"It passes: the score is the full throughput ({b.request_throughput:.2f} "
                 "req/s).",
-          "zh": f"通过：得分就是全部吞吐（{b.request_throughput:.2f} req/s）。"},
-         sc.meets_slo, "pass")]
+                "zh": f"通过：得分就是全部吞吐（{b.request_throughput:.2f} req/s）。",
+            },
+            sc.meets_slo,
+            "pass",
+        )
+    ]
     for k in keys:
-        opts.append(({"en": f"It fails on {k.upper()} only: score 0.",
-                      "zh": f"只在 {k.upper()} 上不达标：得 0 分。"}, over == {k}, f"fail-{k}"))
+        opts.append(
+            (
+                {
+                    "en": f"It fails on {k.upper()} only: score 0.",
+                    "zh": f"只在 {k.upper()} 上不达标：得 0 分。",
+                },
+                over == {k},
+                f"fail-{k}",
+            )
+        )
     if len(keys) > 1:
-        opts.append(({"en": "It fails on more than one target: score 0.",
-                      "zh": "不止一个目标不达标：得 0 分。"}, len(over) > 1, "fail-several"))
+        opts.append(
+            (
+                {
+                    "en": "It fails on more than one target: score 0.",
+                    "zh": "不止一个目标不达标：得 0 分。",
+                },
+                len(over) > 1,
+                "fail-several",
+            )
+        )
     intro = _requests_text(p, b) if _per_request(b) is not None else {"en": "", "zh": ""}
-    return {"type": "single",
-            "prompt": {"en": f"{intro['en']} SLO: {slo_text(s, 'en')}. What does the lesson's p99 gate (full "
-                             "throughput if every p99 meets its target, else 0) say?".strip(),
-                       "zh": f"{intro['zh']}SLO：{slo_text(s, 'zh')}。本课的 p99 门槛（每个 p99 都达标就记全部吞吐，"
-                             "否则记 0）怎么判？".strip()},
-            "choices": _opts(opts),
-            "explain": {"en": f"{pcts}. " + (f"Violations: {'; '.join(sc.violations)}. "
-                                              if sc.violations else "")
-                              + sc.why_they_differ("en"),
-                        "zh": f"{pcts}。" + (f"不达标：{'; '.join(sc.violations)}。"
-                                            if sc.violations else "")
-                              + sc.why_they_differ("zh")}}
+    return {
+        "type": "single",
+        "prompt": {
+            "en": f"{intro['en']} SLO: {slo_text(s, 'en')}. What does the lesson's p99 gate (full "
+            "throughput if every p99 meets its target, else 0) say?".strip(),
+            "zh": f"{intro['zh']}SLO：{slo_text(s, 'zh')}。本课的 p99 门槛（每个 p99 都达标就记全部吞吐，"
+            "否则记 0）怎么判？".strip(),
+        },
+        "choices": _opts(opts),
+        "explain": {
+            "en": f"{pcts}. "
+            + (f"Violations: {'; '.join(sc.violations)}. " if sc.violations else "")
+            + sc.why_they_differ("en"),
+            "zh": f"{pcts}。"
+            + (f"不达标：{'; '.join(sc.violations)}。" if sc.violations else "")
+            + sc.why_they_differ("zh"),
+        },
+    }
 
 
 @generator("slo_compare")
@@ -112,9 +150,15 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
     rows = []
     for c in p["configs"]:
         b = _bench(c)
-        rows.append({"name": c["name"], "b": b, "gate": slo_mod.gate_goodput(b, s),
-                     "req": float(c["request_throughput"]) * float(c["good_share"]),
-                     "share": float(c["good_share"])})
+        rows.append(
+            {
+                "name": c["name"],
+                "b": b,
+                "gate": slo_mod.gate_goodput(b, s),
+                "req": float(c["request_throughput"]) * float(c["good_share"]),
+                "share": float(c["good_share"]),
+            }
+        )
     best_req = max(rows, key=lambda r: r["req"])["name"]
     best_gate = max(rows, key=lambda r: r["gate"])["name"]
     if best_req != best_gate:
@@ -125,13 +169,20 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
     def desc(r: dict[str, Any], lg: str) -> str:
         b = r["b"]
         comma = "，" if lg == "zh" else ", "
-        p99 = comma.join(f"p99 {k.upper()} {_fmt(b.percentile(k))} ms" for k in s.targets()
-                         if b.percentile(k) is not None)
+        p99 = comma.join(
+            f"p99 {k.upper()} {_fmt(b.percentile(k))} ms"
+            for k in s.targets()
+            if b.percentile(k) is not None
+        )
         if lg == "zh":
-            return (f"{r['name']}：{b.request_throughput:.2f} req/s，{p99}，{r['share']:.0%} 的请求"
-                    "各项都达标")
-        return (f"{r['name']}: {b.request_throughput:.2f} req/s, {p99}, {r['share']:.0%} of "
-                "requests within every target")
+            return (
+                f"{r['name']}：{b.request_throughput:.2f} req/s，{p99}，{r['share']:.0%} 的请求"
+                "各项都达标"
+            )
+        return (
+            f"{r['name']}: {b.request_throughput:.2f} req/s, {p99}, {r['share']:.0%} of "
+            "requests within every target"
+        )
 
     def score(r: dict[str, Any], lg: str) -> str:
         gate = f"{r['gate']:.2f} req/s"
@@ -140,18 +191,24 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
         return f"{r['name']}: vLLM goodput {r['req']:.2f} req/s, p99 gate {gate}"
 
     sep = {"en": "; ", "zh": "；"}
-    return {"type": "single",
-            "prompt": {"en": f"{sep['en'].join(desc(r, 'en') for r in rows)}. SLO: "
-                             f"{slo_text(s, 'en')}. Scored by goodput, which config is better?",
-                       "zh": f"{sep['zh'].join(desc(r, 'zh') for r in rows)}。SLO：{slo_text(s, 'zh')}。"
-                             "以 goodput 打分，哪个配置更好？"},
-            "choices": _opts(opts),
-            "explain": {"en": f"{sep['en'].join(score(r, 'en') for r in rows)}. vLLM counts "
-                              "the requests that meet every target, per second; the lesson's "
-                              "p99 gate gives the full throughput only when every p99 meets "
-                              "its target, else 0. Here both pick the same config.",
-                        "zh": f"{sep['zh'].join(score(r, 'zh') for r in rows)}。vLLM 统计每秒有多少请求"
-                              "各项都达标；本课的 p99 门槛只有在每个 p99 都达标时才记全部吞吐，否则记 0。这里两种分数选的是同一个配置。"}}
+    return {
+        "type": "single",
+        "prompt": {
+            "en": f"{sep['en'].join(desc(r, 'en') for r in rows)}. SLO: "
+            f"{slo_text(s, 'en')}. Scored by goodput, which config is better?",
+            "zh": f"{sep['zh'].join(desc(r, 'zh') for r in rows)}。SLO：{slo_text(s, 'zh')}。"
+            "以 goodput 打分，哪个配置更好？",
+        },
+        "choices": _opts(opts),
+        "explain": {
+            "en": f"{sep['en'].join(score(r, 'en') for r in rows)}. vLLM counts "
+            "the requests that meet every target, per second; the lesson's "
+            "p99 gate gives the full throughput only when every p99 meets "
+            "its target, else 0. Here both pick the same config.",
+            "zh": f"{sep['zh'].join(score(r, 'zh') for r in rows)}。vLLM 统计每秒有多少请求"
+            "各项都达标；本课的 p99 门槛只有在每个 p99 都达标时才记全部吞吐，否则记 0。这里两种分数选的是同一个配置。",
+        },
+    }
 
 
 def _pad(zh: str) -> str:
@@ -185,23 +242,34 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
     at = f" at {_fmt(rate)} req/s" if rate else ""
     at_zh = f"，{_fmt(rate)} req/s" if rate else ""
     vals = ", ".join(str(v) for v, _ in scores)
-    name = {"gate": {"en": "the lesson's p99 gate (throughput if every p99 meets the SLO, "
-                           "else 0)", "zh": "本课的 p99 门槛（每个 p99 都达标记吞吐，否则记 0）"},
-            "request": {"en": "vLLM's per-request goodput", "zh": "vLLM 的逐请求 goodput"}}[how]
+    name = {
+        "gate": {
+            "en": "the lesson's p99 gate (throughput if every p99 meets the SLO, else 0)",
+            "zh": "本课的 p99 门槛（每个 p99 都达标记吞吐，否则记 0）",
+        },
+        "request": {"en": "vLLM's per-request goodput", "zh": "vLLM 的逐请求 goodput"},
+    }[how]
     opts = [({lg: f"`{flag} {v}`" for lg in LANGS}, win == v, str(v)) for v, _ in scores]
-    opts.append(({"en": "None: every value scores 0", "zh": "都不行：每个值都得 0"},
-                 win == "none", "none"))
+    opts.append(
+        ({"en": "None: every value scores 0", "zh": "都不行：每个值都得 0"}, win == "none", "none")
+    )
     listing = "; ".join(f"{v}: {sc:.2f} req/s" for v, sc in scores)
-    return {"type": "single",
-            "prompt": {"en": f"A recorded sweep {run} of `{flag}` over {vals}{at}, SLO "
-                             f"{slo_text(s, 'en')}. Scored by {name['en']}, which value wins?",
-                       "zh": f"已录制的实测 {run} 里 `{flag}` 的 sweep（{vals}{at_zh}），SLO "
-                             f"{slo_text(s, 'zh')}。以{_pad(name['zh'])}打分，哪个值胜出？"},
-            "choices": _opts(opts),
-            "explain": {"en": f"Scores: {listing}. The gate is all-or-nothing on p99; vLLM "
-                              "counts good requests one by one, so the two can pick differently.",
-                        "zh": f"得分：{listing}。门槛对 p99 是全有或全无；vLLM 逐个数达标请求，"
-                              "所以两种分数可能选出不同的值。"}}
+    return {
+        "type": "single",
+        "prompt": {
+            "en": f"A recorded sweep {run} of `{flag}` over {vals}{at}, SLO "
+            f"{slo_text(s, 'en')}. Scored by {name['en']}, which value wins?",
+            "zh": f"已录制的实测 {run} 里 `{flag}` 的 sweep（{vals}{at_zh}），SLO "
+            f"{slo_text(s, 'zh')}。以{_pad(name['zh'])}打分，哪个值胜出？",
+        },
+        "choices": _opts(opts),
+        "explain": {
+            "en": f"Scores: {listing}. The gate is all-or-nothing on p99; vLLM "
+            "counts good requests one by one, so the two can pick differently.",
+            "zh": f"得分：{listing}。门槛对 p99 是全有或全无；vLLM 逐个数达标请求，"
+            "所以两种分数可能选出不同的值。",
+        },
+    }
 
 
 @generator("goodput_args")
@@ -212,33 +280,45 @@ def _g_goodput_args(p: Mapping[str, Any]) -> dict[str, Any]:
     s = _slo(p)
     right = " ".join(s.goodput_args())
     t = s.targets()
-    cands = [right,
-             " ".join(f"{k}:{_fmt(v)}" for k, v in t.items()),
-             " ".join(f"p99_{k}_ms:{_fmt(v)}" for k, v in t.items()),
-             " ".join(f"{k}:{_fmt(v / 1000)}" for k, v in t.items() if k in
-                      slo_mod.VLLM_GOODPUT_KEYS)]
+    cands = [
+        right,
+        " ".join(f"{k}:{_fmt(v)}" for k, v in t.items()),
+        " ".join(f"p99_{k}_ms:{_fmt(v)}" for k, v in t.items()),
+        " ".join(f"{k}:{_fmt(v / 1000)}" for k, v in t.items() if k in slo_mod.VLLM_GOODPUT_KEYS),
+    ]
     seen: list[str] = []
     for c in cands:
         if c not in seen:
             seen.append(c)
     dropped = [k for k in t if k not in slo_mod.VLLM_GOODPUT_KEYS]
-    note = ({"en": f" `{', '.join(dropped)}` is not a valid key, so it stays your own p99 check.",
-             "zh": f"`{', '.join(dropped)}` 不是合法键，只能留作你自己的 p99 检查。"}
-            if dropped else {"en": "", "zh": ""})
-    return {"type": "single",
-            "prompt": {"en": f"SLO: {slo_text(s, 'en')}. What goes after `vllm bench serve --goodput`?",
-                       "zh": f"SLO：{slo_text(s, 'zh')}。`vllm bench serve --goodput` 后面写什么？"},
-            "choices": _opts([({lg: f"`{c}`" for lg in LANGS}, c == right, c) for c in seen]),
-            "explain": {"en": f"`{right}`: KEY:VALUE pairs in milliseconds, keys only "
-                              f"{', '.join(slo_mod.VLLM_GOODPUT_KEYS)} (check_goodput_args in "
-                              f"vllm/benchmarks/serve.py).{note['en']}",
-                        "zh": f"`{right}`：毫秒单位的 KEY:VALUE 对，键只能是 "
-                              f"{', '.join(slo_mod.VLLM_GOODPUT_KEYS)}（vllm/benchmarks/serve.py 的 "
-                              f"check_goodput_args）。{note['zh']}"}}
-
+    note = (
+        {
+            "en": f" `{', '.join(dropped)}` is not a valid key, so it stays your own p99 check.",
+            "zh": f"`{', '.join(dropped)}` 不是合法键，只能留作你自己的 p99 检查。",
+        }
+        if dropped
+        else {"en": "", "zh": ""}
+    )
+    return {
+        "type": "single",
+        "prompt": {
+            "en": f"SLO: {slo_text(s, 'en')}. What goes after `vllm bench serve --goodput`?",
+            "zh": f"SLO：{slo_text(s, 'zh')}。`vllm bench serve --goodput` 后面写什么？",
+        },
+        "choices": _opts([({lg: f"`{c}`" for lg in LANGS}, c == right, c) for c in seen]),
+        "explain": {
+            "en": f"`{right}`: KEY:VALUE pairs in milliseconds, keys only "
+            f"{', '.join(slo_mod.VLLM_GOODPUT_KEYS)} (check_goodput_args in "
+            f"vllm/benchmarks/serve.py).{note['en']}",
+            "zh": f"`{right}`：毫秒单位的 KEY:VALUE 对，键只能是 "
+            f"{', '.join(slo_mod.VLLM_GOODPUT_KEYS)}（vllm/benchmarks/serve.py 的 "
+            f"check_goodput_args）。{note['zh']}",
+        },
+    }
 
 
 # ---- /metrics and the decision tree
+
 
 def _diagnosis(p: Mapping[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
     from course_utils.core import diagnose, metrics
@@ -256,20 +336,24 @@ def _diag_text(cap: int | None, summary: Any, bench: Any, s: Any) -> dict[str, s
     cap_zh = f"（max_num_seqs {cap}）" if cap else ""
     pcts = zh_pcts = ""
     if bench is not None:
-        each_p99 = [f"p99 {k.upper()} {_fmt(round(bench.percentile(k), 1))} ms"
-                    for k in ("ttft", "tpot") if bench.percentile(k) is not None]
+        each_p99 = [
+            f"p99 {k.upper()} {_fmt(round(bench.percentile(k), 1))} ms"
+            for k in ("ttft", "tpot")
+            if bench.percentile(k) is not None
+        ]
         pcts, zh_pcts = ", ".join(each_p99), "，".join(each_p99)
     pre = _fmt(summary.preemptions)
     return {
         "en": f"Sampled under load: `{metrics.WAITING}` mean {summary.waiting_mean:.1f} (max "
-              f"{_fmt(summary.waiting_max)}), `{metrics.RUNNING}` max "
-              f"{_fmt(summary.running_max)}{cap_en}, `{metrics.KV_USAGE}` max "
-              f"{summary.kv_usage_max:.2f}, preemptions {pre}. Bench: {pcts or 'n/a'}. "
-              f"SLO: {slo_text(s, 'en')}.",
+        f"{_fmt(summary.waiting_max)}), `{metrics.RUNNING}` max "
+        f"{_fmt(summary.running_max)}{cap_en}, `{metrics.KV_USAGE}` max "
+        f"{summary.kv_usage_max:.2f}, preemptions {pre}. Bench: {pcts or 'n/a'}. "
+        f"SLO: {slo_text(s, 'en')}.",
         "zh": f"负载期间采样：`{metrics.WAITING}` 均值 {summary.waiting_mean:.1f}（最大 "
-              f"{_fmt(summary.waiting_max)}），`{metrics.RUNNING}` 最大 "
-              f"{_fmt(summary.running_max)}{cap_zh}，`{metrics.KV_USAGE}` 最大 "
-              f"{summary.kv_usage_max:.2f}，抢占 {pre} 次。压测：{zh_pcts or '无'}。SLO：{slo_text(s, 'zh')}。"}
+        f"{_fmt(summary.waiting_max)}），`{metrics.RUNNING}` 最大 "
+        f"{_fmt(summary.running_max)}{cap_zh}，`{metrics.KV_USAGE}` 最大 "
+        f"{summary.kv_usage_max:.2f}，抢占 {pre} 次。压测：{zh_pcts or '无'}。SLO：{slo_text(s, 'zh')}。",
+    }
 
 
 # What each leaf of the decision tree means, in the learner's terms ({w}: waiting mean,
@@ -277,39 +361,46 @@ def _diag_text(cap: int | None, summary: Any, bench: Any, s: Any) -> dict[str, s
 LEAF_WHY: dict[str, dict[str, str]] = {
     "queue_cap": {
         "en": "Requests wait (mean {w}) while the running batch sits at its cap ({r} of {cap}) "
-              "and the KV cache has room ({kv}): the cap, not memory, holds them back.",
+        "and the KV cache has room ({kv}): the cap, not memory, holds them back.",
         "zh": "请求在排队（均值 {w}），运行批顶在上限（{r} / {cap}），KV cache 还有空间（{kv}）："
-              "挡住它们的是上限，不是显存。"},
+        "挡住它们的是上限，不是显存。",
+    },
     "queue_budget": {
         "en": "Requests wait (mean {w}) below the cap ({r} of {cap}) with KV room ({kv}), and "
-              "each step uses its whole token budget: the scheduler admits waiting requests "
-              "only while budget is left.",
+        "each step uses its whole token budget: the scheduler admits waiting requests "
+        "only while budget is left.",
         "zh": "请求在排队（均值 {w}），运行数没到上限（{r} / {cap}），KV 也有空间（{kv}），而每步都用满了 "
-              "token 预算：调度器只在预算有剩时才放排队的请求进来。"},
+        "token 预算：调度器只在预算有剩时才放排队的请求进来。",
+    },
     "queue_replicas": {
         "en": "Requests wait (mean {w}) although the batch is below its cap ({r} of {cap}) and "
-              "KV has room ({kv}). The scheduler also stops admitting once a step's token "
-              "budget is spent; when a bigger `--max-num-batched-tokens` does not help either, "
-              "arrivals outrun what this one server completes.",
+        "KV has room ({kv}). The scheduler also stops admitting once a step's token "
+        "budget is spent; when a bigger `--max-num-batched-tokens` does not help either, "
+        "arrivals outrun what this one server completes.",
         "zh": "请求在排队（均值 {w}），可运行批没到上限（{r} / {cap}），KV 也有空间（{kv}）。"
-              "调度器在一步的 token 预算用完时也会停止放行；如果调大 `--max-num-batched-tokens` 也无济于事，"
-              "就是到达速度超过了这一台服务器的完成速度。"},
+        "调度器在一步的 token 预算用完时也会停止放行；如果调大 `--max-num-batched-tokens` 也无济于事，"
+        "就是到达速度超过了这一台服务器的完成速度。",
+    },
     "kv": {
         "en": "The KV cache is full ({kv}) and {pre} preemptions pushed running requests back "
-              "to the queue: memory for KV binds.",
-        "zh": "KV cache 满了（{kv}），{pre} 次抢占把运行中的请求推回队列：KV 显存在卡。"},
+        "to the queue: memory for KV binds.",
+        "zh": "KV cache 满了（{kv}），{pre} 次抢占把运行中的请求推回队列：KV 显存在卡。",
+    },
     "prefill": {
         "en": "Nothing queues (mean {w}) and KV has room ({kv}), but p99 TTFT is over its "
-              "target: the time goes into getting the first token.",
-        "zh": "没有排队（均值 {w}），KV 也有空间（{kv}），但 p99 TTFT 超了目标：时间花在了产出首 token 上。"},
+        "target: the time goes into getting the first token.",
+        "zh": "没有排队（均值 {w}），KV 也有空间（{kv}），但 p99 TTFT 超了目标：时间花在了产出首 token 上。",
+    },
     "decode": {
         "en": "Nothing queues (mean {w}) and TTFT is inside its target, but p99 TPOT is over: "
-              "each decode step of a {r}-request batch takes too long.",
-        "zh": "没有排队（均值 {w}），TTFT 也达标，但 p99 TPOT 超了：{r} 个请求的 decode 批每一步都太慢。"},
+        "each decode step of a {r}-request batch takes too long.",
+        "zh": "没有排队（均值 {w}），TTFT 也达标，但 p99 TPOT 超了：{r} 个请求的 decode 批每一步都太慢。",
+    },
     "none": {
         "en": "Nothing queues, KV has room ({kv}) and every p99 meets its target: nothing "
-              "binds, so stop tuning or raise the rate.",
-        "zh": "没有排队，KV 有空间（{kv}），每个 p99 都达标：没有约束在卡，停下或提高速率。"},
+        "binds, so stop tuning or raise the rate.",
+        "zh": "没有排队，KV 有空间（{kv}），每个 p99 都达标：没有约束在卡，停下或提高速率。",
+    },
 }
 
 
@@ -318,9 +409,13 @@ def diag_why(d: Any, summary: Any, cap: int | None, lang: str) -> str:
     from course_utils.core import diagnose
 
     tmpl = LEAF_WHY.get(d.leaf, diagnose.TREE[d.leaf].text)[lang]
-    return tmpl.format(w=f"{summary.waiting_mean:.1f}", r=_fmt(summary.running_max),
-                       cap=cap if cap else "?", kv=f"{summary.kv_usage_max:.0%}",
-                       pre=_fmt(summary.preemptions))
+    return tmpl.format(
+        w=f"{summary.waiting_mean:.1f}",
+        r=_fmt(summary.running_max),
+        cap=cap if cap else "?",
+        kv=f"{summary.kv_usage_max:.0%}",
+        pre=_fmt(summary.preemptions),
+    )
 
 
 @generator("diagnose_constraint")
@@ -329,11 +424,15 @@ def _g_diagnose_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
     p99 keys), slo, max_num_seqs. Answer: diagnose.diagnose(...).constraint."""
     d, summary, bench, s, cap = _diagnosis(p)
     intro = _diag_text(cap, summary, bench, s)
-    return {"type": "single",
-            "prompt": {"en": f"{intro['en']} Which constraint binds?",
-                       "zh": f"{intro['zh']}哪个约束在绑定？"},
-            "choices": _opts([(CONSTRAINTS[c], c == d.constraint, c) for c in CONSTRAINTS]),
-            "explain": {lg: diag_why(d, summary, cap, lg) for lg in LANGS}}
+    return {
+        "type": "single",
+        "prompt": {
+            "en": f"{intro['en']} Which constraint binds?",
+            "zh": f"{intro['zh']}哪个约束在绑定？",
+        },
+        "choices": _opts([(CONSTRAINTS[c], c == d.constraint, c) for c in CONSTRAINTS]),
+        "explain": {lg: diag_why(d, summary, cap, lg) for lg in LANGS},
+    }
 
 
 @generator("diagnose_knobs")
@@ -352,8 +451,7 @@ def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
         mv = move_word(d.moves[k.name], lg) if k.name in good else k.move[lg]
         return f"`{k.flag}`{'：' if lg == 'zh' else ': '}{mv}"
 
-    choices = _opts([({lg: text(k, lg) for lg in LANGS}, k.name in good, k.name)
-                     for k in shown])
+    choices = _opts([({lg: text(k, lg) for lg in LANGS}, k.name in good, k.name) for k in shown])
     if good and not any(c["correct"] for c in choices):
         raise QuizError("none of the listed knobs is in the diagnosis")
     choices.append({"text": NO_KNOB, "correct": not good, "key": "none"})
@@ -361,14 +459,26 @@ def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
     def line(k: Any, lg: str) -> str:
         sep = "：" if lg == "zh" else ": "
         if k.name in good:
-            return f"`{k.flag}` ✓{sep}{move_word(d.moves[k.name], lg)}（{k.label[lg]}）" if lg == "zh" \
+            return (
+                f"`{k.flag}` ✓{sep}{move_word(d.moves[k.name], lg)}（{k.label[lg]}）"
+                if lg == "zh"
                 else f"`{k.flag}` ✓{sep}{move_word(d.moves[k.name], lg)} ({k.label[lg]})"
+            )
         return f"`{k.flag}` ✗{sep}{k.label[lg]}" + (
-            "，不作用于这个约束" if lg == "zh" else ", not what binds here")
+            "，不作用于这个约束" if lg == "zh" else ", not what binds here"
+        )
 
-    return {"type": "multiple",
-            "prompt": {"en": f"{intro['en']} Which moves would you try next (one at a time)?",
-                       "zh": f"{intro['zh']}接下来该试哪些动作（一次一个）？"},
-            "choices": choices,
-            "explain": {lg: diag_why(d, summary, cap, lg) + ("" if lg == "zh" else " ")
-                        + each([line(k, lg) for k in shown], lg) for lg in LANGS}}
+    return {
+        "type": "multiple",
+        "prompt": {
+            "en": f"{intro['en']} Which moves would you try next (one at a time)?",
+            "zh": f"{intro['zh']}接下来该试哪些动作（一次一个）？",
+        },
+        "choices": choices,
+        "explain": {
+            lg: diag_why(d, summary, cap, lg)
+            + ("" if lg == "zh" else " ")
+            + each([line(k, lg) for k in shown], lg)
+            for lg in LANGS
+        },
+    }

@@ -30,6 +30,7 @@ from course_utils.quiz.engine import (
 
 # ---------------------------------------------------------------- renderers: static
 
+
 def _asset(name: str) -> str:
     for d in ASSET_DIRS:
         f = d / name
@@ -59,34 +60,46 @@ def html(lesson: str, lang: Lang = "en", *, questions: Sequence[Question] | None
     qs = list(questions) if questions is not None else load(lesson)
     s = STRINGS[lang]
     root = f"quiz-{lesson}-{lang}"
-    out = [f'<div class="cu-quiz" id="{root}" data-lesson="{lesson}" data-lang="{lang}" '
-           f'lang="{"zh-CN" if lang == "zh" else "en"}">',
-           f"<style>{_asset('quiz.css')}</style>", '<ol class="cu-quiz-list">']
+    out = [
+        f'<div class="cu-quiz" id="{root}" data-lesson="{lesson}" data-lang="{lang}" '
+        f'lang="{"zh-CN" if lang == "zh" else "en"}">',
+        f"<style>{_asset('quiz.css')}</style>",
+        '<ol class="cu-quiz-list">',
+    ]
     data: dict[str, Any] = {"strings": s, "questions": {}}
     for n, q in enumerate(qs, 1):
         qd = dom_id(lesson, lang, n)
         hint = s[f"hint_{q.type}"]
         out.append(f'<li class="cu-q" id="{qd}" data-qid="{q.id}" data-type="{q.type}">')
-        out.append(f'<p class="cu-q-prompt">{_inline(q.prompt[lang])} '
-                   f'<span class="cu-q-hint">{_html.escape(hint)}</span></p>')
+        out.append(
+            f'<p class="cu-q-prompt">{_inline(q.prompt[lang])} '
+            f'<span class="cu-q-hint">{_html.escape(hint)}</span></p>'
+        )
         if q.type == "numeric":
             unit = f'<span class="cu-q-unit">{_html.escape(q.unit[lang])}</span>' if q.unit else ""
-            out.append(f'<p class="cu-q-num"><input type="text" inputmode="decimal" '
-                       f'autocomplete="off" id="{qd}-input" name="{qd}" '
-                       f'aria-label="{_html.escape(s["number_label"])}"> {unit}</p>')
+            out.append(
+                f'<p class="cu-q-num"><input type="text" inputmode="decimal" '
+                f'autocomplete="off" id="{qd}-input" name="{qd}" '
+                f'aria-label="{_html.escape(s["number_label"])}"> {unit}</p>'
+            )
         else:
             kind = "radio" if q.type == "single" else "checkbox"
             out.append('<ul class="cu-q-choices">')
             for c in q.choices:
-                out.append(f'<li><label><input type="{kind}" name="{qd}" value="{c.id}"> '
-                           f'<span class="cu-q-cid">{c.id})</span> {_inline(c.text[lang])}'
-                           "</label></li>")
+                out.append(
+                    f'<li><label><input type="{kind}" name="{qd}" value="{c.id}"> '
+                    f'<span class="cu-q-cid">{c.id})</span> {_inline(c.text[lang])}'
+                    "</label></li>"
+                )
             out.append("</ul>")
         out.append(f'<button type="button" class="cu-q-check">{_html.escape(s["check"])}</button>')
         out.append('<div class="cu-q-feedback" role="status" aria-live="polite" hidden></div>')
         out.append("</li>")
-        rec: dict[str, Any] = {"type": q.type, "explain": q.explain[lang],
-                               "expected": q.expected(lang)}
+        rec: dict[str, Any] = {
+            "type": q.type,
+            "explain": q.explain[lang],
+            "expected": q.expected(lang),
+        }
         if q.type == "numeric":
             rec.update(answer=q.answer, abs_tol=q.abs_tol, rel_tol=q.rel_tol)
         else:
@@ -94,12 +107,17 @@ def html(lesson: str, lang: Lang = "en", *, questions: Sequence[Question] | None
             rec["correct"] = sorted(q.correct_ids)
         data["questions"][qd] = rec
     payload = json.dumps(data, ensure_ascii=False, sort_keys=True).replace("</", "<\\/")
-    out += ["</ol>", f'<script type="application/json" class="cu-quiz-data">{payload}</script>',
-            f"<script>{_asset('quiz.js')}</script>", "</div>"]
+    out += [
+        "</ol>",
+        f'<script type="application/json" class="cu-quiz-data">{payload}</script>',
+        f"<script>{_asset('quiz.js')}</script>",
+        "</div>",
+    ]
     return "\n".join(out)
 
 
 # ---------------------------------------------------------------- renderers: live
+
 
 def widget(lesson: str, lang: Lang = "en", *, questions: Sequence[Question] | None = None) -> Any:
     """ipywidgets version (needs a live kernel): one box per question, graded by grade()."""
@@ -113,33 +131,47 @@ def widget(lesson: str, lang: Lang = "en", *, questions: Sequence[Question] | No
         hint = _html.escape(s["hint_" + q.type])
         prompt = w.HTML(f"<b>{n}.</b> {_inline(q.prompt[lang])} <i>{hint}</i>")
         if q.type == "single":
-            inp: Any = w.RadioButtons(options=[(f"{c.id}) {c.text[lang]}", c.id)
-                                               for c in q.choices], value=None,
-                                      layout=w.Layout(width="auto"))
+            inp: Any = w.RadioButtons(
+                options=[(f"{c.id}) {c.text[lang]}", c.id) for c in q.choices],
+                value=None,
+                layout=w.Layout(width="auto"),
+            )
             read: Callable[[], Any] = functools.partial(getattr, inp, "value")
         elif q.type == "multiple":
-            checks = [w.Checkbox(description=f"{c.id}) {c.text[lang]}", value=False, indent=False,
-                                 layout=w.Layout(width="auto")) for c in q.choices]
+            checks = [
+                w.Checkbox(
+                    description=f"{c.id}) {c.text[lang]}",
+                    value=False,
+                    indent=False,
+                    layout=w.Layout(width="auto"),
+                )
+                for c in q.choices
+            ]
             inp = w.VBox(checks)
             read = functools.partial(
                 lambda cs, ids: [i for cb, i in zip(cs, ids, strict=True) if cb.value],
-                checks, [c.id for c in q.choices])
+                checks,
+                [c.id for c in q.choices],
+            )
         else:
-            inp = w.FloatText(value=None, description=q.unit[lang] if q.unit else "",
-                              layout=w.Layout(width="320px"))
+            inp = w.FloatText(
+                value=None,
+                description=q.unit[lang] if q.unit else "",
+                layout=w.Layout(width="320px"),
+            )
             read = functools.partial(getattr, inp, "value")
         button = w.Button(description=s["check"])
         out = w.HTML()
 
-        def on_click(_: Any, q: Question = q, read: Callable[[], Any] = read,
-                     out: Any = out) -> None:
+        def on_click(
+            _: Any, q: Question = q, read: Callable[[], Any] = read, out: Any = out
+        ) -> None:
             r = grade(q, read(), lang)
             cls = "cu-err" if r.error else ("cu-ok" if r.correct else "cu-bad")
             out.value = f'<div class="{cls}">{_inline(r.explanation)}</div>'
 
         button.on_click(on_click)
-        boxes.append(w.VBox([prompt, inp, button, out],
-                            layout=w.Layout(margin="0 0 1em 0")))
+        boxes.append(w.VBox([prompt, inp, button, out], layout=w.Layout(margin="0 0 1em 0")))
     return w.VBox(boxes)
 
 
@@ -201,6 +233,7 @@ def show(lesson: str, lang: Lang = "en", *, live: bool | None = None) -> None:
 
 # ---------------------------------------------------------------- CLI
 
+
 def as_text(lesson: str, lang: Lang = "en") -> str:
     lines = [f"# {title(lesson, lang)} [{lesson}/{lang}]"]
     for n, q in enumerate(load(lesson), 1):
@@ -214,8 +247,12 @@ def as_text(lesson: str, lang: Lang = "en") -> str:
 
 
 def as_json(lesson: str, lang: Lang = "en") -> str:
-    doc = {"lesson": lesson, "lang": lang, "title": title(lesson, lang),
-           "questions": [q.to_dict(lang) for q in load(lesson)]}
+    doc = {
+        "lesson": lesson,
+        "lang": lang,
+        "title": title(lesson, lang),
+        "questions": [q.to_dict(lang) for q in load(lesson)],
+    }
     return json.dumps(doc, ensure_ascii=False, indent=2)
 
 
@@ -236,5 +273,3 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--lang", choices=LANGS, default="en")
     p.add_argument("--format", choices=("json", "text"), default="text")
     p.set_defaults(func=_cli)
-
-

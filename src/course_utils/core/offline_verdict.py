@@ -1,0 +1,322 @@
+"""Lab 01's verdict for an offline sweep of one knob (``LLM(...)`` points): the triple
+(quality, speed, latency), whether the KV cache bound at the baseline, and the same-batch
+spread read from vLLM's engine stats. ``course_utils.core.keep`` exports these with the
+other keep rules."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from course_utils.core import knobs as knobs_mod
+from course_utils.core.capacity import BLOCK_SIZE, get_gpu
+from course_utils.core.vllm_logs import EngineStatsLine, engine_stats
+
+__all__ = [
+    "judge",
+    "kv_check",
+    "kv_demand",
+    "kv_timeline",
+    "point_log",
+    "same_batch_gap",
+    "speed_pass_seqs",
+    "verdict",
+]
+
+
+def kv_timeline(stats: Sequence[EngineStatsLine], full: float = 0.99) -> dict[str, Any]:
+    """When the KV cache filled (first stats line at >= `full` usage; None: never), the mean
+    generation tokens/s of the lines before that (the same batch at any KV size) and the
+    most requests waiting (in an offline pass that submits everything at once, waiting
+    requests after the start are preempted ones: scheduler.py _preempt_request)."""
+    full_at = next((s.t_s for s in stats if s.kv_usage >= full), None)
+    before = [
+        s.gen_tok_s for s in stats if (full_at is None or s.t_s < full_at) and s.prompt_tok_s == 0.0
+    ]
+    return {
+        "lines": len(stats),
+        "kv_full_at_s": full_at,
+        "gen_tok_s_before_full": sum(before) / len(before) if before else None,
+        "waiting_max": max((s.waiting for s in stats), default=None),
+        "running_max": max((s.running for s in stats), default=None),
+    }
+
+
+def point_log(results_dir: str | Path, record: Mapping[str, Any]) -> Path | None:
+    """A point's vLLM log: points/<key>/llm.log under `results_dir` (a run fetched from a GPU
+    host lives elsewhere than the path it recorded), else the recorded path."""
+    for cand in (
+        Path(results_dir) / "points" / str(record.get("key")) / "llm.log",
+        Path(str(record.get("log") or "")),
+    ):
+        if cand.name == "llm.log" and cand.is_file():
+            return cand
+    return None
+
+
+def _same_batch_lines(stats: Sequence[EngineStatsLine], full: float = 0.99) -> dict[float, float]:
+    """t_s -> generation tokens/s of the lines before the KV cache filled with no prompt
+    work in the interval (the same batch, whatever the KV size)."""
+    full_at = next((s.t_s for s in stats if s.kv_usage >= full), None)
+    return {
+        s.t_s: s.gen_tok_s
+        for s in stats
+        if (full_at is None or s.t_s < full_at) and s.prompt_tok_s == 0.0
+    }
+
+
+def same_batch_gap(
+    results_dir: str | Path, records: Sequence[Mapping[str, Any]], *, baseline: Any
+) -> dict[str, Any] | None:
+    """Each ok point's engine stats and KV timeline, and its generation tokens/s before
+    either KV cache filled relative to the baseline's, both averaged over the SAME seconds
+    of the pass (the stats lines both points logged before either cache filled). Before
+    the cache fills, every point runs the same batch at the same context lengths, so a
+    capacity knob cannot make a difference there: a gap is this machine's run-to-run spread
+    (or order). None without the baseline's stats or a shared second."""
+    lines, stats = {}, {}
+    for r in records:
+        log = point_log(results_dir, r) if r.get("status") == "ok" else None
+        if log is not None:
+            stats[r["value"]] = engine_stats(log.read_text(errors="replace"))
+            lines[r["value"]] = kv_timeline(stats[r["value"]])
+    if baseline not in stats:
+        return None
+    base = _same_batch_lines(stats[baseline])
+    gaps, windows, shared_means = {}, {}, {}
+    for v, st in stats.items():
+        if v == baseline:
+            continue
+        mine = _same_batch_lines(st)
+        shared = sorted(set(base) & set(mine))
+        if not shared:
+            continue
+        b = sum(base[t] for t in shared) / len(shared)
+        m = sum(mine[t] for t in shared) / len(shared)
+        if b > 0:
+            gaps[v] = m / b - 1.0
+            windows[v] = [shared[0], shared[-1]]
+            shared_means[v] = {"baseline": b, "value": m, "lines": len(shared)}
+    if not gaps:
+        return None
+    return {
+        "timelines": lines,
+        "stats": stats,
+        "gaps": gaps,
+        "windows_s": windows,
+        "shared_means": shared_means,
+        "max_abs_gap": max(abs(g) for g in gaps.values()),
+    }
+
+
+def kv_demand(
+    load_prompts: int,
+    prompt_tokens: int,
+    out_tokens: int,
+    max_num_seqs: int | None = None,
+    block_size: int = BLOCK_SIZE,
+) -> dict[str, int]:
+    """KV tokens lab 01's speed pass can hold at once: ``load_prompts`` requests (at most
+    ``max_num_seqs`` running) of ``prompt_tokens + out_tokens``, each rounded up to whole
+    KV blocks (vLLM allocates per block; 16 tokens is its default for this model)."""
+    per_request = math.ceil((int(prompt_tokens) + int(out_tokens)) / block_size) * block_size
+    at_once = int(load_prompts) if not max_num_seqs else min(int(load_prompts), int(max_num_seqs))
+    return {
+        "per_request_tokens": per_request,
+        "at_once": at_once,
+        "demand_tokens": at_once * per_request,
+    }
+
+
+def kv_check(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    baseline: Any,
+    prompt_tokens_bound: int | None = None,
+    max_num_seqs: int | None = None,
+    block_size: int = BLOCK_SIZE,
+) -> dict[str, Any] | None:
+    """Did the KV cache limit the baseline's speed pass?
+
+    If every request the pass runs at once (``kv_demand``) fits in the KV cache vLLM logged
+    for the baseline, the pool never bound: a capacity knob (more KV) cannot speed that pass
+    up. The prompt length is the one the run recorded (``prompt_tokens_max``) or, for runs
+    recorded before it did, ``prompt_tokens_bound`` (evalset.prompt_tokens_bound).
+    None when the baseline has no KV size or prompt length to go on.
+    """
+    base = next(
+        (r for r in records if r.get("status") == "ok" and r.get("value") == baseline), None
+    )
+    if base is None or not base.get("kv_cache_tokens") or not base.get("load_prompts"):
+        return None
+    exact = base.get("prompt_tokens_max")
+    prompt = exact if exact is not None else prompt_tokens_bound
+    out_tokens = base.get("load_max_tokens") or base.get("max_tokens")
+    if prompt is None or out_tokens is None:
+        return None
+    d = kv_demand(base["load_prompts"], prompt, out_tokens, max_num_seqs, block_size)
+    kv = int(base["kv_cache_tokens"])
+    return {
+        **d,
+        "kv_tokens": kv,
+        "binding": d["demand_tokens"] > kv,
+        "prompt_tokens": int(prompt),
+        "prompt_exact": exact is not None,
+        "out_tokens": int(out_tokens),
+        "load_prompts": int(base["load_prompts"]),
+        "kv_concurrency": kv // d["per_request_tokens"],
+    }
+
+
+def verdict(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    baseline: Any,
+    p99_latency_slo_s: float | None = None,
+    min_gain: float = 0.05,
+    max_accuracy_drop: float = 0.02,
+    kv: Mapping[str, Any] | None = None,
+    spread: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Keep or revert: the fastest point that meets the SLO and keeps quality, if it beats
+    ``baseline`` by at least ``min_gain`` in output tokens/s; otherwise keep the baseline.
+
+    SLO: per-request p99 latency <= ``p99_latency_slo_s`` (None: no latency limit).
+    Quality: accuracy may not drop more than ``max_accuracy_drop`` below the baseline's
+    (ignored when not measured, i.e. dummy weights).
+    ``kv``: pass ``kv_check(...)`` when the knob is a capacity knob. If the KV cache did not
+    bind at the baseline, a gain cannot come from the knob's mechanism, so a would-be keep
+    becomes ``recheck`` (stay on the baseline, measure again in another order first).
+    ``spread``: pass ``same_batch_gap(...)``. If the kept value already differed from the
+    baseline by ``min_gain`` or more before its KV cache filled (where the knob cannot act),
+    the gain is within the run-to-run spread: ``recheck`` too.
+    """
+    ok = [r for r in records if r.get("status") == "ok" and r.get("output_tok_s")]
+    base = next((r for r in ok if r.get("value") == baseline), None)
+    if base is None:
+        return {
+            "decision": "none",
+            "value": None,
+            "why": f"baseline {baseline!r} has no successful measurement",
+        }
+
+    def meets(r: Mapping[str, Any]) -> tuple[bool, str]:
+        if (
+            p99_latency_slo_s is not None
+            and (r.get("latency_p99_s") or math.inf) > p99_latency_slo_s
+        ):
+            return (
+                False,
+                f"p99 latency {r.get('latency_p99_s') or math.inf:.1f} s > {p99_latency_slo_s:g} s",
+            )
+        a, b = r.get("accuracy"), base.get("accuracy")
+        if a is not None and b is not None and a < b - max_accuracy_drop:
+            return False, f"accuracy {a:.1%} < baseline {b:.1%}"
+        return True, ""
+
+    candidates = [r for r in ok if meets(r)[0]]
+    best = max(candidates, key=lambda r: r["output_tok_s"], default=None)
+    if best is None:
+        why = (
+            f"no setting meets the SLO, the baseline included ({meets(base)[1]}): the SLO "
+            "does not fit this load; keep the baseline, then change the load or the SLO"
+        )
+        return {"decision": "revert", "value": baseline, "why": why, "gain": 0.0, "slo_met_by": []}
+    if best.get("value") == baseline:
+        why = "the baseline is the fastest setting that meets the SLO and keeps quality"
+        return {
+            "decision": "revert",
+            "value": baseline,
+            "why": why,
+            "gain": 0.0,
+            "slo_met_by": [r["value"] for r in candidates],
+        }
+    gain = best["output_tok_s"] / base["output_tok_s"] - 1.0
+    if gain < min_gain:
+        return {
+            "decision": "revert",
+            "value": baseline,
+            "gain": gain,
+            "why": f"best gain {gain:+.1%} < {min_gain:.0%}: not worth the change",
+        }
+    if kv is not None and not kv.get("binding", True):
+        return {
+            "decision": "recheck",
+            "value": baseline,
+            "gain": gain,
+            "candidate": best["value"],
+            "kv": dict(kv),
+            "why": (
+                f"{best['value']!r} gave {gain:+.1%} output tok/s, but the KV cache did "
+                f"not bind at the baseline (the speed pass needs at most "
+                f"{kv['demand_tokens']:,} of {kv['kv_tokens']:,} tokens), so more KV "
+                "cannot explain the gain: measure again with the values in another "
+                "order (a new output_dir) before keeping it"
+            ),
+        }
+    gap = (spread or {}).get("gaps", {}).get(best["value"])
+    if gap is not None and abs(gap) >= min_gain:
+        return {
+            "decision": "recheck",
+            "value": baseline,
+            "gain": gain,
+            "candidate": best["value"],
+            "same_batch_gap": gap,
+            "why": (
+                f"{best['value']!r} gave {gain:+.1%} output tok/s, but it already ran "
+                f"{gap:+.1%} against the baseline before its KV cache filled, where the "
+                "knob cannot act: the gain is within this machine's run-to-run spread; "
+                "measure again (other order, repeats) before keeping it"
+            ),
+        }
+    return {
+        "decision": "keep",
+        "value": best["value"],
+        "gain": gain,
+        "why": f"{gain:+.1%} output tok/s over baseline within the SLO",
+    }
+
+
+def speed_pass_seqs(base_knobs: Mapping[str, Any], gpu: str) -> int:
+    """The max_num_seqs an ``LLM(...)`` point runs its speed pass with: the sweep's own, else
+    vLLM 0.26.0's default for the LLM entry on that GPU."""
+    return int(
+        base_knobs.get("max_num_seqs")
+        or knobs_mod.default("max_num_seqs", gpu_memory_gib=get_gpu(gpu).memory_gib, entry="llm")
+    )
+
+
+def judge(
+    results_dir: str | Path,
+    records: Sequence[Mapping[str, Any]],
+    params: Mapping[str, Any],
+    *,
+    prompt_tokens_bound: int | None = None,
+) -> dict[str, Any]:
+    """Lab 01's keep-or-revert with its checks, from a sweep's records and parameters (the
+    lab's, or a run's params.json): for a capacity knob the engine-stats spread
+    (``same_batch_gap``) and, with ``capacity_check``, whether the KV cache bound
+    (``kv_check``); then ``verdict``. Returns baseline, max_num_seqs, kv, spread, verdict."""
+    values = params.get("values") or []
+    base = params.get("baseline")
+    base = values[0] if base is None and values else base
+    capacity_knob = knobs_mod.get(params["knob"]).group == "capacity"
+    check = bool(params.get("capacity_check", True)) and capacity_knob
+    seqs = speed_pass_seqs(params.get("base_knobs") or {}, params["gpu"])
+    kv = (
+        kv_check(records, baseline=base, prompt_tokens_bound=prompt_tokens_bound, max_num_seqs=seqs)
+        if check
+        else None
+    )
+    spread = same_batch_gap(results_dir, records, baseline=base) if capacity_knob else None
+    decision = verdict(
+        records,
+        baseline=base,
+        p99_latency_slo_s=params.get("p99_latency_slo_s"),
+        min_gain=params.get("min_gain", 0.05),
+        kv=kv,
+        spread=spread if check else None,
+    )
+    return {"baseline": base, "max_num_seqs": seqs, "kv": kv, "spread": spread, "verdict": decision}

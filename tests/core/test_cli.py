@@ -37,7 +37,7 @@ def test_goodput_prints_both_scores(tmp_path):
     p = run("goodput", "--bench", str(f), "--slo", "ttft:300 tpot:50")
     assert p.returncode == 0, p.stderr
     assert "per-request goodput (vLLM):    9.70" in p.stdout
-    assert "p99 gate goodput (lesson 000): 0.00" in p.stdout
+    assert "p99 gate goodput (the SLO lesson's score): 0.00" in p.stdout
 
 
 def test_diagnose_from_a_saved_series(tmp_path):

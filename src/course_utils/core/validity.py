@@ -129,7 +129,7 @@ def jit_issue(kernels: Sequence[str]) -> str | None:
 # requests of sampling noise; a warm-up whose samples saw nothing running is not judged.
 # Measured on the H200 (labs/results/h200-2026-11-30, 3072/256 tokens at 12 req/s): warm-ups
 # that peaked at 72-75 running requests before windows that peaked at 128-137 left every
-# such window 9-22 % below the next window on the same server, with no JIT compile logged.
+# such window 7-20 % below the next window on the same server, with no JIT compile logged.
 WARMUP_COVERAGE = 0.8
 WARMUP_SLACK = 2.0
 

@@ -21,7 +21,7 @@ from course_utils.lab.bench import (
 from course_utils.lab.server import VllmServer
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
-VLLM_SRC = Path("/work/vllm-src/src/vllm")
+VLLM_FILES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_0_26_0"
 FLAGS = {ln.strip() for ln in (FAKES / "vllm_0_26_0_bench_serve_flags.txt").read_text().splitlines()
          if ln.strip() and not ln.startswith("#")}
 
@@ -83,13 +83,26 @@ def test_every_flag_exists_in_vllm_0_26_0() -> None:
     assert set(_flags(argv)) <= FLAGS, set(_flags(argv)) - FLAGS
 
 
-@pytest.mark.skipif(not VLLM_SRC.is_dir(), reason="vLLM 0.26.0 source not unpacked here")
+def _vllm_file(name: str) -> str:
+    """A vLLM 0.26.0 source file, checked against the wheel's RECORD (sha256 and size)."""
+    import base64
+    import gzip
+    import hashlib
+
+    data = gzip.decompress((VLLM_FILES / f"{Path(name).name}.gz").read_bytes())
+    record = {ln.split(",")[0]: ln.split(",")[1:] for ln in
+              (VLLM_FILES / "RECORD").read_text().splitlines() if ln.strip()}
+    digest, size = record[name]
+    sha = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    assert (f"sha256={sha}", str(len(data))) == (digest, size), name
+    return data.decode()
+
+
 def test_flag_list_matches_vllm_source() -> None:
-    text = (VLLM_SRC / "benchmarks/serve.py").read_text() + (
-        VLLM_SRC / "benchmarks/datasets/datasets.py").read_text()
+    serve_src = _vllm_file("vllm/benchmarks/serve.py")
+    text = serve_src + _vllm_file("vllm/benchmarks/datasets/datasets.py")
     found = set(re.findall(r'add_argument\(\s*"(--[a-z0-9-]+)"', text))
     assert found == {f for f in FLAGS if f.startswith("--")}
-    serve_src = (VLLM_SRC / "benchmarks/serve.py").read_text()
     for key in SETUP_KEYS + BENCH_KEYS:
         assert f'"{key}"' in serve_src, key
 

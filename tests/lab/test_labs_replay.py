@@ -22,14 +22,13 @@ import stat
 import sys
 from pathlib import Path
 
+import papermill as pm  # noqa: E402
 import pytest
 
 from course_utils.core import keep, vllm_logs
 from course_utils.core.records import read_jsonl
 from course_utils.lab import offline as llm_point
 from course_utils.lab import replay as labtools
-
-pm = pytest.importorskip("papermill")
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB01 = ROOT / "labs" / "01_knob_sweep.ipynb"

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import jinja2
 import pytest
+import tokenizers  # noqa: E402 - requirements.txt installs it: a missing one fails
 
 from course_utils.lab import modelfolder
 from course_utils.lab.modelfolder import SPECIAL_TOKENS, make_dummy_model_folder, stdlib_corpus
 
-tokenizers = pytest.importorskip("tokenizers")
 FILES = {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}
 
 

@@ -469,3 +469,78 @@ def point_key(parts: Mapping[str, Any]) -> str:
     """Stable id of a point: a hash of everything that changes what is measured."""
     blob = json.dumps(jsonable(dict(parts)), sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------
+# offline points: lab 01's LLM(...) in a fresh process, the triple of one knob value
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class OfflinePoint:
+    """One lab 01 point: start-up facts vLLM logged, quality on the eval set, speed and
+    latency of the load pass. ``extra`` keeps keys a newer child wrote that this class does
+    not name, so nothing recorded is lost on a round trip."""
+
+    key: str
+    knobs: dict[str, Any]
+    model: str
+    status: str = "failed"
+    reason: str | None = None
+    knob: str | None = None
+    value: Any = None
+    load_format: str = "auto"
+    max_model_len: int | None = None
+    max_tokens: int | None = None
+    load_max_tokens: int | None = None
+    temperature: float = 0.0
+    seed: int = 0
+    started_at: str = ""
+    wall_s: float | None = None
+    log: str | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    concurrency_len: int | None = None
+    kv_cache_gib: float | None = None
+    weights_gib: float | None = None
+    torch_compile_s: float | None = None
+    vllm_version: str | None = None
+    startup_s: float | None = None
+    eval_s: float | None = None
+    eval_n: int | None = None
+    eval_correct: int | None = None
+    accuracy: float | None = None
+    accuracy_note: str = ""
+    load_prompts: int | None = None
+    load_s: float | None = None
+    output_tokens: int | None = None
+    prompt_tokens_max: int | None = None
+    prompt_tokens_total: int | None = None
+    output_tok_s: float | None = None
+    latency_p50_s: float | None = None
+    latency_p99_s: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p99_s: float | None = None
+    latency_n: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def update(self, values: Mapping[str, Any]) -> None:
+        for k, v in values.items():
+            if k in self.__dataclass_fields__ and k != "extra":
+                setattr(self, k, v)
+            else:
+                self.extra[k] = v
+
+    def to_json(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "extra"}
+        return {**d, **self.extra}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> OfflinePoint:
+        p = cls(
+            key=str(d.get("key", "")),
+            knobs=dict(d.get("knobs") or {}),
+            model=str(d.get("model", "")),
+        )
+        p.update({k: v for k, v in d.items() if k not in ("key", "knobs", "model")})
+        return p

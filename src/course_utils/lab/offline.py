@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.records import append_jsonl, read_jsonl
+from course_utils.core.records import OfflinePoint, append_jsonl, read_jsonl
 from course_utils.core.vllm_logs import classify_failure, startup_facts
 from course_utils.lab.proc import run_logged
 
@@ -237,18 +237,18 @@ def run_point(
     spec_path.write_text(json.dumps(spec, indent=1))
     log_path = pdir / "llm.log"
     cmd = [*(python or [sys.executable]), "-m", "course_utils.lab.offline", str(spec_path)]
-    record: dict[str, Any] = {
-        "key": key,
-        "knobs": dict(knobs),
-        "model": model,
-        "load_format": load_format,
-        "max_model_len": max_model_len,
-        "max_tokens": max_tokens,
-        "load_max_tokens": load_max_tokens,
-        "temperature": temperature,
-        "seed": seed,
-        "started_at": _now(),
-    }
+    record = OfflinePoint(
+        key=key,
+        knobs=dict(knobs),
+        model=model,
+        load_format=load_format,
+        max_model_len=max_model_len,
+        max_tokens=max_tokens,
+        load_max_tokens=load_max_tokens,
+        temperature=temperature,
+        seed=seed,
+        started_at=_now(),
+    )
     full_env = {**os.environ, **(env or {})}
     src = str(Path(__file__).resolve().parents[2])  # the child must import course_utils
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (full_env.get("PYTHONPATH", ""), src) if p)
@@ -257,21 +257,20 @@ def run_point(
     rc, timed_out = run_logged(cmd, log_path, timeout_s, env=full_env)
     log_text = log_path.read_text(errors="replace")
     record.update(startup_facts(log_text).as_dict())
-    record["wall_s"] = time.monotonic() - t0
-    record["log"] = str(log_path)
+    record.wall_s, record.log = time.monotonic() - t0, str(log_path)
     if rc == 0 and result_path.is_file():
         result = json.loads(result_path.read_text())
         outputs = result.pop("eval_outputs", {})
         (pdir / "eval_outputs.json").write_text(json.dumps(outputs, indent=1, ensure_ascii=False))
         record.update(result)
-        record["reason"] = None
+        record.reason = None
     else:
-        record["status"] = "failed"
-        record["reason"] = (
+        record.status = "failed"
+        record.reason = (
             f"no result within {timeout_s:.0f} s" if timed_out else classify_failure(log_text, rc)
         )
-        record["accuracy"] = None
-    return record
+        record.accuracy = None
+    return record.to_json()
 
 
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,76 @@
+"""The one JSONL store and the records: torn lines, strict JSON, round trips of every
+recorded run."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from course_utils.core.records import (
+    OfflinePoint,
+    ServedPoint,
+    append_jsonl,
+    read_jsonl,
+)
+
+RESULTS = Path(__file__).resolve().parents[2] / "labs" / "results"
+
+
+def test_store_skips_a_torn_line_and_never_glues_onto_it(tmp_path: Path) -> None:
+    p = tmp_path / "x.jsonl"
+    append_jsonl(p, {"a": 1})
+    with open(p, "a") as fh:
+        fh.write('{"b": ')  # a writer killed mid-line
+    append_jsonl(p, {"c": 3})
+    assert read_jsonl(p) == [{"a": 1}, {"c": 3}]
+    assert read_jsonl(tmp_path / "missing.jsonl") == []
+
+
+def test_store_writes_strict_json_only(tmp_path: Path) -> None:
+    p = tmp_path / "x.jsonl"
+    append_jsonl(p, {"gain": math.inf, "nan": math.nan, "nested": [{"x": -math.inf}]})
+    line = p.read_text().strip()
+    json.loads(line, parse_constant=lambda c: pytest.fail(f"non-finite literal {c}"))
+    assert json.loads(line) == {"gain": "inf", "nan": "nan", "nested": [{"x": "-inf"}]}
+
+
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("*/*/points.jsonl"))
+                         + sorted(RESULTS.glob("*/*/knee.jsonl")), ids=str)
+def test_every_recorded_served_point_reads_as_a_record(path: Path) -> None:
+    for raw in read_jsonl(path):
+        p = ServedPoint.from_json(raw)
+        assert p.status in ("ok", "failed")
+        if p.status == "ok":
+            assert p.windows and p.scores() is not None
+            assert p.valid == bool(raw.get("valid", not raw.get("validity_issues")))
+        again = ServedPoint.from_json(p.to_json())
+        assert again.to_json() == p.to_json()
+
+
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("*/*/results.jsonl")), ids=str)
+def test_every_recorded_offline_point_round_trips(path: Path) -> None:
+    for raw in read_jsonl(path):
+        p = OfflinePoint.from_json(raw)
+        assert p.to_json() == {**{k: getattr(p, k) for k in p.__dataclass_fields__
+                                  if k != "extra"}, **p.extra}
+        assert {k: v for k, v in p.to_json().items() if k in raw} == raw
+
+
+def test_a_point_decides_on_its_valid_windows_only() -> None:
+    win = {"status": "ok", "purpose": "measure", "seed": 0, "index": 0,
+           "score": {"gate_goodput": 0.0, "request_goodput": 1.0, "request_throughput": 9.0,
+                     "meets_slo": False}, "valid": False, "validity_issues": ["jit"]}
+    clean = {**win, "index": 1, "purpose": "remeasure", "valid": True, "validity_issues": [],
+             "score": {**win["score"], "request_goodput": 4.0}}
+    rep = {**clean, "index": 2, "purpose": "repeat", "score": {**win["score"],
+                                                               "request_goodput": 6.0}}
+    p = ServedPoint.from_json({"key": "k", "knob": "max_num_seqs", "value": 8, "knobs": {},
+                               "workload": {}, "slo": "", "status": "ok",
+                               "windows": [win, clean, rep]})
+    assert p.valid and p.objective("request_goodput") == 5.0
+    assert p.spread("request_goodput") == pytest.approx(0.4)
+    assert p.validity_issues == ["window 0: jit"]
+    assert p.to_json()["invalid_windows"] == [0]

@@ -224,6 +224,19 @@ def test_enlarged_diagram_is_readable_and_closes(reader_run: dict[str, Any], lan
     assert big["min_font_px"] >= MIN_LABEL_PX and big["closed"], big
 
 
+@pytest.mark.parametrize("page", ALL_PAGES)
+def test_zh_diagrams_are_labelled_in_chinese(reader_run: dict[str, Any], page: str) -> None:
+    """Every Mermaid diagram on a zh page has Chinese labels (knob names and numbers may stay
+    Latin); the en counterpart has none."""
+    for d in _rpage(reader_run, "zh", page, 1366)["diagrams"]:
+        texts = [x for x in d.get("texts", []) if re.search(r"[A-Za-z]{3,}", x)]
+        assert any(CJK.search(x) for x in d.get("texts", [])), d.get("texts")
+        latin_only = [x for x in texts if not CJK.search(x) and " " in x.strip()]
+        assert len(latin_only) <= len(d.get("texts", [])) // 3, latin_only
+    for d in _rpage(reader_run, "en", page, 1366)["diagrams"]:
+        assert not any(CJK.search(x) for x in d.get("texts", [])), d.get("texts")
+
+
 def test_some_pages_have_diagrams(reader_run: dict[str, Any]) -> None:
     n = sum(len(_rpage(reader_run, lang, page, 1366)["diagrams"])
             for lang in LANGS for page in ALL_PAGES)

@@ -108,3 +108,15 @@ def test_tune_remeasures_a_window_with_a_jit_compile_and_decides_on_clean_ones(
     assert [w["valid"] for w in r8["windows"]] == [False, True, True]
     assert step["decision"] in ("keep", "tie", "revert") and step["decision_why"]
     assert summary["stop_reason"]
+
+
+def test_tune_draws_one_progress_bar_with_the_gpu_minutes_left(
+        tmp_path: Path, fake_vllm: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tune("fake-model", {"max_num_seqs": [8]}, workload=W, slo=SLO.parse("ttft:5000 tpot:1000"),
+         out_dir=tmp_path / "t", base_knobs={"max_num_seqs": 2}, max_steps=1, gpu_minutes=30,
+         repeats=0, **{**FAST, "progress": True})
+    err = capsys.readouterr().err
+    frames = [f for f in re.split(r"[\r\n]+", err) if f.strip()]
+    assert frames and all(f.lstrip().startswith("tune:") for f in frames), frames[:3]
+    assert any("baseline: ok | GPU min left ~" in f for f in frames)
+    assert any("max_num_seqs=8: ok" in f for f in frames)

@@ -162,13 +162,15 @@ async function diagramsCheck(page) {
     const scale = vb && vb.width ? r.width / vb.width : 1;
     let min = Infinity;
     let n = 0;
+    const texts = [];
     for (const t of svg.querySelectorAll("text, foreignObject span, foreignObject div, foreignObject p")) {
       if (!t.textContent.trim()) continue;
+      texts.push(t.textContent.trim());
       const fs = parseFloat(getComputedStyle(t).fontSize);
       if (fs) { min = Math.min(min, fs * scale); n++; }
     }
     const frame = el.closest(".diagram-frame");
-    return { rendered: true, labels: n, min_font_px: n ? Math.round(min * 10) / 10 : null,
+    return { rendered: true, labels: n, texts, min_font_px: n ? Math.round(min * 10) / 10 : null,
       width: Math.round(r.width), height: Math.round(r.height),
       fits_height: r.height <= window.innerHeight,
       enlarge: !!(frame && frame.querySelector("button.diagram-enlarge")),

@@ -144,21 +144,29 @@ def knee_scan(
         for rate in todo:
             rk = rate_key(rate)
             if rk not in done:
-                rec = ServedPoint(
-                    key=f"rate-{rk}",
-                    knob="rate",
-                    value=rk,
-                    rate_key=rk,
-                    tag="knee",
-                    knobs=knobs,
-                    workload=workload.to_dict(),
-                    slo=str(slo),
-                    status="failed",
-                    reason=exc.reason,
-                ).to_json()
+                rec = _rate_point(rk, knobs, workload, slo, "failed", reason=exc.reason).to_json()
                 append_jsonl(path, rec)
                 done[rk] = rec
     return [done[rate_key(r)] for r in rates if rate_key(r) in done]
+
+
+def _rate_point(
+    rk: str, knobs: dict[str, Any], w: Workload, slo: SLO, status: str, **kw: Any
+) -> ServedPoint:
+    """A knee rate as a served point (``tag`` "knee", ``rate_key`` set)."""
+    return ServedPoint(
+        key=f"rate-{rk}",
+        knob="rate",
+        value=rk,
+        rate_key=rk,
+        tag="knee",
+        knobs=knobs,
+        workload=w.to_dict(),
+        slo=str(slo),
+        status=status,
+        time=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        **kw,
+    )
 
 
 def _scan_rate(
@@ -177,19 +185,14 @@ def _scan_rate(
     rk = rate_key(rate)
     w = replace(workload, request_rate=float(rate), seed=knee_seed(workload.seed, rates, rate))
     t0 = time.monotonic()
-    p = ServedPoint(
-        key=f"rate-{rk}",
-        knob="rate",
-        value=rk,
-        rate_key=rk,
-        tag="knee",
-        knobs=knobs,
-        workload=w.to_dict(),
-        slo=str(slo),
-        status="running",
+    p = _rate_point(
+        rk,
+        knobs,
+        w,
+        slo,
+        "running",
         serve_cmd=shlex.join(srv.argv),
         startup_s=round(srv.startup_s or 0.0, 2),
-        time=time.strftime("%Y-%m-%dT%H:%M:%S"),
     )
     p.warmup, p.windows = measure(
         srv,

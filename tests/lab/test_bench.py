@@ -16,7 +16,6 @@ from course_utils.lab.bench import (
     Workload,
     bench_args,
     run_bench,
-    warmup,
 )
 from course_utils.lab.server import VllmServer
 
@@ -123,7 +122,6 @@ def test_run_bench_against_the_double(tmp_path: Path, fake_vllm: Path) -> None:
     slo = SLO.parse("ttft:2000 tpot:500")
     with VllmServer("fake-model", {"max_num_seqs": 4}, log_path=tmp_path / "s.log",
                     startup_timeout_s=20) as srv:
-        assert warmup(srv.base_url, "fake-model", w, num_prompts=3) == 3
         res = run_bench(srv.base_url, "fake-model", w, slo, tmp_path, "r.json", timeout_s=60)
     raw = json.loads((tmp_path / "r.json").read_text())
     assert list(raw) == SETUP_KEYS + BENCH_KEYS + METRIC_KEYS + ["goodput_slo"]

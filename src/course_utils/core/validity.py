@@ -19,6 +19,7 @@ __all__ = [
     "prefix_cache_hit_rate",
     "prefix_cache_issue",
     "validity_issues",
+    "warmed_peak",
     "warmup_issue",
 ]
 
@@ -132,6 +133,12 @@ def jit_issue(kernels: Sequence[str]) -> str | None:
 # such window 7-20 % below the next window on the same server, with no JIT compile logged.
 WARMUP_COVERAGE = 0.8
 WARMUP_SLACK = 2.0
+
+
+def warmed_peak(covered: float | None, window_peak: float | None) -> float:
+    """The engine peak the server has run after one more window (each window warms the
+    next): the larger of what the warm-up and earlier windows reached and this window's."""
+    return max(float(covered or 0.0), float(window_peak or 0.0))
 
 
 def warmup_issue(warmup_peak: float | None, load_peak: float | None) -> str | None:

@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-import time
-import urllib.request
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +33,6 @@ __all__ = [
     "Workload",
     "bench_args",
     "run_bench",
-    "warmup",
     "WARMUP_PROMPTS",
 ]
 
@@ -197,61 +193,9 @@ def run_bench(
     return result
 
 
-# --------------------------------------------------------------------------------------
-# warm-up: a few direct requests so the measured run does not pay first-request costs
-# --------------------------------------------------------------------------------------
-
-
-def _one_request(url: str, payload: dict[str, Any], timeout_s: float) -> bool:
-    req = urllib.request.Request(
-        url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            resp.read()
-            return resp.status == 200
-    except OSError:
-        return False
-
-
-# warm-up requests before each measured run (sweep, tune, knee scan); the side-by-side
-# gives vLLM's own sweep the same count (`vllm bench serve --num-warmups`)
+# `vllm bench serve --num-warmups` that tools/gpu/side_by_side.sh gives vLLM's own sweep (the
+# course's harness warms up through lab.measure instead: a share of the load at its rate)
 WARMUP_PROMPTS = 8
-
-
-def warmup(
-    base_url: str,
-    model: str,
-    workload: Workload,
-    *,
-    num_prompts: int = WARMUP_PROMPTS,
-    max_tokens: int = 16,
-    timeout_s: float = 120.0,
-) -> int:
-    """Send `num_prompts` concurrent completions (not measured); return how many succeeded.
-
-    Plain HTTP from Python, so no second `vllm` import (about 20 s on the GPU host).
-    `ignore_eos` is a vLLM extension of the completions API (SamplingParams.ignore_eos).
-    """
-    if num_prompts <= 0:
-        return 0
-    url = base_url.rstrip("/") + "/v1/completions"
-    prompt = " ".join(["hello"] * max(1, workload.input_len - 1))
-    t0 = time.monotonic()
-    payloads = [
-        {
-            "model": model,
-            "prompt": f"{i} {prompt}",
-            "max_tokens": max_tokens,
-            "ignore_eos": True,
-            "stream": False,
-        }
-        for i in range(num_prompts)
-    ]
-    with ThreadPoolExecutor(max_workers=min(num_prompts, 16)) as pool:
-        left = max(1.0, timeout_s - (time.monotonic() - t0))
-        ok = list(pool.map(lambda p: _one_request(url, p, left), payloads))
-    return sum(ok)
 
 
 # --------------------------------------------------------------------------------------

@@ -107,8 +107,7 @@ def knee_scan(
         **({"warmup_min_prompts": warmup_prompts} if warmup_prompts is not None else {}),
     )
     say = progress or (lambda _m: None)
-    brackets = _brackets(done, rates, bracket_repeats) if not todo else ["?"]
-    if not (todo or need_b1 or brackets):
+    if not (todo or need_b1 or _brackets(done, rates, bracket_repeats)):
         return [done[rate_key(r)] for r in rates if rate_key(r) in done]
     srv = VllmServer(model, knobs, log_path=kdir / "serve.log", **dict(server_kwargs or {}))
     try:

@@ -33,6 +33,7 @@ from course_utils.core.validity import (
     jit_issue,
     prefix_cache_hit_rate,
     validity_issues,
+    warmed_peak,
     warmup_issue,
 )
 from course_utils.core.vllm_logs import jit_compiles
@@ -276,7 +277,7 @@ def measure(
         if not win.ok or not server.alive():
             break
         peak = win.load.get("running_max")
-        covered = max(covered or 0.0, float(peak or 0.0))  # this window warmed its shapes
+        covered = warmed_peak(covered, peak)
         if not win.valid:
             invalid += 1
             if invalid > cfg.remeasure:

@@ -27,7 +27,12 @@ from course_utils.core.keep import as_point, decide, next_knob, objective_value
 from course_utils.core.metrics import load_series
 from course_utils.core.records import PointPaths, ServedPoint, Workload
 from course_utils.core.records import read_jsonl as load_jsonl
-from course_utils.core.validity import prefix_cache_hit_rate, prefix_cache_issue, warmup_issue
+from course_utils.core.validity import (
+    prefix_cache_hit_rate,
+    prefix_cache_issue,
+    warmed_peak,
+    warmup_issue,
+)
 from course_utils.lab.knee import BATCH1_FILE, KNEE_FILE, latest_by_rate, rate_key
 
 __all__ = [
@@ -67,13 +72,14 @@ def recheck(rec: Mapping[str, Any], folder: Path) -> dict[str, Any]:
     paths = PointPaths(folder)
     wl = Workload.from_dict(out["workload"]) if out.get("workload") else None
     if "windows" in out:
-        covered = (out.get("warmup") or {}).get("running_max")
+        warm = out.get("warmup") or {}
+        covered = warm.get("running_max") if warm.get("status") == "ok" else None
         windows = []
         for w in out["windows"]:  # as measure() does: each window warms the next one
             windows.append(_recheck_window(dict(w), paths.metrics(int(w["index"])), wl, covered))
             if w.get("status") == "ok":
                 peak = (w.get("load") or {}).get("running_max") or 0.0
-                covered = max(float(covered or 0.0), float(peak))
+                covered = warmed_peak(covered, peak)
         out["windows"] = windows
         return ServedPoint.from_json(out).to_json()
     return _recheck_window(out, paths.metrics(0), wl)

@@ -42,9 +42,11 @@ __all__ = [
     "BASELINE",
     "POINTS_FILE",
     "SweepConfig",
+    "check_values",
     "couple_knobs",
     "effective",
     "load_points",
+    "progress_bar",
     "run_point",
     "sweep",
 ]
@@ -153,7 +155,7 @@ def _gpu_gib(gpu_memory_gib_: float | None) -> float:
     return found if found is not None else 24.0
 
 
-def _progress(total: int, desc: str, enabled: bool) -> Any:
+def progress_bar(total: int, desc: str, enabled: bool) -> Any:
     if not enabled:
         return None
     try:
@@ -171,7 +173,7 @@ def _validate_each(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _check_values(
+def check_values(
     knob: str,
     values: Sequence[Any],
     base: Mapping[str, Any],
@@ -315,7 +317,7 @@ def sweep(
         if cfg.prevalidate
         else _validate_each(dict(base_knobs or {}))
     )
-    planned = _check_values(name, values, base, cfg.couple, gpu_gib, cfg.prevalidate)
+    planned = check_values(name, values, base, cfg.couple, gpu_gib, cfg.prevalidate)
     points_path = cfg.out_dir / POINTS_FILE
     done: dict[str, dict[str, Any]] = {}
     if cfg.resume:
@@ -325,7 +327,7 @@ def sweep(
             if not (cfg.retry_failed and r.get("status") == "failed")
         }
     records: list[dict[str, Any]] = []
-    bar = _progress(len(planned), f"sweep {name}", progress)
+    bar = progress_bar(len(planned), f"sweep {name}", progress)
     try:
         for value, checked, coupled in planned:
             pt = _new_point(model, name, value, checked, base, coupled, cfg, tag)

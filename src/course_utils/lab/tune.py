@@ -33,8 +33,8 @@ from course_utils.lab.sweep import (
     BASELINE,
     POINTS_FILE,
     SweepConfig,
-    _check_values,
-    _progress,
+    check_values,
+    progress_bar,
     sweep,
 )
 
@@ -225,10 +225,10 @@ def tune(
     out.mkdir(parents=True, exist_ok=True)
     cand = {knobs_mod.get(k).name: list(v) for k, v in candidates.items()}
     for k, vals in cand.items():  # every candidate value checked before any GPU time
-        _check_values(k, vals, dict(base_knobs or {}), cfg.couple, cfg.gpu_gib())
+        check_values(k, vals, dict(base_knobs or {}), cfg.couple, cfg.gpu_gib())
     tune_path = out / TUNE_FILE
     tune_path.write_text("")
-    bar = _progress(1 + sum(len(v) for v in cand.values()), "tune", progress)
+    bar = progress_bar(1 + sum(len(v) for v in cand.values()), "tune", progress)
     budget = _Budget(gpu_minutes, est_point_minutes, out, on_point, bar)
     state: _State | None = None
     steps = 0

@@ -96,3 +96,34 @@ def test_the_recorded_points_are_strict_json() -> None:
         for line in f.read_text().splitlines():
             if line.strip():
                 json.loads(line, parse_constant=_no_constant)
+
+
+def test_the_field_notes_quote_this_run_as_recorded() -> None:
+    """Each figure the field notes give for this run, recomputed from the records."""
+    pts = _points("decode12")
+    drops = [1 - p.windows[0].score.request_goodput / p.windows[1].score.request_goodput
+             for p in pts if p.windows[0].score and p.windows[1].score
+             and p.windows[0].score.request_goodput and p.windows[1].score.request_goodput]
+    w1 = [p.windows[1].score.request_goodput for p in pts if p.windows[1].score]
+    warm = [p.warmup.running_max for p in pts if p.warmup and p.warmup.running_max]
+    peak0 = [p.windows[0].load["running_max"] for p in pts]
+    (base6,) = _points("decode")
+    spread = next(s for s in read_jsonl(RUN / "decode12" / "tune.jsonl")
+                  if s["kind"] == "sweep")["spread_before"]
+    figures = {
+        "en": [f"{round(100 * min(drops))}-{round(100 * max(drops))} %",
+               f"{min(w1):.2f}-{max(w1):.2f} req/s", f"{min(warm):.0f}-{max(warm):.0f} running",
+               f"{min(peak0):.0f}-{max(peak0):.0f}",
+               f"within {100 * base6.spread('request_goodput'):.1f} %",
+               f"{round(100 * spread)} % spread"],
+        "zh": [f"{round(100 * min(drops))}–{round(100 * max(drops))}%",
+               f"{min(w1):.2f}–{max(w1):.2f} req/s", f"{min(warm):.0f}–{max(warm):.0f} 个请求",
+               f"{min(peak0):.0f}–{max(peak0):.0f} 个",
+               f"相差 {100 * base6.spread('request_goodput'):.1f}%",
+               f"{round(100 * spread)}% 的波动"],
+    }
+    book = Path(__file__).resolve().parents[2] / "book"
+    for lang, want in figures.items():
+        text = " ".join((book / lang / "field-notes.md").read_text().split())
+        for fig in want:
+            assert fig in text, (lang, fig)

@@ -10,3 +10,7 @@ else
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
   VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+# NVLink multicast stays off on every multi-GPU host (it can take a shared host's GPUs out of
+# service); harmless on one GPU. vLLM's symmetric-memory all-reduce needs multicast: off too.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
+  VLLM_ALLREDUCE_USE_SYMM_MEM=0

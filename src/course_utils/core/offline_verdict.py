@@ -201,26 +201,12 @@ def verdict(
             "value": None,
             "why": f"baseline {baseline!r} has no successful measurement",
         }
-
-    def meets(r: Mapping[str, Any]) -> tuple[bool, str]:
-        if (
-            p99_latency_slo_s is not None
-            and (r.get("latency_p99_s") or math.inf) > p99_latency_slo_s
-        ):
-            return (
-                False,
-                f"p99 latency {r.get('latency_p99_s') or math.inf:.1f} s > {p99_latency_slo_s:g} s",
-            )
-        a, b = r.get("accuracy"), base.get("accuracy")
-        if a is not None and b is not None and a < b - max_accuracy_drop:
-            return False, f"accuracy {a:.1%} < baseline {b:.1%}"
-        return True, ""
-
-    candidates = [r for r in ok if meets(r)[0]]
+    candidates = [r for r in ok if not _unmet(r, base, p99_latency_slo_s, max_accuracy_drop)]
     best = max(candidates, key=lambda r: r["output_tok_s"], default=None)
     if best is None:
+        unmet = _unmet(base, base, p99_latency_slo_s, max_accuracy_drop)
         why = (
-            f"no setting meets the SLO, the baseline included ({meets(base)[1]}): the SLO "
+            f"no setting meets the SLO, the baseline included ({unmet}): the SLO "
             "does not fit this load; keep the baseline, then change the load or the SLO"
         )
         return {"decision": "revert", "value": baseline, "why": why, "gain": 0.0, "slo_met_by": []}
@@ -241,6 +227,42 @@ def verdict(
             "gain": gain,
             "why": f"best gain {gain:+.1%} < {min_gain:.0%}: not worth the change",
         }
+    recheck = _recheck(best, gain, baseline, min_gain, kv, spread)
+    if recheck is not None:
+        return recheck
+    return {
+        "decision": "keep",
+        "value": best["value"],
+        "gain": gain,
+        "why": f"{gain:+.1%} output tok/s over baseline within the SLO",
+    }
+
+
+def _unmet(
+    r: Mapping[str, Any],
+    base: Mapping[str, Any],
+    p99_latency_slo_s: float | None,
+    max_accuracy_drop: float,
+) -> str:
+    """Why point ``r`` misses the SLO or the quality bar ("" when it meets both)."""
+    p99 = r.get("latency_p99_s") or math.inf
+    if p99_latency_slo_s is not None and p99 > p99_latency_slo_s:
+        return f"p99 latency {p99:.1f} s > {p99_latency_slo_s:g} s"
+    a, b = r.get("accuracy"), base.get("accuracy")
+    if a is not None and b is not None and a < b - max_accuracy_drop:
+        return f"accuracy {a:.1%} < baseline {b:.1%}"
+    return ""
+
+
+def _recheck(
+    best: Mapping[str, Any],
+    gain: float,
+    baseline: Any,
+    min_gain: float,
+    kv: Mapping[str, Any] | None,
+    spread: Mapping[str, Any] | None,
+) -> dict[str, Any] | None:
+    """A would-be keep that the KV check or the same-batch spread sends back to measure."""
     if kv is not None and not kv.get("binding", True):
         return {
             "decision": "recheck",
@@ -271,12 +293,7 @@ def verdict(
                 "measure again (other order, repeats) before keeping it"
             ),
         }
-    return {
-        "decision": "keep",
-        "value": best["value"],
-        "gain": gain,
-        "why": f"{gain:+.1%} output tok/s over baseline within the SLO",
-    }
+    return None
 
 
 def speed_pass_seqs(base_knobs: Mapping[str, Any], gpu: str) -> int:

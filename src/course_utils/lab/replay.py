@@ -256,26 +256,10 @@ def replay_tune(
     ]
     diverged = None
     for s in steps[1:]:
-        knob, order = s["knob"], list(s.get("values_tried", []))
-        recs = sorted(
-            (
-                p
-                for p in points
-                if p.tag == f"tune-step-{s['step']}" and p.knob == knob and p.value in order
-            ),
-            key=lambda p: order.index(p.value),
-        )
-        others = {k: v for k, v in kept.knobs.items() if k != knob}
-        measured_from = [{k: v for k, v in p.base_knobs.items() if k != knob} for p in recs]
-        if knob not in (kept.diagnosis.get("knobs") or []) or any(
-            m != others for m in measured_from
-        ):
-            was = measured_from[0] if measured_from else "?"
-            diverged = (
-                f"step {s['step']} ({knob}) was measured from knobs {was}; this replay "
-                f"is at {kept.knobs} with diagnosis {kept.diagnosis.get('leaf')}: the "
-                "recorded run never measured this path further"
-            )
+        knob = s["knob"]
+        recs = _step_points(points, s)
+        diverged = _divergence(s, kept, recs)
+        if diverged:
             break
         dec = decide(
             recs,
@@ -297,17 +281,7 @@ def replay_tune(
                 "gain": None
                 if dec.gain is None
                 else (str(dec.gain) if math.isinf(dec.gain) else dec.gain),
-                "results": [
-                    {
-                        "value": p.value,
-                        "valid": p.valid,
-                        **_scores(p, objective),
-                        "meets_slo": p.meets_slo,
-                        "spread": p.spread(objective),
-                        "constraint": p.diagnosis.get("constraint"),
-                    }
-                    for p in recs
-                ],
+                "results": [_result_row(p, objective) for p in recs],
                 "knobs": dict(kept.knobs),
                 **_scores(kept, objective),
                 "constraint": kept.diagnosis.get("constraint"),
@@ -326,6 +300,40 @@ def replay_tune(
         "next_knob": next_knob(diag),
         "diverged": diverged,
         "steps": trail,
+    }
+
+
+def _step_points(points: list[ServedPoint], step: dict[str, Any]) -> list[ServedPoint]:
+    """The points a recorded tune step measured, in the order it tried them."""
+    knob, order = step["knob"], list(step.get("values_tried", []))
+    tag = f"tune-step-{step['step']}"
+    recs = (p for p in points if p.tag == tag and p.knob == knob and p.value in order)
+    return sorted(recs, key=lambda p: order.index(p.value))
+
+
+def _divergence(step: dict[str, Any], kept: ServedPoint, recs: list[ServedPoint]) -> str | None:
+    """Why the replay cannot follow ``step`` from ``kept`` (None when it can)."""
+    knob = step["knob"]
+    others = {k: v for k, v in kept.knobs.items() if k != knob}
+    measured_from = [{k: v for k, v in p.base_knobs.items() if k != knob} for p in recs]
+    if knob in (kept.diagnosis.get("knobs") or []) and all(m == others for m in measured_from):
+        return None
+    was = measured_from[0] if measured_from else "?"
+    return (
+        f"step {step['step']} ({knob}) was measured from knobs {was}; this replay "
+        f"is at {kept.knobs} with diagnosis {kept.diagnosis.get('leaf')}: the "
+        "recorded run never measured this path further"
+    )
+
+
+def _result_row(p: ServedPoint, objective: str) -> dict[str, Any]:
+    return {
+        "value": p.value,
+        "valid": p.valid,
+        **_scores(p, objective),
+        "meets_slo": p.meets_slo,
+        "spread": p.spread(objective),
+        "constraint": p.diagnosis.get("constraint"),
     }
 
 

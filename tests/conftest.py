@@ -74,7 +74,7 @@ def _on_path(bindir: Path, name: str, script: Path, monkeypatch: pytest.MonkeyPa
 def fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Put an `nvidia-smi` (tests/fakes/fake_nvidia_smi.py: one RTX 4090, driver 580) first
     on PATH; return its path. FAKE_GPU / FAKE_NVIDIA_SMI_FAIL change what it reports."""
-    for var in ("FAKE_GPU", "FAKE_NVIDIA_SMI_FAIL", "CUDA_VISIBLE_DEVICES"):
+    for var in ("FAKE_GPU", "FAKE_GPU_FILE", "FAKE_NVIDIA_SMI_FAIL", "CUDA_VISIBLE_DEVICES"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("FAKE_NVIDIA_SMI_CALLS", str(tmp_path / "nvidia-smi-calls.txt"))
     return _on_path(tmp_path / "smi-bin", "nvidia-smi", FAKES / "fake_nvidia_smi.py", monkeypatch)

@@ -1,6 +1,6 @@
 """``python -m course_utils``: the course's modules from a terminal.
 
-Subcommands: knobs, capacity, goodput, diagnose (each with ``--format json``), plus
+Subcommands: knobs, capacity, goodput, diagnose, replicas (each with ``--format json``), plus
 sweep, tune, preflight and quiz from the modules that own them. Bad input: one line on stderr and
 exit status 2.
 """
@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from course_utils import quiz
-from course_utils.core import capacity, diagnose, knobs, metrics, slo
+from course_utils.core import capacity, diagnose, knobs, metrics, replicas, slo
 from course_utils.lab import cli as lab_cli
 
 EXIT_BAD_INPUT = 2
@@ -157,6 +157,11 @@ def cmd_diagnose(a: argparse.Namespace) -> None:
     _print(d.as_dict(), a.format, lambda: d.why(a.lang))
 
 
+def cmd_replicas(a: argparse.Namespace) -> None:
+    plan = replicas.plan_replicas(a.knee_low, a.knee_high, a.target, a.headroom)
+    _print(plan.as_dict(), a.format, lambda: plan.text(a.lang))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m course_utils", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -199,6 +204,20 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--threshold", nargs="*", default=[], metavar="NAME=VALUE")
     d.add_argument("--mermaid", action="store_true", help="print the tree as Mermaid")
     d.set_defaults(func=cmd_diagnose)
+
+    r = sub.add_parser("replicas", help="replicas a target rate needs, from one replica's knee")
+    common(r)
+    r.add_argument(
+        "--knee-low", type=float, required=True, help="highest rate that met the SLO (req/s)"
+    )
+    r.add_argument(
+        "--knee-high", type=float, default=None, help="lowest rate above it that missed (req/s)"
+    )
+    r.add_argument("--target", type=float, required=True, help="the rate to serve (req/s)")
+    r.add_argument(
+        "--headroom", type=float, default=0.2, help="share of each replica's knee kept free"
+    )
+    r.set_defaults(func=cmd_replicas)
 
     lab_cli.add_cli(sub)
     quiz.add_cli(sub)

@@ -1,3 +1,4 @@
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -79,3 +80,58 @@ def test_sampler_scrapes_a_live_endpoint():
         assert bad.errors and not bad.samples
     finally:
         srv.shutdown()
+
+
+# ---------------------------------------------------------------- several engines (DP)
+
+
+def _two_engines(waiting: tuple[float, float], running: tuple[float, float],
+                 kv: tuple[float, float]) -> str:
+    """/metrics text of a server with two engines, labelled as PrometheusStatLogger does."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+    reg = CollectorRegistry()
+    labels = ("model_name", "engine")
+    g = {n: Gauge(n, n, labels, registry=reg) for n in (m.WAITING, m.RUNNING, m.KV_USAGE)}
+    c = Counter(m.PROMPT_TOKENS, "p", labels, registry=reg)
+    for i in range(2):
+        g[m.WAITING].labels("qwen", str(i)).set(waiting[i])
+        g[m.RUNNING].labels("qwen", str(i)).set(running[i])
+        g[m.KV_USAGE].labels("qwen", str(i)).set(kv[i])
+        c.labels("qwen", str(i)).inc(100 * (i + 1))
+    return generate_latest(reg).decode()
+
+
+def test_two_engines_sum_counts_take_the_fullest_kv_and_keep_each_engine():
+    snap = m.Snapshot.parse(_two_engines((3, 0), (40, 38), (0.6, 0.2)), t=1.0)
+    assert snap.gauge(m.WAITING) == 3 and snap.gauge(m.RUNNING) == 78
+    assert snap.gauge(m.KV_USAGE) == 0.6  # a fraction per engine: not 0.8
+    assert snap.counter(m.PROMPT_TOKENS) == 300
+    assert list(snap.engines) == ["0", "1"]
+    assert snap.engines["0"].gauge(m.WAITING) == 3 and snap.engines["1"].gauge(m.WAITING) == 0
+    assert snap.engines["1"].counter(m.PROMPT_TOKENS) == 200
+    back = m.Snapshot.from_dict(json.loads(json.dumps(snap.to_dict())))
+    assert back.engines["0"].gauge(m.RUNNING) == 40 and back.gauge(m.KV_USAGE) == 0.6
+
+
+def test_one_engine_keeps_no_per_engine_copy():
+    snap = m.Snapshot.parse(FakeEngineMetrics().text())
+    assert snap.engines == {} and "engines" not in snap.to_dict()
+    assert m.engine_series([snap]) == {}
+
+
+def test_the_queue_diagnosis_is_per_engine():
+    from course_utils.core.diagnose import busiest_engine, diagnose_engines
+    from course_utils.core.slo import SLO
+
+    samples = [m.Snapshot.parse(_two_engines((6, 0), (30, 29), (0.3, 0.3)), t=float(i))
+               for i in range(5)]
+    per = m.engine_series(samples)
+    assert list(per) == ["0", "1"] and all(len(v) == 5 for v in per.values())
+    diags = diagnose_engines(samples, None, SLO.parse("ttft:300 tpot:50"), max_num_seqs=1024)
+    assert diags["0"].constraint == "queue" and diags["0"].leaf == "queue_replicas"
+    assert diags["1"].constraint == "none"
+    assert busiest_engine(diags) == "0"
+    assert busiest_engine({}) is None
+    one = [m.Snapshot.parse(FakeEngineMetrics().text())]
+    assert diagnose_engines(one, None, SLO.parse("ttft:300")) == {}

@@ -33,13 +33,59 @@ LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1
                    10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
 
 
+class Families:
+    """The metric families of one /metrics registry, labelled per engine (model_name, engine)
+    as PrometheusStatLogger does; engines of one server share them."""
+
+    def __init__(self) -> None:
+        reg = self.registry = CollectorRegistry()
+        labels = ["model_name", "engine"]
+        self.running = Gauge("vllm:num_requests_running",
+                             "Number of requests in model execution batches.", labels,
+                             registry=reg)
+        self.waiting = Gauge("vllm:num_requests_waiting",
+                             "Number of requests waiting to be processed.", labels, registry=reg)
+        self.kv = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+                        labels, registry=reg)
+        self.preempt = Counter("vllm:num_preemptions",
+                               "Cumulative number of preemption from the engine.", labels,
+                               registry=reg)
+        self.prompt = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
+                              labels, registry=reg)
+        self.gen = Counter("vllm:generation_tokens", "Number of generation tokens processed.",
+                           labels, registry=reg)
+        self.pc_queries = Counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.", labels, registry=reg)
+        self.pc_hits = Counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+            labels, registry=reg)
+
+        def hist(name: str, doc: str) -> Any:
+            return Histogram(name, doc, labels, buckets=LATENCY_BUCKETS, registry=reg)
+
+        self.ttft = hist("vllm:time_to_first_token_seconds",
+                         "Histogram of time to first token in seconds.")
+        self.itl = hist("vllm:inter_token_latency_seconds",
+                        "Histogram of inter-token latency in seconds.")
+        self.e2e = hist("vllm:e2e_request_latency_seconds",
+                        "Histogram of e2e request latency in seconds.")
+        self.queue = hist("vllm:request_queue_time_seconds",
+                          "Histogram of time spent in WAITING phase for request.")
+        self.prefill = hist("vllm:request_prefill_time_seconds",
+                            "Histogram of time spent in PREFILL phase for request.")
+        self.decode = hist("vllm:request_decode_time_seconds",
+                           "Histogram of time spent in DECODE phase for request.")
+
+
 class Engine:
     BLOCK = 16
 
     def __init__(self, model: str, max_num_seqs: int, kv_tokens: int, tpot_s: float,
                  prefill_s_per_token: float, die_after: int | None,
                  prefix_caching: bool = True, jit_at: int | None = None,
-                 jit_stall_s: float = 0.0) -> None:
+                 jit_stall_s: float = 0.0, index: int = 0,
+                 families: Families | None = None) -> None:
         self.model = model
         self.prefix_caching = prefix_caching
         self.cached_blocks: set[int] = set()
@@ -57,47 +103,24 @@ class Engine:
         self.waiting = 0
         self.kv_used = 0
         self.served = 0
-        reg = self.registry = CollectorRegistry()
-        labels = ["model_name", "engine"]
-        lv = (model, "0")
-        self.g_running = Gauge("vllm:num_requests_running",
-                               "Number of requests in model execution batches.",
-                               labels, registry=reg).labels(*lv)
-        self.g_waiting = Gauge("vllm:num_requests_waiting",
-                               "Number of requests waiting to be processed.",
-                               labels, registry=reg).labels(*lv)
-        self.g_kv = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-                          labels, registry=reg).labels(*lv)
-        self.c_preempt = Counter("vllm:num_preemptions",
-                                 "Cumulative number of preemption from the engine.",
-                                 labels, registry=reg).labels(*lv)
-        self.c_prompt = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
-                                labels, registry=reg).labels(*lv)
-        self.c_gen = Counter("vllm:generation_tokens", "Number of generation tokens processed.",
-                             labels, registry=reg).labels(*lv)
-        self.c_pc_queries = Counter(
-            "vllm:prefix_cache_queries",
-            "Prefix cache queries, in terms of number of queried tokens.",
-            labels, registry=reg).labels(*lv)
-        self.c_pc_hits = Counter(
-            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
-            labels, registry=reg).labels(*lv)
-
-        def hist(name: str, doc: str) -> Any:
-            return Histogram(name, doc, labels, buckets=LATENCY_BUCKETS, registry=reg).labels(*lv)
-
-        self.h_ttft = hist("vllm:time_to_first_token_seconds",
-                           "Histogram of time to first token in seconds.")
-        self.h_itl = hist("vllm:inter_token_latency_seconds",
-                          "Histogram of inter-token latency in seconds.")
-        self.h_e2e = hist("vllm:e2e_request_latency_seconds",
-                          "Histogram of e2e request latency in seconds.")
-        self.h_queue = hist("vllm:request_queue_time_seconds",
-                            "Histogram of time spent in WAITING phase for request.")
-        self.h_prefill = hist("vllm:request_prefill_time_seconds",
-                              "Histogram of time spent in PREFILL phase for request.")
-        self.h_decode = hist("vllm:request_decode_time_seconds",
-                             "Histogram of time spent in DECODE phase for request.")
+        fam = families or Families()
+        self.registry = fam.registry
+        lv = (model, str(index))
+        self.index = index
+        self.g_running = fam.running.labels(*lv)
+        self.g_waiting = fam.waiting.labels(*lv)
+        self.g_kv = fam.kv.labels(*lv)
+        self.c_preempt = fam.preempt.labels(*lv)
+        self.c_prompt = fam.prompt.labels(*lv)
+        self.c_gen = fam.gen.labels(*lv)
+        self.c_pc_queries = fam.pc_queries.labels(*lv)
+        self.c_pc_hits = fam.pc_hits.labels(*lv)
+        self.h_ttft = fam.ttft.labels(*lv)
+        self.h_itl = fam.itl.labels(*lv)
+        self.h_e2e = fam.e2e.labels(*lv)
+        self.h_queue = fam.queue.labels(*lv)
+        self.h_prefill = fam.prefill.labels(*lv)
+        self.h_decode = fam.decode.labels(*lv)
 
     def _update(self, running: int = 0, waiting: int = 0, kv: int = 0) -> None:
         with self.lock:
@@ -147,9 +170,32 @@ class Engine:
             os._exit(1)
 
 
+class Router:
+    """The engines behind one API endpoint. With several (data parallel), each request goes to
+    the engine with the lowest waiting * 4 + running, the scan starting one engine further
+    each time so ties rotate: vLLM 0.26.0 DPLBAsyncMPClient.get_core_engine_for_request
+    (vllm/v1/engine/core_client.py)."""
+
+    def __init__(self, engines: list[Engine]) -> None:
+        self.engines = engines
+        self.registry = engines[0].registry
+        self.model = engines[0].model
+        self._start = 0
+        self._lock = threading.Lock()
+
+    def pick(self) -> Engine:
+        with self._lock:
+            n = len(self.engines)
+            order = [self.engines[(self._start + i) % n] for i in range(n)]
+            self._start = (self._start + 1) % n
+            best = min(order, key=lambda e: e.waiting * 4 + e.running)
+            best._update(waiting=1)  # counted at once, as vLLM counts it locally
+            return best
+
+
 class Handler(BaseHTTPRequestHandler):
     server_version = "fake-vllm"
-    engine: Engine
+    router: Router
 
     def log_message(self, fmt: str, *args: Any) -> None:  # quiet
         pass
@@ -162,7 +208,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802
-        eng = self.engine
+        eng = self.router
         if self.path == "/health":
             self._send(200, b"")
         elif self.path == "/v1/models":
@@ -175,10 +221,11 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, b'{"detail":"Not Found"}')
 
     def do_POST(self) -> None:  # noqa: N802
-        eng = self.engine
         if self.path != "/v1/completions":
             self._send(404, b'{"detail":"Not Found"}')
             return
+        t_arrive = time.perf_counter()
+        eng = self.router.pick()  # the request is waiting on that engine from here
         n = int(self.headers.get("Content-Length") or 0)
         req = json.loads(self.rfile.read(n) or b"{}")
         eng.count_request()
@@ -187,8 +234,6 @@ class Handler(BaseHTTPRequestHandler):
         max_tokens = int(req.get("max_tokens") or 16)
         stream = bool(req.get("stream"))
         usage_wanted = bool((req.get("stream_options") or {}).get("include_usage"))
-        t_arrive = time.perf_counter()
-        eng._update(waiting=1)
         eng.slots.acquire()
         try:
             eng._update(waiting=-1, running=1, kv=prompt_tokens + max_tokens)
@@ -252,11 +297,13 @@ class Handler(BaseHTTPRequestHandler):
             eng.slots.release()
 
 
-def make_server(host: str, port: int, engine: Engine) -> ThreadingHTTPServer:
-    """Bind now (raises OSError 'Address already in use' like vLLM's sock.bind)."""
+def make_server(host: str, port: int, engine: Engine | list[Engine]) -> ThreadingHTTPServer:
+    """Bind now (raises OSError 'Address already in use' like vLLM's sock.bind). A list of
+    engines shares one endpoint (data parallel)."""
     if host not in ("127.0.0.1", "localhost"):
         raise SystemExit("the test double only listens on 127.0.0.1")
-    handler = type("BoundHandler", (Handler,), {"engine": engine})
+    router = Router(engine if isinstance(engine, list) else [engine])
+    handler = type("BoundHandler", (Handler,), {"router": router})
     srv = ThreadingHTTPServer((host, port), handler, bind_and_activate=False)
     srv.daemon_threads = True
     srv.request_queue_size = 1024  # uvicorn backlog is 2048; 5 would add 1 s SYN retries

@@ -17,6 +17,16 @@ failure, printed the way vLLM 0.26.0 prints it (texts copied from its source):
   FAKE_VLLM_STUBBORN=1                           -> the engine child ignores SIGINT/SIGTERM
   FAKE_VLLM_STARTS=path                          -> append one line per `serve` start
   --no-enable-prefix-caching                     -> no prefix cache (0.26.0: on by default)
+  --data-parallel-size N                         -> N engines behind the one endpoint, each with
+                                                    its own slots, KV pool and /metrics series
+                                                    (label engine="i"), requests balanced as
+                                                    vLLM's DP client does: ~N times the capacity
+  --tensor-parallel-size N                       -> one engine, per-token and prefill time
+                                                    divided by 0.75 N (a fake factor: all-reduce
+                                                    costs), N times the KV pool
+  The start-up lines (KV cache size, init engine, model loading) are printed per process
+  with vLLM's prefixes: "(EngineCore pid=..)", "(EngineCore_DP<i> pid=..)", "(Worker_TP<i>
+  pid=..)" (vllm/v1/engine/core.py, vllm/v1/executor/multiproc_executor.py).
 `vllm bench serve [flags]` is the client: sends the random workload to --base-url and
 writes the result JSON with the keys of vllm/benchmarks/serve.py (0.26.0). Its prompts
 depend on --seed like RandomDataset's (same seed, same prompts); FAKE_VLLM_BENCH_ARGV=path
@@ -53,6 +63,7 @@ SERVE_FLAGS_WITH_VALUE = [
     "--gpu-memory-utilization", "--max-model-len", "--quantization", "--kv-cache-dtype",
     "--speculative-config", "--tensor-parallel-size", "--served-model-name", "--tokenizer",
     "--dtype", "--block-size", "--swap-space", "--max-num-partial-prefills",
+    "--data-parallel-size",
 ]
 SERVE_BOOL_FLAGS = [
     "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--enable-prefix-caching",
@@ -137,25 +148,37 @@ def serve(argv: list[str]) -> int:
             "decreasing `max_model_len` when initializing the engine. See "
             "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
         )
-    from double import Engine, make_server
+    from double import Engine, Families, make_server
 
-    engine = Engine(
-        a.served_model_name or a.model_tag, max_num_seqs, kv_tokens,
-        tpot_s=float(os.environ.get("FAKE_VLLM_TPOT_S", "0.002")),
-        prefill_s_per_token=float(os.environ.get("FAKE_VLLM_PREFILL_S_PER_TOKEN", "2e-5")),
-        die_after=int(os.environ["FAKE_VLLM_DIE_AFTER"]) if os.environ.get(
-            "FAKE_VLLM_DIE_AFTER") else None,
-        prefix_caching=not a.no_enable_prefix_caching,
-        jit_at=int(os.environ["FAKE_VLLM_JIT_AT"]) if os.environ.get("FAKE_VLLM_JIT_AT") else None,
-        jit_stall_s=float(os.environ.get("FAKE_VLLM_JIT_STALL_S", "0")),
-    )
+    dp = int(a.data_parallel_size or 1)
+    tp = int(a.tensor_parallel_size or 1)
+    speed = 0.75 * tp if tp > 1 else 1.0  # fake: TP shortens each step, less than N-fold
+    fams = Families()
+    engines = [
+        Engine(
+            a.served_model_name or a.model_tag, max_num_seqs, kv_tokens * tp,
+            tpot_s=float(os.environ.get("FAKE_VLLM_TPOT_S", "0.002")) / speed,
+            prefill_s_per_token=float(os.environ.get("FAKE_VLLM_PREFILL_S_PER_TOKEN",
+                                                     "2e-5")) / speed,
+            die_after=int(os.environ["FAKE_VLLM_DIE_AFTER"]) if os.environ.get(
+                "FAKE_VLLM_DIE_AFTER") else None,
+            prefix_caching=not a.no_enable_prefix_caching,
+            jit_at=int(os.environ["FAKE_VLLM_JIT_AT"]) if os.environ.get(
+                "FAKE_VLLM_JIT_AT") else None,
+            jit_stall_s=float(os.environ.get("FAKE_VLLM_JIT_STALL_S", "0")),
+            index=i, families=fams,
+        )
+        for i in range(dp)
+    ]
+    engine = engines if dp > 1 else engines[0]
     try:
         srv = make_server(host, port, engine)  # vllm binds before starting the engine
     except OSError:
         traceback.print_exc()
         return 1
-    child = _engine_child(os.environ.get("FAKE_VLLM_STUBBORN") == "1")
+    children = [_engine_child(os.environ.get("FAKE_VLLM_STUBBORN") == "1") for _ in range(dp)]
     time.sleep(float(os.environ.get("FAKE_VLLM_STARTUP_S", "0")))
+    _startup_lines(dp, tp, kv_tokens, max_model_len, [c.pid for c in children])
     print(f"INFO 11-29 10:00:09 [api_server.py:1] Starting vLLM API server 0 on "
           f"http://{host}:{port}", flush=True)
 
@@ -170,9 +193,38 @@ def serve(argv: list[str]) -> int:
     finally:
         srv.server_close()
         if os.environ.get("FAKE_VLLM_STUBBORN") != "1":
-            child.terminate()
-            child.wait(timeout=5)
+            for child in children:
+                child.terminate()
+                child.wait(timeout=5)
     return 0
+
+
+def _startup_lines(dp: int, tp: int, kv_tokens: int, max_model_len: int,
+                   pids: list[int]) -> None:
+    """The start-up lines vLLM 0.26.0 logs, with its process prefixes: the engine core
+    (EngineCore, or EngineCore_DP<i> with data parallelism: v1/engine/core.py) logs the KV
+    pool (v1/core/kv_cache_utils.py) and its init time (v1/engine/core.py); the model is
+    loaded by the engine core itself with one GPU per engine, by Worker_TP<i> processes with
+    tensor parallelism (v1/executor/multiproc_executor.py)."""
+    weights = 14.29 / tp
+    for i in range(dp):
+        core = f"EngineCore_DP{i}" if dp > 1 else "EngineCore"
+        pid = pids[i]
+        loaders = [f"Worker_TP{r}" for r in range(tp)] if tp > 1 else [core]
+        for r, who in enumerate(loaders):
+            wpid = pid if who == core else pid + 100 + r
+            print(f"({who} pid={wpid}) INFO 11-29 10:00:03 [model_runner.py:305] Model loading "
+                  f"took {weights:.2f} GiB and 2.131819 seconds", flush=True)
+            print(f"({who} pid={wpid}) INFO 11-29 10:00:05 [gpu_worker.py:560] Available KV "
+                  f"cache memory: {kv_tokens / 18724:.2f} GiB", flush=True)
+        toks, conc = kv_tokens * tp, kv_tokens * tp / max_model_len
+        print(f"({core} pid={pid}) INFO 11-29 10:00:05 [kv_cache_utils.py:2177] GPU KV cache "
+              f"size: {toks:,} tokens", flush=True)
+        print(f"({core} pid={pid}) INFO 11-29 10:00:05 [kv_cache_utils.py:2178] Maximum "
+              f"concurrency for {max_model_len:,} tokens per request: {conc:.2f}x", flush=True)
+        print(f"({core} pid={pid}) INFO 11-29 10:00:08 [core.py:340] init engine (profile, "
+              f"create kv cache, warmup model) took {5.0 + i:.2f} s (compilation: 2.50 s)",
+              flush=True)
 
 
 # ------------------------------------------------------------------------------ bench serve

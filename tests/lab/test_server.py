@@ -15,8 +15,10 @@ from course_utils.lab.server import (
     ServerStartError,
     VllmServer,
     classify_failure,
+    gpu_memory_used_mib,
     gpu_pids,
     group_pids,
+    visible_devices,
 )
 
 # ---------------------------------------------------------------- argv
@@ -280,3 +282,35 @@ def test_killed_python_does_not_orphan_the_server(tmp_path: Path, fake_vllm: Pat
     while group_pids(pgid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert group_pids(pgid) == []
+
+
+def test_stop_watches_only_this_servers_gpus(tmp_path: Path, fake_vllm: Path,
+                                             fake_nvidia_smi: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two jobs on one host, one GPU each: a job starting on GPU 1 while ours (GPU 0) stops
+    must not hold our stop until its timeout; our own GPU's memory still does."""
+    spec = tmp_path / "gpus.txt"
+    monkeypatch.setenv("FAKE_GPU_FILE", str(spec))
+    h200 = "NVIDIA H200,143771,{free},580.95.05"
+    spec.write_text(f"{h200.format(free=143000)};{h200.format(free=143000)}")
+    assert gpu_memory_used_mib() == 2 * 771
+    assert gpu_memory_used_mib(["1"]) == 771
+    assert gpu_memory_used_mib(["GPU-fake0001"]) == 771  # a UUID prefix, as CUDA takes
+    assert gpu_memory_used_mib(["7"]) is None
+    assert visible_devices({"CUDA_VISIBLE_DEVICES": "0, 1"}) == ["0", "1"]
+
+    srv = _start(tmp_path, gpu_release_timeout_s=3.0, env={"CUDA_VISIBLE_DEVICES": "0"})
+    assert srv.devices == ["0"]
+    srv.start()
+    spec.write_text(f"{h200.format(free=143000)};{h200.format(free=3000)}")  # the other job
+    t0 = time.monotonic()
+    srv.stop()
+    assert time.monotonic() - t0 < 2.5  # GPU 1 is not ours: no wait
+
+    spec.write_text(f"{h200.format(free=143000)};{h200.format(free=143000)}")
+    srv2 = _start(tmp_path, gpu_release_timeout_s=3.0, env={"CUDA_VISIBLE_DEVICES": "0"})
+    srv2.start()
+    spec.write_text(f"{h200.format(free=3000)};{h200.format(free=143000)}")  # ours still held
+    t0 = time.monotonic()
+    srv2.stop()
+    assert time.monotonic() - t0 >= 3.0

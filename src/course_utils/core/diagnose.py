@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from course_utils.core import knobs as knobs_mod
-from course_utils.core.metrics import LoadSummary, Snapshot, summarize
+from course_utils.core.metrics import LoadSummary, Snapshot, engine_series, summarize
 from course_utils.core.slo import SLO, BenchResult
 
 Constraint = Literal["queue", "prefill", "decode", "kv", "none"]
@@ -411,6 +411,43 @@ def diagnose(
         knobs=[k.name for k, _ in pairs],
         moves={k.name: m for k, m in pairs},
         path=path,
+    )
+
+
+def diagnose_engines(
+    samples: Sequence[Snapshot],
+    bench: BenchResult | None,
+    slo: SLO,
+    thresholds: Thresholds | None = None,
+    *,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+) -> dict[str, Diagnosis]:
+    """The tree walked on each engine's own series, for a server with several engines (vLLM
+    data parallelism: one scheduler, queue, KV pool and ``max_num_seqs`` per engine); {} for
+    one engine. The queue, KV, batch-cap and token-budget questions read the engine's own
+    gauges; the latency percentiles are the client's (one bench for all engines)."""
+    return {
+        e: diagnose(
+            s,
+            bench,
+            slo,
+            thresholds,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
+        for e, s in engine_series(samples).items()
+        if s
+    }
+
+
+def busiest_engine(diags: dict[str, Diagnosis]) -> str | None:
+    """The engine with the deepest mean queue (the first on a tie), whose diagnosis stands
+    for the whole server: a queue on one engine is a queue of the server."""
+    if not diags:
+        return None
+    return max(
+        diags, key=lambda e: (diags[e].evidence.get("waiting_mean") or 0.0, -list(diags).index(e))
     )
 
 

@@ -3,7 +3,14 @@
 Parsing is prometheus_client's own text parser. Names are those declared by
 ``PrometheusStatLogger`` in ``vllm/v1/metrics/loggers.py`` (0.26.0). Counters are exposed
 with a ``_total`` suffix; histograms as ``_bucket``/``_sum``/``_count``. Series with
-several label sets (engines, models) are summed.
+several label sets (engines, models) are summed, except the KV-cache usage, a fraction per
+engine, of which the fullest engine counts.
+
+Every series carries the label ``engine`` (``PrometheusStatLogger.__init__``: labelnames
+``["model_name", "engine"]``, one label value ``str(idx)`` per engine index). With data
+parallelism (``vllm serve --data-parallel-size N``) there are N engines, so a scrape also
+keeps each engine's own values (``Snapshot.engines``, ``engine_series``): a queue on one
+engine is seen on that engine.
 
 Gauges read after a load has drained are all 0: a diagnosis must use samples taken
 while the load runs (``MetricsSampler``).
@@ -44,6 +51,10 @@ TPOT = "vllm:request_time_per_output_token_seconds"
 E2E = "vllm:e2e_request_latency_seconds"
 
 GAUGES = (WAITING, RUNNING, KV_USAGE)
+# vllm/v1/metrics/loggers.py PrometheusStatLogger: labelnames = ["model_name", "engine"]
+ENGINE_LABEL = "engine"
+# gauges that are a fraction per engine: over several engines the largest counts, not the sum
+MAX_OVER_LABELS = (KV_USAGE,)
 COUNTERS = (
     PREEMPTIONS,
     PROMPT_TOKENS,
@@ -99,41 +110,69 @@ class Histogram:
         return prev_le
 
 
+class _Sums:
+    """Values and histograms of one scrape, summed over the label sets added to it."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, float] = {}
+        self.hist: dict[str, dict[str, Any]] = {}
+
+    def add(self, fam: Any, s: Any) -> None:
+        if fam.type == "histogram":
+            h = self.hist.setdefault(fam.name, {"b": {}, "sum": 0.0, "count": 0.0})
+            if s.name.endswith("_bucket"):
+                le = float(s.labels["le"])
+                h["b"][le] = h["b"].get(le, 0.0) + s.value
+            elif s.name.endswith("_sum"):
+                h["sum"] += s.value
+            elif s.name.endswith("_count"):
+                h["count"] += s.value
+        elif fam.type in ("gauge", "counter", "untyped") and not s.name.endswith("_created"):
+            name = fam.name if fam.type == "counter" else s.name
+            if name in MAX_OVER_LABELS and name in self.values:
+                self.values[name] = max(self.values[name], s.value)
+            else:
+                self.values[name] = self.values.get(name, 0.0) + s.value
+
+    def snapshot(self, t: float) -> Snapshot:
+        return Snapshot(
+            t=t,
+            values=dict(self.values),
+            histograms={
+                n: Histogram(sorted(h["b"].items()), h["sum"], h["count"])
+                for n, h in self.hist.items()
+            },
+        )
+
+
 @dataclass
 class Snapshot:
-    """One scrape: gauges and counters summed over label sets, histograms merged."""
+    """One scrape: gauges and counters summed over label sets, histograms merged.
+    ``engines``: each engine's own snapshot, when the scrape has more than one engine."""
 
     t: float
     values: dict[str, float] = field(default_factory=dict)
     histograms: dict[str, Histogram] = field(default_factory=dict)
+    engines: dict[str, Snapshot] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, text: str, t: float | None = None) -> Snapshot:
-        snap = cls(t=time.time() if t is None else t)
-        hist: dict[str, dict[str, Any]] = {}
+        t = time.time() if t is None else t
         try:
             families = list(text_string_to_metric_families(text))
         except Exception as e:  # the parser raises ValueError and friends
             raise MetricsError(f"not Prometheus text: {e}") from None
+        total = _Sums()
+        per: dict[str, _Sums] = {}
         for fam in families:
-            if fam.type == "histogram":
-                h = hist.setdefault(fam.name, {"b": {}, "sum": 0.0, "count": 0.0})
-                for s in fam.samples:
-                    if s.name.endswith("_bucket"):
-                        le = float(s.labels["le"])
-                        h["b"][le] = h["b"].get(le, 0.0) + s.value
-                    elif s.name.endswith("_sum"):
-                        h["sum"] += s.value
-                    elif s.name.endswith("_count"):
-                        h["count"] += s.value
-            elif fam.type in ("gauge", "counter", "untyped"):
-                for s in fam.samples:
-                    if s.name.endswith("_created"):
-                        continue
-                    name = fam.name if fam.type == "counter" else s.name
-                    snap.values[name] = snap.values.get(name, 0.0) + s.value
-        for name, h in hist.items():
-            snap.histograms[name] = Histogram(sorted(h["b"].items()), h["sum"], h["count"])
+            for s in fam.samples:
+                total.add(fam, s)
+                eng = s.labels.get(ENGINE_LABEL)
+                if eng is not None:
+                    per.setdefault(str(eng), _Sums()).add(fam, s)
+        snap = total.snapshot(t)
+        if len(per) > 1:
+            snap.engines = {e: per[e].snapshot(t) for e in sorted(per, key=_engine_order)}
         return snap
 
     def gauge(self, name: str) -> float | None:
@@ -145,7 +184,7 @@ class Snapshot:
         return self.histograms.get(name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "t": self.t,
             "values": self.values,
             "histograms": {
@@ -157,6 +196,9 @@ class Snapshot:
                 for k, h in self.histograms.items()
             },
         }
+        if self.engines:
+            d["engines"] = {e: s.to_dict() for e, s in self.engines.items()}
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Snapshot:
@@ -171,7 +213,25 @@ class Snapshot:
                 )
                 for k, h in d.get("histograms", {}).items()
             },
+            engines={e: cls.from_dict(x) for e, x in (d.get("engines") or {}).items()},
         )
+
+
+def _engine_order(label: str) -> tuple[int, str]:
+    return (int(label), "") if label.isdigit() else (1 << 30, label)
+
+
+def engine_series(samples: Sequence[Snapshot]) -> dict[str, list[Snapshot]]:
+    """Each engine's own series ("0", "1", ...), from samples of a server with more than one
+    engine; {} for a single engine (its series is ``samples`` itself). A sample that lacks
+    an engine (a scrape before it reported) is left out of that engine's series."""
+    names: list[str] = []
+    for s in samples:
+        names += [e for e in s.engines if e not in names]
+    return {
+        e: [s.engines[e] for s in samples if e in s.engines]
+        for e in sorted(names, key=_engine_order)
+    }
 
 
 def _le(x: float) -> float | str:

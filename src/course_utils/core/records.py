@@ -212,12 +212,30 @@ def _opt_float(v: Any) -> float | None:
 
 
 @dataclass
+class EngineWindow:
+    """One engine's view of a window on a server with several engines (vLLM data
+    parallelism): the load summary of its own /metrics series and the diagnosis on it."""
+
+    load: dict[str, Any] = field(default_factory=dict)
+    diagnosis: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> EngineWindow:
+        return cls(load=dict(d.get("load") or {}), diagnosis=dict(d.get("diagnosis") or {}))
+
+
+@dataclass
 class Window:
     """One measured load on a running server: `vllm bench serve` with /metrics sampled.
 
     ``purpose``: "measure" (the first), "remeasure" (after an invalid one), "repeat" (for the
     run-to-run spread). ``log_span``: byte offsets of the server log during the window, so
-    the vLLM lines logged inside it can be read again (JIT compiles)."""
+    the vLLM lines logged inside it can be read again (JIT compiles). ``engines``: each
+    engine's load and diagnosis when the server has several (then ``diagnosis`` is that of
+    the engine with the deepest queue, ``load`` the server's summed over engines)."""
 
     index: int
     purpose: str
@@ -236,6 +254,7 @@ class Window:
     load: dict[str, Any] = field(default_factory=dict)
     diagnosis: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float | None = None
+    engines: dict[str, EngineWindow] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -244,12 +263,17 @@ class Window:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["score"] = self.score.to_json() if self.score else None
+        if not self.engines:
+            d.pop("engines")
         return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Window:
         kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         kw["score"] = Scores.from_json(d["score"]) if d.get("score") else None
+        kw["engines"] = {
+            str(e): EngineWindow.from_json(x) for e, x in (d.get("engines") or {}).items()
+        }
         return cls(**kw)
 
 

@@ -258,6 +258,53 @@ def engine_init_times(text: str) -> list[tuple[float, float | None]]:
     ]
 
 
+# vllm/utils/system_utils.py _add_prefix: every line a vLLM child process writes starts with
+# "(NAME pid=N) " (NAME: EngineCore, EngineCore_DP<i> with data parallelism, v1/engine/core.py;
+# Worker_TP<i> with tensor parallelism, v1/executor/multiproc_executor.py; APIServer), in cyan
+# on a terminal
+_PROCESS = re.compile(r"^(?:\x1b\[[0-9;]*m)?\(([A-Za-z][\w.-]*) pid=\d+\)")
+
+
+@dataclass(frozen=True)
+class ProcessStartup:
+    """What one vLLM process logged at start-up: its facts, and its engine init time (the
+    engine core's "init engine ... took" line, of which compilation)."""
+
+    process: str
+    facts: StartupFacts
+    init_s: float | None = None
+    compile_s: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "process": self.process,
+            **self.facts.as_dict(),
+            "init_s": self.init_s,
+            "compile_s": self.compile_s,
+        }
+
+
+def startup_by_process(text: str) -> dict[str, ProcessStartup]:
+    """The start-up facts of each vLLM process in a `vllm serve` log, keyed by its prefix name
+    ("EngineCore_DP0", "Worker_TP1", ...), for the processes that logged any: with data
+    parallelism each engine reports its own KV pool, with tensor parallelism each worker its
+    own share of the weights."""
+    lines: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        m = _PROCESS.match(line)
+        if m:
+            lines.setdefault(m.group(1), []).append(line)
+    out: dict[str, ProcessStartup] = {}
+    for name, ls in lines.items():
+        part = "\n".join(ls)
+        facts, init = startup_facts(part), engine_init_times(part)
+        if facts != StartupFacts() or init:
+            out[name] = ProcessStartup(
+                name, facts, init[-1][0] if init else None, init[-1][1] if init else None
+            )
+    return out
+
+
 # --------------------------------------------------------------------------------------
 # periodic engine stats
 # --------------------------------------------------------------------------------------

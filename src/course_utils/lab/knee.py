@@ -76,6 +76,9 @@ def knee_scan(
     batch1_prompts: int = 0,
     bracket_repeats: int = 1,
     progress: Callable[[str], None] | None = print,
+    deadline: float | None = None,
+    rate_estimate_s: float = 90.0,
+    window_s: float | None = None,
 ) -> list[dict[str, Any]]:
     """Offered-rate scan on one server; returns the rates' records in ``rates`` order.
 
@@ -85,6 +88,12 @@ def knee_scan(
     once from one that meets it. With ``batch1_prompts`` > 0 the same server also measures
     that many requests one at a time (``--max-concurrency 1``): the batch-1 TPOT held
     against the roofline floor (``capacity.tpot_floor_ms``), one line in ``batch1.jsonl``.
+
+    ``window_s``: each rate sends ``ceil(rate * window_s)`` prompts, so every rate's window
+    lasts about as long (None: the workload's ``num_prompts`` at every rate).
+    ``deadline`` (a ``time.monotonic()`` value): no rate, repeat or batch-1 run starts that
+    would not end before it (each costs about the longest rate so far, ``rate_estimate_s``
+    before the first); what is left stays for the next call, which resumes.
     """
     out = Path(out_dir)
     kdir = out / "knee"
@@ -113,19 +122,30 @@ def knee_scan(
     try:
         with srv:
             say(f"knee: server up in {srv.startup_s:.0f} s; rates {[rate_key(r) for r in todo]}")
+            cost, longest = rate_estimate_s, 0.0  # a rate's cost: the longest one measured
             for rate in todo:
-                rec = _scan_rate(
-                    srv, model, rate, rates, workload, slo, knobs, kdir, cfg, mns, mnbt
-                )
+                if _no_time(deadline, cost):
+                    left = [rate_key(r) for r in todo if rate_key(r) not in done]
+                    say(f"knee: time budget spent; rates {left} left for the next call")
+                    return [done[rate_key(r)] for r in rates if rate_key(r) in done]
+                t0 = time.monotonic()
+                w = workload
+                if window_s is not None:
+                    w = replace(workload, num_prompts=max(1, math.ceil(rate * window_s)))
+                rec = _scan_rate(srv, model, rate, rates, w, slo, knobs, kdir, cfg, mns, mnbt)
+                longest = cost = max(longest, time.monotonic() - t0)
                 append_jsonl(path, rec)
                 done[rate_key(rate)] = rec
                 say(_line(as_point(rec)))
             for rk in _brackets(done, rates, bracket_repeats):
+                if _no_time(deadline, cost):
+                    say("knee: time budget spent before the bracket repeats")
+                    return [done[rate_key(r)] for r in rates if rate_key(r) in done]
                 rec = _repeat_rate(srv, model, done[rk], kdir, cfg, (mns, mnbt), slo)
                 append_jsonl(path, rec)
                 done[rk] = rec
                 say("repeat " + _line(as_point(rec)))
-            if need_b1:
+            if need_b1 and not _no_time(deadline, cost):
                 _batch1(
                     srv,
                     model,
@@ -147,6 +167,10 @@ def knee_scan(
                 append_jsonl(path, rec)
                 done[rk] = rec
     return [done[rate_key(r)] for r in rates if rate_key(r) in done]
+
+
+def _no_time(deadline: float | None, cost_s: float) -> bool:
+    return deadline is not None and time.monotonic() + cost_s > deadline
 
 
 def _rate_point(

@@ -25,9 +25,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.diagnose import diagnose
-from course_utils.core.metrics import MetricsSampler, summarize
-from course_utils.core.records import PointPaths, Scores, Warmup, Window, Workload, bench_summary
+from course_utils.core.diagnose import Diagnosis, busiest_engine, diagnose, diagnose_engines
+from course_utils.core.metrics import MetricsSampler, engine_series, summarize
+from course_utils.core.records import (
+    EngineWindow,
+    PointPaths,
+    Scores,
+    Warmup,
+    Window,
+    Workload,
+    bench_summary,
+)
 from course_utils.core.slo import SLO, score
 from course_utils.core.validity import (
     jit_issue,
@@ -203,17 +211,24 @@ def _window(
             meets_slo=sc.meets_slo,
             violations=list(sc.violations),
         )
-        diag = diagnose(
-            samples,
-            res,
-            slo,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-        )
-        win.diagnosis = {**diag.as_dict(), "why_en": diag.why("en"), "why_zh": diag.why("zh")}
+        mns, mnbt = max_num_seqs, max_num_batched_tokens
+        diag = diagnose(samples, res, slo, max_num_seqs=mns, max_num_batched_tokens=mnbt)
+        per = diagnose_engines(samples, res, slo, max_num_seqs=mns, max_num_batched_tokens=mnbt)
+        if per:  # several engines (data parallel): each one's own view; the busiest decides
+            series = engine_series(samples)
+            win.engines = {
+                e: EngineWindow(summarize(series[e]).as_dict(), _diag_dict(d))
+                for e, d in per.items()
+            }
+            diag = per[busiest_engine(per) or next(iter(per))]
+        win.diagnosis = _diag_dict(diag)
     win.status, win.valid, win.validity_issues = "ok", not issues, issues
     win.prefix_cache_hit_rate, win.bench, win.load = hit, bench_summary(res.raw), load.as_dict()
     return win
+
+
+def _diag_dict(d: Diagnosis) -> dict[str, Any]:
+    return {**d.as_dict(), "why_en": d.why("en"), "why_zh": d.why("zh")}
 
 
 def _close(

@@ -39,7 +39,7 @@ from course_utils.lab.checks import (
     check_output,
     check_port,
 )
-from course_utils.lab.server import GpuInfo, gpu_inventory
+from course_utils.lab.server import GpuInfo, gpu_inventory, is_device
 
 __all__ = [
     "Check",
@@ -186,7 +186,7 @@ def pick_gpu(
         return gpus[0], {}
     first = cvd.split(",")[0].strip()
     for g in gpus:
-        if first == str(g.index) or (first.startswith("GPU-") and g.uuid.startswith(first)):
+        if is_device(first, g.index, g.uuid):
             return g, {}
     return None, _t(
         f"CUDA_VISIBLE_DEVICES={cvd!r} hides all {len(gpus)} GPU(s)",

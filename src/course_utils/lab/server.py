@@ -44,6 +44,8 @@ __all__ = [
     "gpu_memory_gib",
     "group_pids",
     "gpu_pids",
+    "is_device",
+    "visible_devices",
 ]
 
 
@@ -162,16 +164,48 @@ def gpu_pids(timeout_s: float = 10.0) -> set[int] | None:
     return None if out is None else {int(tok) for tok in out if tok.isdigit()}
 
 
-def gpu_memory_used_mib() -> float | None:
-    """Memory in use on all GPUs (MiB) per `nvidia-smi`, or None without one.
+def visible_devices(env: Mapping[str, str] | None = None) -> list[str] | None:
+    """The GPUs a CUDA process started with ``env`` (over this process's environment) may
+    use: the CUDA_VISIBLE_DEVICES entries (indices or UUIDs), or None when it is unset (all)."""
+    cvd = (env or {}).get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if cvd is None:
+        return None
+    return [t.strip() for t in cvd.split(",") if t.strip()]
+
+
+def is_device(token: str, index: int, uuid: str) -> bool:
+    """Whether a CUDA_VISIBLE_DEVICES entry names the GPU ``index``/``uuid`` (an index, or a
+    UUID or its unique prefix, as CUDA accepts)."""
+    token = token.strip()
+    return token == str(index) or (token.startswith(("GPU-", "MIG-")) and uuid.startswith(token))
+
+
+def gpu_memory_used_mib(devices: Sequence[str] | None = None) -> float | None:
+    """Memory in use (MiB) per `nvidia-smi` on ``devices`` (CUDA_VISIBLE_DEVICES entries; None:
+    every GPU), or None without nvidia-smi. A server's stop watches only its own GPUs, so a
+    job on another GPU of the host cannot hold it up.
 
     A fallback for containers, where `--query-compute-apps` may not show our pids.
     """
-    out = _nvidia_smi("--query-gpu=memory.used")
-    try:
-        return sum(float(x) for x in out) if out else None
-    except ValueError:
+    if devices is None:
+        out = _nvidia_smi("--query-gpu=memory.used")
+        try:
+            return sum(float(x) for x in out) if out else None
+        except ValueError:
+            return None
+    done = _nvidia_smi_run("--query-gpu=index,uuid,memory.used", 10.0)
+    if done is None:
         return None
+    total, seen = 0.0, False
+    for line in done.stdout.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        try:
+            index, uuid, used = int(parts[0]), parts[1], float(parts[2])
+        except (ValueError, IndexError):
+            continue
+        if any(is_device(t, index, uuid) for t in devices):
+            total, seen = total + used, True
+    return total if seen else None
 
 
 def gpu_memory_gib(index: int = 0) -> float | None:
@@ -286,6 +320,11 @@ class VllmServer:
         return [*self.vllm_cmd, "serve", self.model, *self.knob_args()]
 
     @property
+    def devices(self) -> list[str] | None:
+        """The GPUs this server may use (CUDA_VISIBLE_DEVICES of its env; None: all)."""
+        return visible_devices(self.env)
+
+    @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
@@ -330,7 +369,7 @@ class VllmServer:
         self._log_fh.write(f"$ {self.argv}\n".encode())
         self._log_fh.flush()
         env = None if self.env is None else {**os.environ, **self.env}
-        self._gpu_used_before = gpu_memory_used_mib()
+        self._gpu_used_before = gpu_memory_used_mib(self.devices)
         t0 = time.monotonic()
         self.proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
             self.argv,
@@ -416,12 +455,13 @@ class VllmServer:
         _LIVE.discard(self)
 
     def _wait_gpu_released(self, timeout_s: float, margin_mib: float = 1024.0) -> None:
-        """Until nvidia-smi lists none of our pids and memory use is back near its start."""
+        """Until nvidia-smi lists none of our pids and memory use on this server's GPUs
+        (``devices``) is back near its start."""
         deadline = time.monotonic() + timeout_s
         while True:
             on_gpu = gpu_pids()
             ours = on_gpu is not None and bool(on_gpu & self._seen_pids)
-            used = gpu_memory_used_mib() if on_gpu is not None else None
+            used = gpu_memory_used_mib(self.devices) if on_gpu is not None else None
             high = (
                 used is not None
                 and self._gpu_used_before is not None

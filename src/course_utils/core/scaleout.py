@@ -1,0 +1,357 @@
+"""Lab 03's comparison, pure: one GPU, two replicas (vLLM data parallelism), one model split
+over two GPUs (tensor parallelism), each measured as a short offered-rate scan on the same
+workload and SLO.
+
+- ``CONFIGS``: the three configurations and the ``vllm serve`` flags that make them
+  (``--data-parallel-size`` and ``--tensor-parallel-size``, vllm/engine/arg_utils.py 0.26.0).
+- ``ScaleoutRun``: one config's record of one call (``scaleout.jsonl``, last line wins).
+- ``rate_rows`` / ``three_way``: the table and the verdicts, re-derived from the knee
+  records (``ServedPoint`` per rate, windows and per-engine diagnoses included), so a page
+  and CI read the same numbers the GPU run printed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from course_utils.core.keep import as_point, pick_knee
+from course_utils.core.records import ServedPoint
+from course_utils.core.replicas import carried
+
+__all__ = [
+    "CONFIGS",
+    "RUN_FILE",
+    "RateRow",
+    "ScaleConfig",
+    "ScaleoutRun",
+    "ThreeWay",
+    "rate_rows",
+    "three_way",
+]
+
+RUN_FILE = "scaleout.jsonl"
+
+
+@dataclass(frozen=True)
+class ScaleConfig:
+    """One way to use the GPUs: how many, which (CUDA_VISIBLE_DEVICES), the serve flags."""
+
+    name: str
+    gpus: int
+    devices: str
+    serve_args: tuple[str, ...]
+    label: dict[str, str]
+
+
+CONFIGS: dict[str, ScaleConfig] = {
+    "one": ScaleConfig("one", 1, "0", (), {"en": "1 GPU", "zh": "1 张卡"}),
+    "dp2": ScaleConfig(
+        "dp2",
+        2,
+        "0,1",
+        ("--data-parallel-size", "2"),
+        {"en": "2 replicas (DP=2)", "zh": "2 个副本（DP=2）"},
+    ),
+    "tp2": ScaleConfig(
+        "tp2",
+        2,
+        "0,1",
+        ("--tensor-parallel-size", "2"),
+        {"en": "1 model on 2 GPUs (TP=2)", "zh": "1 个模型切到 2 张卡（TP=2）"},
+    ),
+}
+
+
+def config(name: str) -> ScaleConfig:
+    if name not in CONFIGS:
+        raise ValueError(f"config must be one of {', '.join(CONFIGS)}, not {name!r}")
+    return CONFIGS[name]
+
+
+@dataclass
+class ScaleoutRun:
+    """One call of lab 03 for one config: what it served, how it started, where it stopped.
+    ``processes``: the start-up facts each vLLM process logged (``vllm_logs.
+    startup_by_process``: one KV pool per engine with DP, one weight share per worker with
+    TP). ``knee``: ``pick_knee`` over the rates on disk after this call."""
+
+    config: str
+    gpus: int
+    devices: str
+    serve_cmd: str
+    rates: list[float]
+    done_rates: list[str]
+    status: str  # "ok": every rate measured; "partial": the budget left some; "failed"
+    reason: str | None = None
+    startup_s: float | None = None
+    processes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    knee: dict[str, Any] = field(default_factory=dict)
+    elapsed_s: float | None = None
+    time: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S"))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ScaleoutRun:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass(frozen=True)
+class RateRow:
+    """One config at one offered rate: what the client saw and what each engine saw."""
+
+    config: str
+    rate: float
+    valid: bool
+    done: float | None  # completed req/s
+    goodput: float | None  # vLLM's per-request goodput, req/s
+    p99_ttft_ms: float | None
+    p99_tpot_ms: float | None
+    meets_slo: bool
+    constraint: str | None  # the deciding window's (with DP: the busiest engine's)
+    engines: dict[str, dict[str, Any]]  # engine -> {"constraint", "waiting_mean", ...}
+    issues: list[str]
+
+    @property
+    def goodput_per_gpu(self) -> float | None:
+        g = config(self.config).gpus
+        return None if self.goodput is None else self.goodput / g
+
+
+def rate_rows(name: str, records: Sequence[ServedPoint | Mapping[str, Any]]) -> list[RateRow]:
+    """The rows of one config's knee records, by rate (scores: the mean of valid windows)."""
+    rows = []
+    for p in sorted(map(as_point, records), key=lambda p: float(p.rate_key or 0)):
+        if p.status != "ok" or p.rate_key in (None, "inf"):
+            continue
+        sc, dec = p.scores(), p.deciding
+        bench = dec.bench if dec else {}
+        engines = {
+            e: {
+                "constraint": ew.diagnosis.get("constraint"),
+                "leaf": ew.diagnosis.get("leaf"),
+                "waiting_mean": ew.load.get("waiting_mean"),
+                "running_max": ew.load.get("running_max"),
+                "kv_usage_max": ew.load.get("kv_usage_max"),
+            }
+            for e, ew in (dec.engines if dec else {}).items()
+        }
+        rows.append(
+            RateRow(
+                config=name,
+                rate=float(p.rate_key or 0),
+                valid=p.valid,
+                done=sc.request_throughput if sc else None,
+                goodput=sc.request_goodput if sc else None,
+                p99_ttft_ms=bench.get("p99_ttft_ms"),
+                p99_tpot_ms=bench.get("p99_tpot_ms"),
+                meets_slo=p.meets_slo,
+                constraint=p.diagnosis.get("constraint"),
+                engines=engines,
+                issues=p.validity_issues,
+            )
+        )
+    return rows
+
+
+@dataclass
+class ThreeWay:
+    """The three configs side by side, and what the data supports."""
+
+    knees: dict[str, dict[str, Any]]  # config -> pick_knee
+    rows: list[RateRow]
+    predicted_dp2: tuple[float, float | None] | None  # 2 x one's knee range
+    verdicts: dict[str, dict[str, str]]  # name -> {"en", "zh", "key"}
+
+    def table(self, lang: str = "en") -> list[dict[str, Any]]:
+        zh = lang == "zh"
+        cols = (
+            (
+                "配置",
+                "速率",
+                "完成",
+                "goodput",
+                "每卡 goodput",
+                "p99 TTFT",
+                "p99 TPOT",
+                "达标",
+                "约束",
+            )
+            if zh
+            else (
+                "config",
+                "rate",
+                "done",
+                "goodput",
+                "goodput/GPU",
+                "p99 TTFT",
+                "p99 TPOT",
+                "meets SLO",
+                "constraint",
+            )
+        )
+        out = []
+        for r in self.rows:
+            vals = (
+                config(r.config).label[lang],
+                f"{r.rate:g}",
+                _f(r.done),
+                _f(r.goodput),
+                _f(r.goodput_per_gpu),
+                _f(r.p99_ttft_ms, 0),
+                _f(r.p99_tpot_ms, 1),
+                ("是" if r.meets_slo else "否") if zh else ("yes" if r.meets_slo else "no"),
+                (r.constraint or "") if r.valid else ("无效" if zh else "INVALID"),
+            )
+            out.append(dict(zip(cols, vals, strict=True)))
+        return out
+
+
+def _f(x: float | None, nd: int = 2) -> str:
+    return "n/a" if x is None else f"{x:.{nd}f}"
+
+
+def _range(k: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    return k.get("knee_rate"), k.get("overloaded_rate")
+
+
+def _rng_text(lo: float | None, hi: float | None) -> str:
+    if lo is None:
+        return "below the lowest rate" if hi is None else f"< {hi:g}"
+    return f"{lo:g}-{'?' if hi is None else f'{hi:g}'}"
+
+
+def three_way(records: Mapping[str, Sequence[ServedPoint | Mapping[str, Any]]]) -> ThreeWay:
+    """Knees, rows and verdicts from each config's knee records (configs may be missing)."""
+    knees = {n: pick_knee(list(recs)) for n, recs in records.items() if n in CONFIGS}
+    rows = [r for n in CONFIGS if n in records for r in rate_rows(n, records[n])]
+    pred = None
+    one = knees.get("one")
+    if one and one["knee_rate"] is not None:
+        pred = carried(2, one["knee_rate"], one["overloaded_rate"])
+    verdicts: dict[str, dict[str, str]] = {}
+    if pred is not None and "dp2" in knees:
+        verdicts["dp_vs_prediction"] = _dp_vs_prediction(pred, knees["dp2"])
+    if "dp2" in knees and "tp2" in knees:
+        verdicts["dp_vs_tp"] = _dp_vs_tp(knees["dp2"], knees["tp2"])
+    tpot = _tpot_at_shared_rate(rows)
+    if tpot:
+        verdicts["tpot"] = tpot
+    cleared = _queue_cleared(rows)
+    if cleared:
+        verdicts["queue_cleared"] = cleared
+    return ThreeWay(knees, rows, pred, verdicts)
+
+
+def _dp_vs_prediction(pred: tuple[float, float | None], dp: Mapping[str, Any]) -> dict[str, str]:
+    lo, hi = _range(dp)
+    p_lo, p_hi = pred
+    if lo is None:
+        key = "below"
+    elif p_hi is not None and lo >= p_hi:
+        key = "above"
+    elif hi is not None and hi <= p_lo:
+        key = "below"
+    else:
+        key = "agrees"
+    en = {
+        "agrees": "the measured DP=2 knee range overlaps 2x one GPU's: two replicas add up",
+        "below": "the measured DP=2 knee lies below 2x one GPU's: the replicas do not add up "
+        "(a shared bottleneck: the API server, the client, the CPU)",
+        "above": "the measured DP=2 knee lies above 2x one GPU's",
+    }[key]
+    zh = {
+        "agrees": "实测 DP=2 的拐点区间与单卡的 2 倍重叠：两个副本的容量可以相加",
+        "below": "实测 DP=2 的拐点低于单卡的 2 倍：副本没能相加（有共享瓶颈：API 服务器、压测客户端、CPU）",
+        "above": "实测 DP=2 的拐点高于单卡的 2 倍",
+    }[key]
+    pr = _rng_text(p_lo, p_hi)
+    ms = _rng_text(lo, hi)
+    return {
+        "key": key,
+        "en": f"predicted {pr} req/s, measured {ms} req/s: {en}",
+        "zh": f"预测 {pr} req/s，实测 {ms} req/s：{zh}",
+    }
+
+
+def _missed(k: Mapping[str, Any]) -> float | None:
+    """The lowest rate a config was measured to miss the SLO at (its knee's upper bound; its
+    lowest valid rate when no rate met the SLO)."""
+    if k.get("overloaded_rate") is not None:
+        return float(k["overloaded_rate"])
+    if k.get("knee_rate") is None and k.get("windows"):
+        return min(float(r) for r in k["windows"])
+    return None
+
+
+def _dp_vs_tp(dp: Mapping[str, Any], tp: Mapping[str, Any]) -> dict[str, str]:
+    """DP wins when it met the SLO at a rate TP was measured to miss it at, and the other way
+    round; otherwise the ranges overlap and it is a tie."""
+    d_lo, t_lo = dp.get("knee_rate"), tp.get("knee_rate")
+    d_miss, t_miss = _missed(dp), _missed(tp)
+    if d_lo is not None and t_miss is not None and d_lo >= t_miss:
+        key, en, zh = (
+            "dp",
+            "DP=2 carries more req/s at the SLO than TP=2",
+            "DP=2 在 SLO 下承载的请求率高于 TP=2",
+        )
+    elif t_lo is not None and d_miss is not None and t_lo >= d_miss:
+        key, en, zh = (
+            "tp",
+            "TP=2 carries more req/s at the SLO than DP=2",
+            "TP=2 在 SLO 下承载的请求率高于 DP=2",
+        )
+    else:
+        key = "tie"
+        en = "a tie: the knee ranges overlap, this scan cannot rank DP=2 and TP=2"
+        zh = "平局：两个拐点区间重叠，这次扫描分不出 DP=2 与 TP=2 的高下"
+    rng = (
+        f"DP=2 {_rng_text(d_lo, dp.get('overloaded_rate'))}, "
+        f"TP=2 {_rng_text(t_lo, tp.get('overloaded_rate'))} req/s"
+    )
+    return {"key": key, "en": f"{rng}: {en}", "zh": f"{rng}：{zh}"}
+
+
+def _tpot_at_shared_rate(rows: Sequence[RateRow]) -> dict[str, str] | None:
+    """p99 TPOT of DP=2 and TP=2 at the highest rate both measured validly."""
+    by = {(r.config, r.rate): r for r in rows if r.valid and r.p99_tpot_ms is not None}
+    shared = sorted({r for c, r in by if c == "dp2"} & {r for c, r in by if c == "tp2"})
+    if not shared:
+        return None
+    rate = shared[-1]
+    d, t = by[("dp2", rate)].p99_tpot_ms, by[("tp2", rate)].p99_tpot_ms
+    assert d is not None and t is not None
+    key = "tp" if t < d else "dp" if d < t else "tie"
+    who = {"tp": ("TP=2", "TP=2"), "dp": ("DP=2", "DP=2"), "tie": ("neither", "两者相同")}[key]
+    return {
+        "key": key,
+        "rate": f"{rate:g}",
+        "en": f"at {rate:g} req/s p99 TPOT is {t:.1f} ms with TP=2 and {d:.1f} ms with DP=2: "
+        f"lower with {who[0]}",
+        "zh": f"{rate:g} req/s 时 p99 TPOT：TP=2 为 {t:.1f} ms，DP=2 为 {d:.1f} ms，{who[1]}更低",
+    }
+
+
+def _queue_cleared(rows: Sequence[RateRow]) -> dict[str, str] | None:
+    """A rate where one GPU queued (add replicas) and every DP=2 engine did not, at the same
+    or a higher rate: the queue diagnosis cleared per engine."""
+    queued = [r for r in rows if r.config == "one" and r.valid and r.constraint == "queue"]
+    dp = [r for r in rows if r.config == "dp2" and r.valid and r.engines]
+    for q in queued:
+        for d in sorted(dp, key=lambda r: r.rate, reverse=True):
+            if d.rate >= q.rate and all(e["constraint"] != "queue" for e in d.engines.values()):
+                waits = ", ".join(
+                    f"{e}: {_f(v['waiting_mean'])}" for e, v in sorted(d.engines.items())
+                )
+                return {
+                    "key": "cleared",
+                    "en": f"one GPU at {q.rate:g} req/s: queue; DP=2 at {d.rate:g} req/s: no "
+                    f"engine queues (mean waiting per engine {waits})",
+                    "zh": f"单卡 {q.rate:g} req/s：排队；DP=2 在 {d.rate:g} req/s：没有一个引擎"
+                    f"排队（各引擎平均排队数 {waits}）",
+                }
+    return None

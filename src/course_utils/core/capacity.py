@@ -47,17 +47,46 @@ class GPU:
     memory_gib: float  # as nvidia-smi reports total memory, in GiB
     hbm_gbps: float  # vendor peak memory bandwidth, GB/s
     source: str
+    # What CUDA reports as total (cudaMemGetInfo, torch.accelerator.get_memory_info): the
+    # total vLLM multiplies by gpu_memory_utilization (v1/worker/utils.py request_memory).
+    # A little less than nvidia-smi's; None where not known (then nvidia-smi's is used).
+    cuda_total_gib: float | None = None
+    cuda_total_source: str = ""
+
+    @property
+    def total_gib(self) -> float:
+        """The total vLLM sees: CUDA's where known, else nvidia-smi's."""
+        return self.memory_gib if self.cuda_total_gib is None else self.cuda_total_gib
 
 
 GPUS: dict[str, GPU] = {
-    # NVIDIA GeForce RTX 4090 spec: 24 GB GDDR6X, 1,008 GB/s; nvidia-smi shows 24,564 MiB.
-    "rtx4090": GPU("RTX 4090", 24564 / 1024, 1008, "NVIDIA RTX 4090 specifications"),
+    # NVIDIA GeForce RTX 4090 spec: 24 GB GDDR6X, 1,008 GB/s; nvidia-smi shows 24,564 MiB
+    # (23.99 GiB). CUDA reports less: PyTorch's out-of-memory message on RTX 4090 hosts says
+    # "a total capacity of 23.64 GiB" (23.65 on some drivers).
+    "rtx4090": GPU(
+        "RTX 4090",
+        24564 / 1024,
+        1008,
+        "NVIDIA RTX 4090 specifications",
+        23.64,
+        "PyTorch's CUDA out-of-memory message on RTX 4090 hosts (cudaMemGetInfo total)",
+    ),
     # NVIDIA A100 datasheet: 80GB SXM, 2,039 GB/s; nvidia-smi shows 81,920 MiB.
     "a100-80gb": GPU("A100 80GB SXM", 81920 / 1024, 2039, "NVIDIA A100 datasheet"),
     # NVIDIA H100 datasheet: H100 SXM 80 GB HBM3, 3.35 TB/s; nvidia-smi shows 81,559 MiB.
     "h100": GPU("H100 SXM", 81559 / 1024, 3350, "NVIDIA H100 datasheet"),
     # NVIDIA H200 datasheet: 141 GB HBM3e, 4.8 TB/s; nvidia-smi here showed 143,771 MiB.
-    "h200": GPU("H200", 143771 / 1024, 4800, "NVIDIA H200 datasheet; nvidia-smi on the lab host"),
+    # CUDA total 150,109,880,320 bytes: solved from the exact `--kv-cache-memory` byte counts
+    # vLLM logged at utilisation 0.80, 0.92 and 0.94 (labs/results/h200-2026-11-29b knobs);
+    # vLLM prints it as "139.8 GiB".
+    "h200": GPU(
+        "H200",
+        143771 / 1024,
+        4800,
+        "NVIDIA H200 datasheet; nvidia-smi on the lab host",
+        150_109_880_320 / 1024**3,
+        "solved from vLLM's logged --kv-cache-memory byte counts on the lab host",
+    ),
 }
 
 
@@ -262,3 +291,69 @@ def tpot_floor_ms(
     bw = (bandwidth_gbps or g.hbm_gbps) * 1e9
     step_bytes = shape.weight_bytes() + batch * context_tokens * shape.kv_bytes_per_token(kv_dtype)
     return step_bytes / bw * 1000
+
+
+# --------------------------------------------------------------------------------------
+# rehearsal: another GPU's memory budget and defaults on the GPU at hand
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rehearsal:
+    """Run as if on ``target``: vLLM's requested memory (total x utilisation, v1/worker/
+    utils.py request_memory) made equal to the target's, and the batch defaults the target
+    gets (EngineArgs.get_batch_defaults) passed explicitly, since this GPU would get its own.
+    Reproduces memory, KV capacity, max concurrency and the start-up fit; not speed."""
+
+    target: str
+    target_total_gib: float
+    here_total_gib: float
+    entry: str
+    util: float  # asked for on the target
+    util_here: float  # the same bytes on this GPU
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+    def knobs(self) -> dict[str, Any]:
+        return {
+            "gpu_memory_utilization": self.util_here,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+        }
+
+    @property
+    def requested_gib(self) -> float:
+        return self.target_total_gib * self.util
+
+
+def rehearse(
+    target: str | GPU,
+    here_total_gib: float,
+    *,
+    entry: str = "serve",
+    util: float | None = None,
+) -> Rehearsal:
+    """The knobs that give this GPU (CUDA total ``here_total_gib``) ``target``'s budget."""
+    from course_utils.core import knobs as knobs_mod
+
+    g = target if isinstance(target, GPU) else get_gpu(target)
+    if entry not in ("serve", "llm"):
+        raise ValueError(f"entry must be 'serve' or 'llm', not {entry!r}")
+    u = float(knobs_mod.default("gpu_memory_utilization") if util is None else util)
+    here = round(u * g.total_gib / here_total_gib, 6)
+    if not 0 < here <= 1:
+        raise ValueError(
+            f"{g.name}'s budget ({u} x {g.total_gib:.2f} GiB) does not fit in this GPU's "
+            f"{here_total_gib:.2f} GiB"
+        )
+    kw: dict[str, Any] = {"gpu_memory_gib": g.total_gib, "entry": entry, "gpu_name": g.name}
+    return Rehearsal(
+        target=g.name,
+        target_total_gib=g.total_gib,
+        here_total_gib=here_total_gib,
+        entry=entry,
+        util=u,
+        util_here=here,
+        max_num_seqs=int(knobs_mod.default("max_num_seqs", **kw)),
+        max_num_batched_tokens=int(knobs_mod.default("max_num_batched_tokens", **kw)),
+    )

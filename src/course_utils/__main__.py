@@ -181,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--gpu-memory-utilization", type=float, default=0.92)
     c.add_argument("--max-model-len", type=int, default=4096)
     c.add_argument("--kv-dtype", default="auto")
-    c.add_argument("--overhead-gib", type=float, default=capacity.DEFAULT_OVERHEAD_GIB)
+    c.add_argument("--overhead-gib", type=float, default=None)
     c.set_defaults(func=cmd_capacity)
 
     g = sub.add_parser("goodput", help="both goodput scores of a vllm bench serve result")

@@ -1,3 +1,4 @@
+# ruff: noqa: UP031  - the %-format strings are copied verbatim from vLLM 0.26.0
 """The fake `vllm serve`'s start-up memory accounting, printed in vLLM 0.26.0's own formats.
 
 Used by fake_vllm.py when FAKE_VLLM_GPU_TOTAL_BYTES is set (the CUDA total of the fake GPU).

@@ -139,3 +139,33 @@ def test_no_cuda_is_one_line_and_no_start(tmp_path: Path, probe_env: dict[str, s
 def test_unknown_case_is_refused(tmp_path: Path) -> None:
     assert probe.main([str(tmp_path), "bf16-5090"]) == 2
     assert not (tmp_path / "capacity").exists()
+
+
+def test_tune_rehearses_a_4090_on_a_bigger_gpu(tmp_path: Path, fake_vllm: Path,
+                                              fake_nvidia_smi: Path, dummy_model: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--rehearse-gpu rtx4090`: the fake vLLM gets the scaled utilisation and the 4090's
+    serve defaults; swept utilisations are the 4090's, scaled too."""
+    monkeypatch.setenv("FAKE_VLLM_GPU_TOTAL_BYTES", str(H200_TOTAL))
+    monkeypatch.setenv("FAKE_GPU", "NVIDIA H200,143771,143000,580")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"),
+           "COURSE_UTILS_TORCH_PYTHON": str(FAKES / "fake_torch_python.py")}
+    out = tmp_path / "o"
+    p = subprocess.run(
+        [sys.executable, "-m", "course_utils", "sweep", "--model", str(dummy_model), "--slo",
+         "ttft:3000 tpot:500", "--out", str(out), "--no-progress", "--load-format", "dummy",
+         "--rehearse-gpu", "rtx4090", "--knob", "gpu_memory_utilization", "--values", "0.8,0.9",
+         "--num-prompts", "4", "--input-len", "16", "--output-len", "4", "--repeats", "0",
+         "--warmup-share", "0.5", "--rate", "50"],
+        env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "Rehearsing an RTX 4090" in p.stderr and "Not reproduced: speed" in p.stderr
+    starts = [json.loads(x)["argv"] for x in (tmp_path / "starts.jsonl").read_text().splitlines()]
+    assert len(starts) == 2
+    for argv, util in zip(starts, (0.8, 0.9), strict=True):
+        flags = dict(zip(argv[1::2], argv[2::2], strict=False)) | dict(
+            zip(argv[2::2], argv[3::2], strict=False))
+        assert flags["--gpu-memory-utilization"] == str(round(util * 23.64 * capacity.GIB
+                                                               / H200_TOTAL, 6))
+        assert flags["--max-num-seqs"] == "256" and flags["--max-num-batched-tokens"] == "2048"
+    assert json.loads((out / "gpu.json").read_text())["total"] == H200_TOTAL

@@ -438,6 +438,44 @@ class Rehearsal:
     def requested_gib(self) -> float:
         return self.target_total_gib * self.util
 
+    def scale(self, util: float) -> float:
+        """A utilisation on the target as the same bytes on this GPU."""
+        here = round(float(util) * self.target_total_gib / self.here_total_gib, 6)
+        if not 0 < here <= 1:
+            raise ValueError(f"gpu_memory_utilization {util} on {self.target} does not fit here")
+        return here
+
+    def explain(self, lang: str = "en") -> list[str]:
+        """What a rehearsal reproduces and what it does not, in plain words."""
+        left = self.here_total_gib - self.requested_gib
+        if lang == "zh":
+            return [
+                f"在这块 {self.here_total_gib:.1f} GiB 的卡上预演 {self.target}：vLLM 申请 "
+                f"{self.util} x {self.target_total_gib:.2f} GiB = {self.requested_gib:.2f} GiB"
+                f"（这里 --gpu-memory-utilization {self.util_here}），并显式传入 "
+                f"{self.target} 在 {self.entry} 入口的默认值（max_num_seqs "
+                f"{self.max_num_seqs}，max_num_batched_tokens {self.max_num_batched_tokens}）。",
+                "能复现：vLLM 规划的显存（权重、激活峰值、KV cache）、KV 能放多少 token、"
+                "最大并发，以及模型能否启动（vLLM 自己的 KV 检查）。",
+                f"不能复现：速度（TTFT、TPOT、吞吐和拐点都是这块卡的）；{self.target} 的内核"
+                "占用的非 torch 显存和 CUDA graph；以及预算之外 vLLM 还要分配的东西在 "
+                f"{self.target} 上放不放得下（这里预算外还剩 {left:.1f} GiB）。",
+            ]
+        return [
+            f"Rehearsing an {self.target} on this {self.here_total_gib:.1f} GiB GPU: vLLM asks "
+            f"for {self.util} x {self.target_total_gib:.2f} GiB = {self.requested_gib:.2f} GiB "
+            f"(--gpu-memory-utilization {self.util_here} here) and gets the {self.target}'s "
+            f"{self.entry} defaults, passed explicitly (max_num_seqs {self.max_num_seqs}, "
+            f"max_num_batched_tokens {self.max_num_batched_tokens}).",
+            "Reproduced: the memory vLLM plans with (weights, activation peak, KV cache), the "
+            "KV capacity in tokens, max concurrency, and whether the model starts (vLLM's own "
+            "KV check).",
+            f"Not reproduced: speed (TTFT, TPOT, throughput and the knee are this GPU's); the "
+            f"non-torch memory and CUDA graphs of the {self.target}'s kernels; and whether what "
+            f"vLLM allocates outside its budget fits an {self.target} (here {left:.1f} GiB are "
+            "left outside it).",
+        ]
+
 
 def rehearse(
     target: str | GPU,

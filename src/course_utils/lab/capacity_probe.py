@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -35,9 +34,10 @@ from typing import Any
 from course_utils.core import capacity
 from course_utils.core.records import ProbeRecord, append_jsonl, read_jsonl
 from course_utils.core.vllm_logs import memory_lines, memory_profile, startup_facts
+from course_utils.lab.rehearsal import cuda_total
 from course_utils.lab.server import ServerStartError, VllmServer
 
-__all__ = ["CASES", "Case", "ModelSpec", "cuda_total", "main", "run_case", "run_probe"]
+__all__ = ["CASES", "Case", "ModelSpec", "main", "run_case", "run_probe"]
 
 CASE_S = 120.0  # one `vllm serve` start and stop of a 7-8B model on the H200 (60-136 s)
 MAX_MODEL_LEN = 4096  # what both labs use on a 4090 (their max_model_len parameter)
@@ -101,30 +101,6 @@ CASES: dict[str, Case] = {
         Case("llama3-8b-4090-serve", "llama3-8b", "rtx4090", "serve"),
     ]
 }
-
-_TOTAL_SNIPPET = (
-    "import json, torch; f, t = torch.cuda.mem_get_info(); "
-    "print(json.dumps({'total': t, 'free': f, 'name': torch.cuda.get_device_name()}))"
-)
-
-
-def cuda_total(cache: Path, python: str = sys.executable) -> dict[str, Any]:
-    """The CUDA total (bytes) of the first visible GPU, as vLLM reads it
-    (torch.accelerator.get_memory_info), from one ``torch`` subprocess; kept in ``cache``."""
-    if cache.is_file():
-        return dict(json.loads(cache.read_text()))
-    done = subprocess.run(  # noqa: S603 - argv list
-        [python, "-c", _TOTAL_SNIPPET], capture_output=True, text=True, timeout=120, check=False
-    )
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        err = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"cannot read the GPU's CUDA total with torch: {err}")
-    info = dict(json.loads(lines[-1]))
-    info["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps(info, indent=1))
-    return info
 
 
 def model_folder(key: str, *, build: bool = True) -> Path:

@@ -91,20 +91,30 @@ def cmd_capacity(a: argparse.Namespace) -> None:
         data["max_concurrency"] = round(
             shape.max_concurrency(a.kv_memory_gib, a.max_model_len, a.kv_dtype), 2
         )
-    if a.gpu:
-        f = capacity.fit(
-            shape, a.gpu, a.gpu_memory_utilization, a.max_model_len, a.kv_dtype, a.overhead_gib
+    gpu = capacity.custom_gpu(a.gpu_total_gib) if a.gpu_total_gib else a.gpu
+    if gpu:
+        f = capacity.predict(
+            shape,
+            gpu,
+            a.gpu_memory_utilization,
+            a.max_model_len,
+            a.kv_dtype,
+            entry=a.entry,
+            max_num_seqs=a.max_num_seqs,
+            max_num_batched_tokens=a.max_num_batched_tokens,
+            overhead_gib=a.overhead_gib,
         )
         data["fit"] = {
             k: (round(v, 2) if isinstance(v, float) else v) for k, v in f.as_dict().items()
         }
-        data["tpot_floor_ms_batch1"] = round(capacity.tpot_floor_ms(shape, a.gpu), 2)
+        if a.gpu:
+            data["tpot_floor_ms_batch1"] = round(capacity.tpot_floor_ms(shape, a.gpu), 2)
     data["max_model_len"] = a.max_model_len
 
     def text() -> str:
         lines = [f"{k}: {v}" for k, v in data.items() if k != "fit"]
         if "fit" in data:
-            lines += ["fit (estimate):"] + [f"  {k}: {v}" for k, v in data["fit"].items()]
+            lines += ["fit (predicted):"] + [f"  {k}: {v}" for k, v in data["fit"].items()]
         return "\n".join(lines)
 
     _print(data, a.format, text)
@@ -180,13 +190,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("capacity", help="weights, KV tokens, concurrency, TPOT floor")
     common(c)
-    c.add_argument("--model", default="qwen2.5-7b-instruct")
+    c.add_argument(
+        "--model", default="qwen2.5-7b-instruct", help="a shipped name, or any config.json / folder"
+    )
     c.add_argument("--kv-memory-gib", type=float)
-    c.add_argument("--gpu", choices=sorted(capacity.GPUS))
+    g = c.add_mutually_exclusive_group()
+    g.add_argument("--gpu", choices=sorted(capacity.GPUS))
+    g.add_argument(
+        "--gpu-total-gib",
+        type=float,
+        help="any GPU: the total CUDA reports (torch.cuda.mem_get_info()[1] / 2**30)",
+    )
+    c.add_argument("--entry", choices=("serve", "llm"), default="serve", help="whose defaults")
+    c.add_argument("--max-num-seqs", type=int, default=None, help="default: the GPU's")
+    c.add_argument("--max-num-batched-tokens", type=int, default=None, help="default: the GPU's")
     c.add_argument("--gpu-memory-utilization", type=float, default=0.92)
     c.add_argument("--max-model-len", type=int, default=4096)
     c.add_argument("--kv-dtype", default="auto")
-    c.add_argument("--overhead-gib", type=float, default=capacity.DEFAULT_OVERHEAD_GIB)
+    c.add_argument(
+        "--overhead-gib", type=float, default=None, help="replace activation + non-torch"
+    )
     c.set_defaults(func=cmd_capacity)
 
     g = sub.add_parser("goodput", help="both goodput scores of a vllm bench serve result")

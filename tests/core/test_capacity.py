@@ -38,3 +38,96 @@ def test_unknown_model_or_gpu():
         capacity.load_model("llama-9000")
     with pytest.raises(ValueError, match="unknown GPU"):
         capacity.get_gpu("tpu")
+
+
+# ------------------------------------------------------------------ predict (vLLM 0.26.0)
+
+import ast  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import re  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from course_utils.core import vllm_logs  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parents[2] / "labs" / "results"
+H200 = capacity.GPUS["h200"]
+
+
+def recorded_starts() -> list[tuple[str, dict, str, int]]:
+    """(log, non-default args, entry, logged KV tokens) of every start in the recorded H200
+    logs that reached the KV cache."""
+    out = []
+    for f in sorted(RESULTS.glob("h200-*/**/*.log")):
+        text = f.read_text(errors="replace")
+        for part in re.split(r"(?=non-default args: )", text)[1:]:
+            args = ast.literal_eval(re.match(r"non-default args: (\{[^\n]*\})", part).group(1))
+            tokens = vllm_logs.startup_facts(part).kv_cache_tokens
+            if tokens is not None:
+                entry = "serve" if "model_tag" in args else "llm"
+                out.append((str(f.relative_to(RESULTS)), args, entry, tokens))
+    return out
+
+
+def test_prediction_matches_every_recorded_h200_start():
+    """No logged GiB of a start goes in: only its config, knobs, entry and the H200's CUDA
+    total. The measured terms (core.capacity_terms) come from these logs, so this is the
+    in-sample check; the probe's cases on a 24 GiB budget are the out-of-sample one."""
+    cfg = json.loads((capacity.config_dir() / "config.json").read_text())
+    starts = recorded_starts()
+    assert len(starts) >= 30 and {e for *_, e, _ in starts} == {"serve", "llm"}
+    total = round(H200.total_gib * capacity.GIB)
+    for log, args, entry, logged in starts:
+        got = capacity.predict_case(cfg, total, args, entry).kv_tokens
+        assert abs(got - logged) / logged < 0.002, (log, args, got, logged)
+
+
+def test_predict_terms_follow_vllm():
+    m = capacity.load_model("qwen2.5-7b-instruct")
+    f = capacity.predict(m, "h200", 0.92, 4096)  # serve defaults on an H200: 1024 / 8192
+    assert (f.max_num_seqs, f.max_num_batched_tokens) == (1024, 8192)
+    assert f.budget_gib == math.ceil(H200.total_gib * capacity.GIB * 0.92) / capacity.GIB
+    assert f.kv_memory_gib == pytest.approx(
+        f.budget_gib - f.weights_gib - f.activation_gib - f.non_torch_gib)
+    assert f.weights_gib == pytest.approx(14.29, abs=0.005)  # "Model loading took 14.29 GiB"
+    blocks = int(f.kv_memory_gib * capacity.GIB // (m.page_size_bytes() * m.layers))
+    assert f.kv_tokens == blocks * 16 and f.max_concurrency == blocks / 256
+    # the LLM entry's 16,384-token budget doubles the forward pass's activations
+    llm = capacity.predict(m, "h200", 0.92, 4096, entry="llm")
+    assert llm.max_num_batched_tokens == 16384
+    assert llm.activation_gib == pytest.approx(2 * capacity.activation_gib(m, 8192, 64))
+    # a small token budget with many requests: the sampler pass is the peak
+    assert capacity.activation_gib(m, 2048, 1024) > 3 * capacity.activation_gib(m, 2048, 64)
+    # a max_model_len that is not a multiple of 16: vLLM's int(blocks / ceil(L/16) * L)
+    odd = capacity.predict(m, "rtx4090", 0.92, 4000)
+    assert odd.kv_tokens == int(odd.max_concurrency * 4000)
+    # CUDA graphs (outside the budget) grow with max_num_seqs; the table is interpolated
+    assert capacity.cudagraph_gib(64) < capacity.cudagraph_gib(192) < capacity.cudagraph_gib(256)
+    # the old single number still works when given
+    assert capacity.predict(m, "rtx4090", overhead_gib=1.9).overhead_gib == 1.9
+
+
+def test_rehearsal_gives_the_4090_budget_and_defaults():
+    here = H200.total_gib
+    r = capacity.rehearse("rtx4090", here)
+    assert r.util_here == round(0.92 * 23.64 / here, 6)
+    assert (r.max_num_seqs, r.max_num_batched_tokens) == (256, 2048)
+    assert r.knobs()["gpu_memory_utilization"] == r.util_here
+    # the bytes vLLM requests here are the 4090's (to a few KB)
+    assert r.util_here * here == pytest.approx(0.92 * 23.64, rel=1e-5)
+    llm = capacity.rehearse("rtx4090", here, entry="llm", util=0.8)
+    assert (llm.max_num_seqs, llm.max_num_batched_tokens) == (256, 8192)
+    assert llm.scale(0.94) == round(0.94 * 23.64 / here, 6)
+    with pytest.raises(ValueError, match="does not fit"):
+        capacity.rehearse("h200", 23.64)
+    en, zh = " ".join(r.explain("en")), " ".join(r.explain("zh"))
+    assert "Not reproduced: speed" in en and "KV capacity" in en and "0.155" in en
+    assert "不能复现：速度" in zh and "最大并发" in zh
+    # the prediction for the rehearsal equals the one for a real 4090 (same bytes, same knobs)
+    m = capacity.load_model("qwen2.5-7b-instruct")
+    real = capacity.predict(m, "rtx4090")
+    rehearsed = capacity.predict(m, capacity.custom_gpu(here), r.util_here, **{
+        "max_num_seqs": r.max_num_seqs, "max_num_batched_tokens": r.max_num_batched_tokens})
+    assert abs(rehearsed.kv_tokens - real.kv_tokens) <= 16
+    with pytest.raises(ValueError, match="> 0 GiB"):
+        capacity.custom_gpu(0)

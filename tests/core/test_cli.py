@@ -73,3 +73,23 @@ def test_goodput_on_the_real_h200_result_shows_both_scores_differ():
     assert d["gate_goodput"] == 0 and not d["meets_slo"]
     assert d["request_goodput"] > 0 and d["request_goodput_source"] == "vllm"
     assert "p99 TTFT" in d["violations"][0]
+
+
+def test_capacity_for_any_gpu_and_any_config_json():
+    from pathlib import Path
+
+    from course_utils.core import capacity
+
+    cfg = Path(__file__).resolve().parents[2] / "labs/data/models/llama-3-8b-instruct"
+    p = run("capacity", "--model", str(cfg / "config.json"), "--gpu-total-gib", "23.64",
+            "--format", "json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    want = capacity.predict(capacity.load_model(str(cfg)), capacity.custom_gpu(23.64))
+    assert d["fit"]["kv_tokens"] == want.kv_tokens and d["kv_bytes_per_token"] == 131072
+    assert (d["fit"]["max_num_seqs"], d["fit"]["max_num_batched_tokens"]) == (256, 2048)
+    assert "tpot_floor_ms_batch1" not in d  # no bandwidth for a GPU known by its total only
+    p = run("capacity", "--gpu", "rtx4090", "--entry", "llm", "--format", "json")
+    assert json.loads(p.stdout)["fit"]["max_num_batched_tokens"] == 8192
+    p = run("capacity", "--gpu", "rtx4090", "--gpu-total-gib", "24")
+    assert p.returncode == 2 and "not allowed with argument" in p.stderr

@@ -16,6 +16,9 @@ failure, printed the way vLLM 0.26.0 prints it (texts copied from its source):
                                                     completion (once per server) and stall S s
   FAKE_VLLM_STUBBORN=1                           -> the engine child ignores SIGINT/SIGTERM
   FAKE_VLLM_STARTS=path                          -> append one line per `serve` start
+  FAKE_VLLM_GPU_TOTAL_BYTES=N                    -> a GPU of N bytes (CUDA total): vLLM's
+                                                    start-up memory lines, DEBUG ones with
+                                                    VLLM_LOGGING_LEVEL=DEBUG (fake_memory.py)
   --no-enable-prefix-caching                     -> no prefix cache (0.26.0: on by default)
   --data-parallel-size N                         -> N engines behind the one endpoint, each with
                                                     its own slots, KV pool and /metrics series
@@ -101,6 +104,43 @@ def _engine_child(stubborn: bool) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", code])
 
 
+NO_MEMORY = (
+    "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+    "initializing the engine (this flag also controls CPU memory reservation on the CPU "
+    "backend, despite its name). See "
+    "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+)
+
+
+def _memory_mode(model: str, util: float, total: int, mbt: int, max_model_len: int) -> int:
+    """Print vLLM's start-up memory lines (fake_memory.py); fail as vLLM does when the
+    budget is short. The KV tokens, unless FAKE_VLLM_KV_TOKENS pins them."""
+    import fake_memory as fm
+
+    m = fm.account(model, util, total, mbt, max_model_len)
+    if m["free"] < m["requested"]:  # v1/worker/utils.py request_memory
+        _raise_value_error(
+            f"Free memory on device cuda:0 ({fm.gib(m['free'])}/{fm.gib(total)} GiB) on startup "
+            f"is less than desired GPU memory utilization ({util}, {fm.gib(m['requested'])} "
+            "GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."
+        )
+    fm.print_lines(m, mbt, max_model_len)
+    if m["blocks"] <= 0:
+        _raise_value_error(NO_MEMORY)
+    if max_model_len > m["tokens"]:
+        need = max_model_len * m["per_token"] / fm.GIB
+        _raise_value_error(
+            f"To serve at least one request with the model's max seq len ({max_model_len}), "
+            f"({need:.2f} GiB KV cache is needed, which is larger than the available KV cache "
+            f"memory ({m['available'] / fm.GIB:.2f} GiB). Based on the available memory, the "
+            f"estimated maximum model length is {m['tokens']}. Try increasing "
+            "`gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or "
+            "decreasing `max_model_len` when initializing the engine. See "
+            "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+        )
+    return int(os.environ.get("FAKE_VLLM_KV_TOKENS") or m["tokens"])
+
+
 def serve(argv: list[str]) -> int:
     a = serve_parser().parse_args(argv)
     starts = os.environ.get("FAKE_VLLM_STARTS")
@@ -109,9 +149,11 @@ def serve(argv: list[str]) -> int:
             fh.write(json.dumps({"pid": os.getpid(), "argv": argv}) + "\n")
     host = a.host or "127.0.0.1"
     port = int(a.port or 8000)
-    max_num_seqs = int(a.max_num_seqs or 256)
-    mbt = int(a.max_num_batched_tokens or 2048)
-    util = float(a.gpu_memory_utilization or 0.9)
+    total = int(os.environ.get("FAKE_VLLM_GPU_TOTAL_BYTES", "0"))  # > 0: memory mode
+    large = total >= 70 * (1 << 30)  # EngineArgs.get_batch_defaults, serve entry
+    max_num_seqs = int(a.max_num_seqs or (1024 if large else 256))
+    mbt = int(a.max_num_batched_tokens or (8192 if large else 2048))
+    util = float(a.gpu_memory_utilization or (0.92 if total else 0.9))
     kv_tokens = int(os.environ.get("FAKE_VLLM_KV_TOKENS", "32768"))
     max_model_len = int(a.max_model_len or 4096)
     print("INFO 11-29 10:00:00 [utils.py:1] non-default args: "
@@ -130,7 +172,9 @@ def serve(argv: list[str]) -> int:
         print("RuntimeError: Engine core initialization failed. See root cause above. "
               "Failed core proc(s): {}", flush=True)
         return 1
-    if util < 0.2:
+    if total:
+        kv_tokens = _memory_mode(a.model_tag, util, total, mbt, max_model_len)
+    elif util < 0.2:
         # vllm/v1/core/kv_cache_utils.py _check_enough_kv_cache_memory
         _raise_value_error(
             "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "

@@ -48,9 +48,14 @@ def shrink_bench(path: Path, max_kb: int) -> bool:
     return changed
 
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+from course_utils.core.vllm_logs import MEMORY_LINE_MARKS  # noqa: E402
+
 # vLLM lines kept from the cut middle of a long log: the JIT monitor's compiles (the
-# validity gate's evidence) and the periodic engine stats
-KEEP_LINES = (b"JIT compilation during inference", b"Avg prompt throughput")
+# validity gate's evidence), the periodic engine stats and the start-up memory accounting
+# (a DEBUG capacity-probe log is long)
+KEEP_LINES = (b"JIT compilation during inference", b"Avg prompt throughput",
+              *(m.encode() for m in MEMORY_LINE_MARKS))
 
 
 def shrink_log(path: Path, max_kb: int) -> bool:

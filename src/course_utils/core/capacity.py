@@ -1,17 +1,17 @@
 """Memory arithmetic from a Hugging Face ``config.json``: weights, KV per token, KV tokens,
-max concurrency, and the decode roofline (TPOT floor).
+max concurrency, the decode roofline (TPOT floor), and vLLM 0.26.0's KV cache predicted term
+by term before you rent a GPU (``predict``; ``rehearse`` runs another GPU's budget here).
 
 KV tokens follow vLLM 0.26.0 exactly (``vllm/v1/core/kv_cache_utils.py``):
 ``num_blocks = available_memory // page_size // num_layers`` with
 ``page_size = 2 * block_size * num_kv_heads * head_size * dtype_bytes`` (K and V, one
-layer), and ``GPU KV cache size = num_blocks * block_size`` tokens. Block size 16 is the
-CUDA default for this model. "Maximum concurrency for N tokens per request" is
-``num_blocks / ceil(N / block_size)``.
+layer), and ``GPU KV cache size = int(num_blocks / ceil(max_model_len / block_size) *
+max_model_len)`` tokens. Block size 16 is the CUDA default for these models.
 
-The weight count is an estimate from the config's shapes (vLLM reported 14.29 GiB for
-Qwen2.5-7B-Instruct in bf16 on the H200, this counts 14.18 GiB). The memory left for KV
-at a given ``gpu_memory_utilization`` also depends on the activation peak that vLLM
-profiles at start-up: ``overhead_gib`` is that assumption, not a vLLM fact.
+What vLLM leaves for the KV cache (``predict``): CUDA's total x utilisation, minus the
+weights as loaded, the activation peak of its profile run and the non-torch memory that grew.
+Shapes come from ``config.json``; the few terms that must be measured live in
+``core.capacity_terms`` with how and where they were measured.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from course_utils.core.capacity_terms import CONTEXT_GIB, CUDAGRAPH_GIB_BY_MAX_NUM_SEQS, TERMS
 
 GIB = 1024**3
 BLOCK_SIZE = 16
@@ -35,10 +37,6 @@ DTYPE_BYTES = {
     "fp8_e5m2": 1,
 }
 MODELS = ("qwen2.5-7b-instruct", "qwen2.5-7b-instruct-awq")
-# Activation peak + non-torch memory + CUDA graphs seen at start-up on the H200
-# (labs/results: 0.90 * 140.4 GiB - 14.29 GiB weights - 110.18 GiB KV = 1.89 GiB at
-# max_num_batched_tokens 8192). An assumption for other GPUs and budgets.
-DEFAULT_OVERHEAD_GIB = 1.9
 
 
 @dataclass(frozen=True)
@@ -47,17 +45,46 @@ class GPU:
     memory_gib: float  # as nvidia-smi reports total memory, in GiB
     hbm_gbps: float  # vendor peak memory bandwidth, GB/s
     source: str
+    # What CUDA reports as total (cudaMemGetInfo, torch.accelerator.get_memory_info): the
+    # total vLLM multiplies by gpu_memory_utilization (v1/worker/utils.py request_memory).
+    # A little less than nvidia-smi's; None where not known (then nvidia-smi's is used).
+    cuda_total_gib: float | None = None
+    cuda_total_source: str = ""
+
+    @property
+    def total_gib(self) -> float:
+        """The total vLLM sees: CUDA's where known, else nvidia-smi's."""
+        return self.memory_gib if self.cuda_total_gib is None else self.cuda_total_gib
 
 
 GPUS: dict[str, GPU] = {
-    # NVIDIA GeForce RTX 4090 spec: 24 GB GDDR6X, 1,008 GB/s; nvidia-smi shows 24,564 MiB.
-    "rtx4090": GPU("RTX 4090", 24564 / 1024, 1008, "NVIDIA RTX 4090 specifications"),
+    # NVIDIA GeForce RTX 4090 spec: 24 GB GDDR6X, 1,008 GB/s; nvidia-smi shows 24,564 MiB
+    # (23.99 GiB). CUDA reports less: PyTorch's out-of-memory message on RTX 4090 hosts says
+    # "a total capacity of 23.64 GiB" (23.65 on some drivers).
+    "rtx4090": GPU(
+        "RTX 4090",
+        24564 / 1024,
+        1008,
+        "NVIDIA RTX 4090 specifications",
+        23.64,
+        "PyTorch's CUDA out-of-memory message on RTX 4090 hosts (cudaMemGetInfo total)",
+    ),
     # NVIDIA A100 datasheet: 80GB SXM, 2,039 GB/s; nvidia-smi shows 81,920 MiB.
     "a100-80gb": GPU("A100 80GB SXM", 81920 / 1024, 2039, "NVIDIA A100 datasheet"),
     # NVIDIA H100 datasheet: H100 SXM 80 GB HBM3, 3.35 TB/s; nvidia-smi shows 81,559 MiB.
     "h100": GPU("H100 SXM", 81559 / 1024, 3350, "NVIDIA H100 datasheet"),
     # NVIDIA H200 datasheet: 141 GB HBM3e, 4.8 TB/s; nvidia-smi here showed 143,771 MiB.
-    "h200": GPU("H200", 143771 / 1024, 4800, "NVIDIA H200 datasheet; nvidia-smi on the lab host"),
+    # CUDA total 150,109,880,320 bytes: solved from the exact `--kv-cache-memory` byte counts
+    # vLLM logged at utilisation 0.80, 0.92 and 0.94 (labs/results/h200-2026-11-29b knobs);
+    # vLLM prints it as "139.8 GiB".
+    "h200": GPU(
+        "H200",
+        143771 / 1024,
+        4800,
+        "NVIDIA H200 datasheet; nvidia-smi on the lab host",
+        150_109_880_320 / 1024**3,
+        "solved from vLLM's logged --kv-cache-memory byte counts on the lab host",
+    ),
 }
 
 
@@ -126,6 +153,11 @@ class ModelShape:
 
     def weight_gib(self) -> float:
         return self.weight_bytes() / GIB
+
+    def loaded_weight_gib(self) -> float:
+        """What vLLM logs as "Model loading took X GiB": the parameters plus the buffers a
+        loaded model holds (v1/worker/gpu/model_runner.py load_model measures both)."""
+        return self.weight_gib() + TERMS["load_extra_gib"].value
 
     # -- KV cache --------------------------------------------------------------
     def kv_bytes_per_token(self, kv_dtype: str = "auto") -> int:
@@ -196,23 +228,141 @@ def get_gpu(name: str) -> GPU:
 
 @dataclass
 class Fit:
+    """What vLLM 0.26.0 will leave for the KV cache, term by term (GiB; see ``predict``)."""
+
     model: str
     gpu: str
     gpu_memory_utilization: float
-    budget_gib: float
+    budget_gib: float  # requested: CUDA total x utilisation
     weights_gib: float
-    overhead_gib: float
+    overhead_gib: float  # activation peak + non-torch (what the fixed 1.9 GiB used to guess)
     kv_memory_gib: float
     kv_tokens: int
     max_model_len: int
     max_concurrency: float
+    activation_gib: float = 0.0
+    non_torch_gib: float = 0.0
+    cudagraph_gib: float = 0.0  # taken after the KV cache, outside the budget
+    headroom_gib: float = 0.0  # CUDA total - budget - context - graphs - sampler buffers
+    max_num_seqs: int = 0
+    max_num_batched_tokens: int = 0
+    entry: str = "serve"
+    total_gib: float = 0.0
 
     @property
     def fits(self) -> bool:
-        return self.kv_memory_gib > 0 and self.max_concurrency >= 1
+        """vLLM starts: KV for one max_model_len request (kv_cache_utils.py
+        _check_enough_kv_cache_memory) and room outside the budget for what it allocates
+        after the profile (CUDA graphs, the sampler's penalty counts)."""
+        return self.kv_memory_gib > 0 and self.max_concurrency >= 1 and self.headroom_gib >= 0
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "fits": self.fits}
+
+
+def custom_gpu(total_gib: float, name: str | None = None) -> GPU:
+    """A GPU known only by the total CUDA reports (``torch.cuda.mem_get_info()[1]`` in GiB,
+    or "total" in vLLM's "Free memory on device (free/total GiB)" line)."""
+    if total_gib <= 0:
+        raise ValueError(f"GPU total must be > 0 GiB, not {total_gib}")
+    label = name or f"{total_gib:g} GiB GPU"
+    return GPU(label, total_gib, 0.0, "--gpu-total-gib", total_gib, "given")
+
+
+def activation_gib(shape: ModelShape, max_num_batched_tokens: int, max_num_seqs: int) -> float:
+    """The torch peak of vLLM's profile run: the larger of the forward pass over the token
+    budget and the sampler pass over min(tokens, seqs) logits rows
+    (v1/worker/gpu/model_runner.py profile_run -> _dummy_run(max_num_tokens) then
+    _dummy_sampler_run; measured factors in core.capacity_terms)."""
+    act = DTYPE_BYTES.get(shape.dtype) or 2
+    per_token = (3 * shape.intermediate + 3 * shape.hidden) * act * TERMS["forward_factor"].value
+    forward = max_num_batched_tokens * per_token
+    rows = min(max_num_batched_tokens, max_num_seqs)
+    sampler = rows * shape.vocab * TERMS["logit_bytes"].value
+    sampler += max_num_batched_tokens * shape.hidden * act  # the forward's output, still held
+    return max(forward, sampler) / GIB
+
+
+def cudagraph_gib(max_num_seqs: int) -> float:
+    """CUDA graph memory vLLM captures after the KV cache (measured on the H200 by
+    max_num_seqs; interpolated, the nearest measured value outside the table)."""
+    pts = sorted(CUDAGRAPH_GIB_BY_MAX_NUM_SEQS.items())
+    if max_num_seqs <= pts[0][0]:
+        return pts[0][1]
+    for (s0, g0), (s1, g1) in zip(pts, pts[1:], strict=False):
+        if max_num_seqs <= s1:
+            return g0 + (g1 - g0) * (max_num_seqs - s0) / (s1 - s0)
+    return pts[-1][1]
+
+
+def predict(
+    model: str | ModelShape,
+    gpu: str | GPU,
+    gpu_memory_utilization: float = 0.92,
+    max_model_len: int = 4096,
+    kv_dtype: str = "auto",
+    *,
+    entry: str = "serve",
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    overhead_gib: float | None = None,
+) -> Fit:
+    """vLLM 0.26.0's KV cache for a model on a GPU, before you rent it.
+
+    - budget: ``requested_memory = ceil(total x gpu_memory_utilization)`` with CUDA's total
+      (v1/worker/utils.py request_memory);
+    - ``available = requested - weights - torch peak increase - non-torch increase``
+      (v1/worker/gpu_worker.py determine_available_memory, vllm/utils/mem_utils.py
+      memory_profiling). The CUDA graph estimate is subtracted only when the runner returns
+      one: the V2 model runner (the default for dense decoder models, config/vllm.py
+      use_v2_model_runner) returns 0 from profile_cudagraph_memory, so
+      VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (default 1, envs.py) changes nothing here;
+    - ``blocks = available // page_size // layers`` (v1/core/kv_cache_utils.py
+      get_num_blocks), ``tokens = int(blocks / ceil(max_model_len / 16) x max_model_len)``
+      and ``max concurrency = blocks / ceil(max_model_len / 16)`` (get_kv_cache_capacity).
+
+    Unset batch knobs take the defaults this GPU gets for ``entry`` (knobs.default).
+    ``overhead_gib`` replaces activation + non-torch with one number (the old guess).
+    """
+    from course_utils.core import knobs as knobs_mod
+
+    shape = model if isinstance(model, ModelShape) else load_model(model)
+    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
+    kw: dict[str, Any] = {"gpu_memory_gib": g.total_gib, "entry": entry, "gpu_name": g.name}
+    seqs = int(max_num_seqs or knobs_mod.default("max_num_seqs", **kw))
+    mbt = int(max_num_batched_tokens or knobs_mod.default("max_num_batched_tokens", **kw))
+    requested = math.ceil(g.total_gib * GIB * gpu_memory_utilization) / GIB
+    act = activation_gib(shape, mbt, seqs)
+    non_torch = TERMS["non_torch_gib"].value
+    overhead = act + non_torch if overhead_gib is None else overhead_gib
+    weights = shape.loaded_weight_gib()
+    kv_mem = requested - weights - overhead
+    blocks = shape.kv_blocks(max(kv_mem, 0.0), kv_dtype)
+    per_req = math.ceil(max_model_len / BLOCK_SIZE)
+    graphs = cudagraph_gib(seqs)
+    # v1/worker/gpu/sample/penalties.py: output_bin_counts, max_num_seqs x vocab int32,
+    # allocated after the first snapshot and outside every profiled term
+    penalties = seqs * shape.vocab * 4 / GIB
+    return Fit(
+        model=shape.name,
+        gpu=g.name,
+        gpu_memory_utilization=gpu_memory_utilization,
+        budget_gib=requested,
+        weights_gib=weights,
+        overhead_gib=overhead,
+        kv_memory_gib=kv_mem,
+        kv_tokens=int(blocks / per_req * max_model_len),
+        max_model_len=max_model_len,
+        max_concurrency=blocks / per_req,
+        activation_gib=act if overhead_gib is None else 0.0,
+        non_torch_gib=non_torch if overhead_gib is None else 0.0,
+        cudagraph_gib=graphs,
+        headroom_gib=g.total_gib - requested - CONTEXT_GIB - graphs - penalties,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=mbt,
+        entry=entry,
+        total_gib=g.total_gib,
+    )
 
 
 def fit(
@@ -221,26 +371,18 @@ def fit(
     gpu_memory_utilization: float = 0.92,
     max_model_len: int = 4096,
     kv_dtype: str = "auto",
-    overhead_gib: float = DEFAULT_OVERHEAD_GIB,
+    overhead_gib: float | None = None,
+    **kw: Any,
 ) -> Fit:
-    """Estimate what vLLM leaves for KV: total x utilisation - weights - overhead."""
-    shape = model if isinstance(model, ModelShape) else load_model(model)
-    g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
-    budget = g.memory_gib * gpu_memory_utilization
-    kv_mem = max(budget - shape.weight_gib() - overhead_gib, 0.0)
-    return Fit(
-        model=shape.name,
-        gpu=g.name,
-        gpu_memory_utilization=gpu_memory_utilization,
-        budget_gib=budget,
-        weights_gib=shape.weight_gib(),
+    """``predict`` under its older name (pages and labs call it)."""
+    return predict(
+        model,
+        gpu,
+        gpu_memory_utilization,
+        max_model_len,
+        kv_dtype,
         overhead_gib=overhead_gib,
-        kv_memory_gib=kv_mem,
-        kv_tokens=shape.kv_tokens(kv_mem, kv_dtype),
-        max_model_len=max_model_len,
-        max_concurrency=shape.max_concurrency(kv_mem, max_model_len, kv_dtype)
-        if kv_mem > 0
-        else 0.0,
+        **kw,
     )
 
 
@@ -262,3 +404,130 @@ def tpot_floor_ms(
     bw = (bandwidth_gbps or g.hbm_gbps) * 1e9
     step_bytes = shape.weight_bytes() + batch * context_tokens * shape.kv_bytes_per_token(kv_dtype)
     return step_bytes / bw * 1000
+
+
+# --------------------------------------------------------------------------------------
+# rehearsal: another GPU's memory budget and defaults on the GPU at hand
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rehearsal:
+    """Run as if on ``target``: vLLM's requested memory (total x utilisation, v1/worker/
+    utils.py request_memory) made equal to the target's, and the batch defaults the target
+    gets (EngineArgs.get_batch_defaults) passed explicitly, since this GPU would get its own.
+    Reproduces memory, KV capacity, max concurrency and the start-up fit; not speed."""
+
+    target: str
+    target_total_gib: float
+    here_total_gib: float
+    entry: str
+    util: float  # asked for on the target
+    util_here: float  # the same bytes on this GPU
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+    def knobs(self) -> dict[str, Any]:
+        return {
+            "gpu_memory_utilization": self.util_here,
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+        }
+
+    @property
+    def requested_gib(self) -> float:
+        return self.target_total_gib * self.util
+
+    def scale(self, util: float) -> float:
+        """A utilisation on the target as the same bytes on this GPU."""
+        here = round(float(util) * self.target_total_gib / self.here_total_gib, 6)
+        if not 0 < here <= 1:
+            raise ValueError(f"gpu_memory_utilization {util} on {self.target} does not fit here")
+        return here
+
+    def explain(self, lang: str = "en") -> list[str]:
+        """What a rehearsal reproduces and what it does not, in plain words."""
+        left = self.here_total_gib - self.requested_gib
+        if lang == "zh":
+            return [
+                f"在这块 {self.here_total_gib:.1f} GiB 的卡上预演 {self.target}：vLLM 申请 "
+                f"{self.util} x {self.target_total_gib:.2f} GiB = {self.requested_gib:.2f} GiB"
+                f"（这里 --gpu-memory-utilization {self.util_here}），并显式传入 "
+                f"{self.target} 在 {self.entry} 入口的默认值（max_num_seqs "
+                f"{self.max_num_seqs}，max_num_batched_tokens {self.max_num_batched_tokens}）。",
+                "能复现：vLLM 规划的显存（权重、激活峰值、KV cache）、KV 能放多少 token、"
+                "最大并发，以及模型能否启动（vLLM 自己的 KV 检查）。",
+                f"不能复现：速度（TTFT、TPOT、吞吐和拐点都是这块卡的）；{self.target} 的内核"
+                "占用的非 torch 显存和 CUDA graph；以及预算之外 vLLM 还要分配的东西在 "
+                f"{self.target} 上放不放得下（这里预算外还剩 {left:.1f} GiB）。",
+            ]
+        return [
+            f"Rehearsing an {self.target} on this {self.here_total_gib:.1f} GiB GPU: vLLM asks "
+            f"for {self.util} x {self.target_total_gib:.2f} GiB = {self.requested_gib:.2f} GiB "
+            f"(--gpu-memory-utilization {self.util_here} here) and gets the {self.target}'s "
+            f"{self.entry} defaults, passed explicitly (max_num_seqs {self.max_num_seqs}, "
+            f"max_num_batched_tokens {self.max_num_batched_tokens}).",
+            "Reproduced: the memory vLLM plans with (weights, activation peak, KV cache), the "
+            "KV capacity in tokens, max concurrency, and whether the model starts (vLLM's own "
+            "KV check).",
+            f"Not reproduced: speed (TTFT, TPOT, throughput and the knee are this GPU's); the "
+            f"non-torch memory and CUDA graphs of the {self.target}'s kernels; and whether what "
+            f"vLLM allocates outside its budget fits an {self.target} (here {left:.1f} GiB are "
+            "left outside it).",
+        ]
+
+
+def rehearse(
+    target: str | GPU,
+    here_total_gib: float,
+    *,
+    entry: str = "serve",
+    util: float | None = None,
+) -> Rehearsal:
+    """The knobs that give this GPU (CUDA total ``here_total_gib``) ``target``'s budget."""
+    from course_utils.core import knobs as knobs_mod
+
+    g = target if isinstance(target, GPU) else get_gpu(target)
+    if entry not in ("serve", "llm"):
+        raise ValueError(f"entry must be 'serve' or 'llm', not {entry!r}")
+    u = float(knobs_mod.default("gpu_memory_utilization") if util is None else util)
+    here = round(u * g.total_gib / here_total_gib, 6)
+    if not 0 < here <= 1:
+        raise ValueError(
+            f"{g.name}'s budget ({u} x {g.total_gib:.2f} GiB) does not fit in this GPU's "
+            f"{here_total_gib:.2f} GiB"
+        )
+    kw: dict[str, Any] = {"gpu_memory_gib": g.total_gib, "entry": entry, "gpu_name": g.name}
+    return Rehearsal(
+        target=g.name,
+        target_total_gib=g.total_gib,
+        here_total_gib=here_total_gib,
+        entry=entry,
+        util=u,
+        util_here=here,
+        max_num_seqs=int(knobs_mod.default("max_num_seqs", **kw)),
+        max_num_batched_tokens=int(knobs_mod.default("max_num_batched_tokens", **kw)),
+    )
+
+
+def predict_case(
+    config: dict[str, Any],
+    total_bytes: int,
+    knobs: dict[str, Any],
+    entry: str = "serve",
+    name: str = "model",
+) -> Fit:
+    """``predict`` for one start: a config.json dict, the GPU's CUDA total in bytes and the
+    knobs passed (unset ones take that GPU's defaults for ``entry``): what a probe record or
+    a recorded log holds, and nothing vLLM logged about memory."""
+    shape = ModelShape.from_config(config, name)
+    return predict(
+        shape,
+        custom_gpu(total_bytes / GIB),
+        float(knobs.get("gpu_memory_utilization") or 0.92),
+        int(knobs.get("max_model_len") or shape.max_position),
+        str(knobs.get("kv_cache_dtype") or "auto"),
+        entry=entry,
+        max_num_seqs=knobs.get("max_num_seqs"),
+        max_num_batched_tokens=knobs.get("max_num_batched_tokens"),
+    )

@@ -10,7 +10,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from course_utils.core.capacity import GPUS
 from course_utils.core.keep import OBJECTIVES
+from course_utils.core.knobs import get as get_knob
 from course_utils.core.records import Workload
 from course_utils.lab.preflight import MIN_FREE_DISK_GIB, preflight, requested_gmu
 from course_utils.lab.sweep import sweep
@@ -63,6 +65,12 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--load-format", default=None, help="e.g. dummy (random weights)")
     p.add_argument("--tokenizer", default=None)
     p.add_argument("--gpu-memory-gib", type=float, default=None)
+    p.add_argument(
+        "--rehearse-gpu",
+        choices=sorted(GPUS),
+        default=None,
+        help="run at that GPU's memory budget and batch defaults (memory, not speed)",
+    )
     p.add_argument("--startup-timeout", type=float, default=900.0)
     p.add_argument("--bench-timeout", type=float, default=1800.0)
     p.add_argument("--vllm-cmd", default="vllm", help="the vllm executable (split like a shell)")
@@ -96,6 +104,26 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
+def _rehearse(
+    a: argparse.Namespace, base: dict[str, Any], sweeps: dict[str, list[Any]]
+) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """--rehearse-gpu: the target's budget and defaults in the base knobs, swept
+    utilisations scaled (lab.rehearsal); what it reproduces goes to stderr."""
+    if not a.rehearse_gpu:
+        return base, sweeps
+    from pathlib import Path
+
+    from course_utils.lab import rehearsal
+
+    r, base, sweeps = rehearsal.apply(
+        a.rehearse_gpu, "serve", base, sweeps, cache=Path(a.out) / "gpu.json"
+    )
+    a.gpu_memory_gib = r.target_total_gib  # defaults of unset knobs: the target's
+    for line in r.explain("en"):
+        print(line, file=sys.stderr)
+    return base, sweeps
+
+
 def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
     from course_utils.core.slo import SLO
 
@@ -123,7 +151,7 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
         workload=workload,
         slo=slo,
         out_dir=a.out,
-        base_knobs=_parse_assign(a.base, False),
+        base_knobs=a.base_knobs,
         resume=a.resume,
         patience=a.patience,
         server_kwargs=server_kwargs,
@@ -176,14 +204,16 @@ def _cmd_preflight(a: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(a: argparse.Namespace) -> int:
-    _preflight_first(
-        a, base_knobs=_parse_assign(a.base, False), candidates={a.knob: parse_values(a.values)}
+    base, sweeps = _rehearse(
+        a, _parse_assign(a.base, False), {get_knob(a.knob).name: parse_values(a.values)}
     )
+    a.base_knobs = base
+    _preflight_first(a, base_knobs=base, candidates=sweeps)
     kw = _kwargs_from(a)
     recs = sweep(
         a.model,
         a.knob,
-        parse_values(a.values),
+        next(iter(sweeps.values())),
         early_stop=not a.no_early_stop,
         couple=a.couple,
         **kw,
@@ -211,7 +241,8 @@ def _cmd_tune(a: argparse.Namespace) -> int:
     cand = _parse_assign(a.candidate, True)
     if not cand:
         raise SystemExit("give at least one --candidate KNOB=V1,V2,...")
-    _preflight_first(a, base_knobs=_parse_assign(a.base, False), candidates=cand)
+    a.base_knobs, cand = _rehearse(a, _parse_assign(a.base, False), cand)
+    _preflight_first(a, base_knobs=a.base_knobs, candidates=cand)
     kw = _kwargs_from(a)
     summary = tune(
         a.model,

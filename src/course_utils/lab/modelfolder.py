@@ -21,8 +21,10 @@ import shutil
 import sys
 import sysconfig
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "SPECIAL_TOKENS",
@@ -55,6 +57,71 @@ CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
+
+
+# Llama 3 (tokenizer_config.json of meta-llama/Meta-Llama-3-8B-Instruct): 256 special ids
+# from 128000; the ones a chat uses have names, the rest are reserved_special_token_N.
+LLAMA3_NAMED: dict[str, int] = {
+    "<|begin_of_text|>": 128000,
+    "<|end_of_text|>": 128001,
+    "<|start_header_id|>": 128006,
+    "<|end_header_id|>": 128007,
+    "<|eot_id|>": 128009,
+}
+LLAMA3_CHAT_TEMPLATE = (
+    "{{- bos_token }}"
+    "{%- for message in messages %}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
+    " + message['content'] | trim + '<|eot_id|>' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
+)
+
+
+@dataclass(frozen=True)
+class Family:
+    """A tokenizer family: its special tokens by id and the roles the config names."""
+
+    specials: dict[str, int]
+    eos: str
+    bos: str | None  # the config's bos_token_id; tokenizer_config's bos_token if add_bos
+    pad: str | None
+    chat_template: str
+    stop: tuple[str, ...]  # generation_config's eos_token_id list
+    add_bos: bool = False
+
+
+def _llama3_specials() -> dict[str, int]:
+    by_id = {i: n for n, i in LLAMA3_NAMED.items()}
+    out, reserved = {}, 0
+    for i in range(128000, 128256):
+        name = by_id.get(i)
+        if name is None:
+            name, reserved = f"<|reserved_special_token_{reserved}|>", reserved + 1
+        out[name] = i
+    return out
+
+
+QWEN2 = Family(
+    dict(SPECIAL_TOKENS), EOS_TOKEN, PAD_TOKEN, PAD_TOKEN, CHAT_TEMPLATE, (EOS_TOKEN, PAD_TOKEN)
+)
+LLAMA3 = Family(
+    _llama3_specials(),
+    "<|eot_id|>",
+    "<|begin_of_text|>",
+    None,
+    LLAMA3_CHAT_TEMPLATE,
+    ("<|eot_id|>", "<|end_of_text|>"),
+    add_bos=True,
+)
+
+
+def family_of(config: dict[str, Any]) -> Family:
+    """Llama 3 for a llama config with its 128256 ids, else Qwen2.5's ChatML family."""
+    if config.get("model_type") == "llama" and int(config.get("vocab_size", 0)) >= 128256:
+        return LLAMA3
+    return QWEN2
 
 
 def _data_dir(model: str) -> Path:
@@ -110,19 +177,36 @@ def _fillers(start: int, stop: int) -> list[str]:
     return [f"<|dummy_{i}|>" for i in range(start, stop)]
 
 
-def make_dummy_model_folder(
-    out_dir: str | Path,
-    model: str = "qwen2.5-7b-instruct",
-    vocab_size: int | None = None,
-    corpus: Iterable[str] | None = None,
-) -> Path:
-    """Write config.json, generation_config.json, tokenizer.json, tokenizer_config.json.
+def _source_config(model: str, config: str | Path | None) -> tuple[dict[str, Any], Path | None]:
+    """The config.json to copy (a shipped model's, or a given file/folder) and its
+    generation_config.json when there is one."""
+    if config is None:
+        src = _data_dir(model)
+        cfg_path = src / "config.json"
+    else:
+        cfg_path = Path(config)
+        if cfg_path.is_dir():
+            cfg_path = cfg_path / "config.json"
+        if not cfg_path.is_file():
+            raise ValueError(f"no config.json at {config}")
+    gen = cfg_path.parent / "generation_config.json"
+    return json.loads(cfg_path.read_text()), gen if gen.is_file() else None
 
-    ``vocab_size`` defaults to the config's (152064 for Qwen2.5-7B); a smaller one (tests)
-    also rewrites it in the copied config.json. Ids below the specials that BPE training
-    does not reach, and ids above them up to ``vocab_size``, are filled with
-    ``<|dummy_N|>`` special tokens, so every id in ``range(vocab_size)`` decodes.
-    """
+
+def _placed_specials(fam: Family, target: int) -> dict[str, int]:
+    """The family's specials at their real ids, or (a small test vocabulary) the same
+    tokens in the same order at the top of the range."""
+    specials = dict(fam.specials)
+    if target <= max(specials.values()):
+        base = target - len(specials)
+        ordered = sorted(specials, key=lambda n: specials[n])
+        specials = {tok: base + i for i, tok in enumerate(ordered)}
+    return specials
+
+
+def _train_tokenizer(corpus: Iterable[str] | None, specials: dict[str, int], target: int) -> Any:
+    """A byte-level BPE trained up to the first special id, then every id to ``target``:
+    ``<|dummy_N|>`` fillers below the specials and above them, specials at their ids."""
     from tokenizers import (
         AddedToken,
         Tokenizer,
@@ -133,22 +217,9 @@ def make_dummy_model_folder(
         trainers,
     )
 
-    src = _data_dir(model)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    config = json.loads((src / "config.json").read_text())
-    target = int(vocab_size or config["vocab_size"])
-    specials = dict(SPECIAL_TOKENS)
-    if target <= max(specials.values()):
-        # a small test vocabulary: the same three tokens, at the top of the small range
-        base = target - len(specials)
-        specials = {tok: base + i for i, tok in enumerate(SPECIAL_TOKENS)}
     first_special = min(specials.values())
-    if sorted(specials.values()) != list(range(first_special, first_special + len(specials))):
-        raise ValueError("special token ids must be consecutive")
     if target < 256 + len(specials) + 1:
         raise ValueError(f"vocab_size {target} is too small for a byte-level BPE")
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
@@ -170,70 +241,116 @@ def make_dummy_model_folder(
             content, special=True, normalized=False, single_word=False, lstrip=False, rstrip=False
         )
 
-    # ids are assigned in order of addition: fill up to the first special id, then the
-    # specials at their exact ids, then fill to vocab_size
+    # ids are assigned in order of addition
     tok.add_special_tokens([special(t) for t in _fillers(trained, first_special)])
-    for name, idx in sorted(specials.items(), key=lambda kv: kv[1]):
-        tok.add_special_tokens([special(name)])
+    by_id = {i: n for n, i in specials.items()}
+    tail = [by_id.get(i) or f"<|dummy_{i}|>" for i in range(first_special, target)]
+    tok.add_special_tokens([special(t) for t in tail])
+    for name, idx in specials.items():
         if tok.token_to_id(name) != idx:
             raise RuntimeError(f"{name} landed at {tok.token_to_id(name)}, wanted {idx}")
-    tok.add_special_tokens([special(t) for t in _fillers(first_special + len(specials), target)])
     if tok.get_vocab_size() != target:
         raise RuntimeError(f"tokenizer has {tok.get_vocab_size()} ids, wanted {target}")
-    tok.save(str(out / "tokenizer.json"))
+    return tok
 
+
+def _copy_tokenizer(src: Path, out: Path, specials: dict[str, int], target: int) -> None:
+    """Reuse another dummy folder's tokenizer (same ids, same specials): no training."""
+    have = tokenizer_ids(src / "tokenizer.json")
+    if have != set(range(target)):
+        raise ValueError(f"{src}: its tokenizer does not cover exactly {target} ids")
+    data = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
+    added = {t["content"]: t["id"] for t in data.get("added_tokens") or []}
+    if any(added.get(n) != i for n, i in specials.items()):
+        raise ValueError(f"{src}: its special tokens are not this model's")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(src / name, out / name)
+
+
+def make_dummy_model_folder(
+    out_dir: str | Path,
+    model: str = "qwen2.5-7b-instruct",
+    vocab_size: int | None = None,
+    corpus: Iterable[str] | None = None,
+    config: str | Path | None = None,
+    tokenizer_from: str | Path | None = None,
+) -> Path:
+    """Write config.json, generation_config.json, tokenizer.json, tokenizer_config.json.
+
+    The config is a shipped model's (``model``) or any ``config`` file/folder (e.g. a
+    Llama-3-8B shape; its tokenizer family follows ``family_of``). ``vocab_size`` defaults
+    to the config's; a smaller one (tests) also rewrites it in the copied config.json. Ids
+    that BPE training does not reach are filled with ``<|dummy_N|>`` special tokens, so
+    every id in ``range(vocab_size)`` decodes. ``tokenizer_from``: copy the tokenizer of
+    another dummy folder with the same ids and specials instead of training one.
+    """
+    cfg, gen_src = _source_config(model, config)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fam = family_of(cfg)
+    orig_vocab = int(cfg["vocab_size"])
+    target = int(vocab_size or orig_vocab)
+    specials = _placed_specials(fam, target)
+    if tokenizer_from is not None:
+        _copy_tokenizer(Path(tokenizer_from), out, specials, target)
+    else:
+        tok = _train_tokenizer(corpus, specials, target)
+        tok.save(str(out / "tokenizer.json"))
+        _write_tokenizer_config(out, fam, specials, cfg)
+    if target != orig_vocab:
+        cfg["vocab_size"] = target
+        cfg["bos_token_id"] = specials[fam.bos or fam.eos]
+        cfg["eos_token_id"] = specials[fam.eos]
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    if gen_src is not None and target == orig_vocab:
+        shutil.copyfile(gen_src, out / "generation_config.json")
+    else:  # the ids of this (possibly smaller) vocabulary
+        gen = json.loads(gen_src.read_text()) if gen_src is not None else {}
+        gen.update(bos_token_id=cfg["bos_token_id"], eos_token_id=[specials[s] for s in fam.stop])
+        if fam.pad:
+            gen["pad_token_id"] = specials[fam.pad]
+        (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
+    name = model if config is None else Path(config).name
+    (out / "README.md").write_text(
+        f'Weight-free model folder for vLLM `load_format="dummy"` ({name} config).\n'
+        "The tokenizer is a byte-level BPE trained on local text, not the model's own:\n"
+        "speed, memory and KV-cache size are real, generated text and accuracy are not.\n"
+        "Made by `python -m course_utils.lab.modelfolder`.\n"
+    )
+    return out
+
+
+def _write_tokenizer_config(
+    out: Path, fam: Family, specials: dict[str, int], cfg: dict[str, Any]
+) -> None:
+    named = {n: i for n, i in specials.items() if not n.startswith("<|reserved_special")}
     added = {
         str(i): {
-            "content": tok.id_to_token(i),
+            "content": n,
             "lstrip": False,
             "normalized": False,
             "rstrip": False,
             "single_word": False,
             "special": True,
         }
-        for i in sorted(specials.values())
+        for n, i in sorted(named.items(), key=lambda kv: kv[1])
     }
     tok_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "model_max_length": int(config.get("max_position_embeddings", 32768)),
-        "bos_token": None,
-        "eos_token": EOS_TOKEN,
-        "pad_token": PAD_TOKEN,
+        "model_max_length": int(cfg.get("max_position_embeddings", 32768)),
+        "bos_token": fam.bos if fam.add_bos else None,
+        "eos_token": fam.eos,
+        "pad_token": fam.pad,
         "unk_token": None,
         "clean_up_tokenization_spaces": False,
-        "add_bos_token": False,
+        "add_bos_token": fam.add_bos,
         "add_prefix_space": False,
         "errors": "replace",
         "split_special_tokens": False,
         "added_tokens_decoder": added,
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": fam.chat_template,
     }
     (out / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2, ensure_ascii=False))
-
-    gen_src = src / "generation_config.json"
-    if target != config["vocab_size"]:
-        config["vocab_size"] = target
-        config["bos_token_id"] = specials["<|endoftext|>"]
-        config["eos_token_id"] = specials[EOS_TOKEN]
-        gen = json.loads(gen_src.read_text()) if gen_src.is_file() else {}
-        gen.update(
-            bos_token_id=specials["<|endoftext|>"],
-            pad_token_id=specials[PAD_TOKEN],
-            eos_token_id=[specials[EOS_TOKEN], specials["<|endoftext|>"]],
-        )
-        (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
-        (out / "config.json").write_text(json.dumps(config, indent=2))
-    else:
-        shutil.copyfile(src / "config.json", out / "config.json")
-        if gen_src.is_file():
-            shutil.copyfile(gen_src, out / "generation_config.json")
-    (out / "README.md").write_text(
-        f'Weight-free model folder for vLLM `load_format="dummy"` ({model} config).\n'
-        "The tokenizer is a byte-level BPE trained on local text, not the model's own:\n"
-        "speed, memory and KV-cache size are real, generated text and accuracy are not.\n"
-        "Made by `python -m course_utils.lab.modelfolder`.\n"
-    )
-    return out
 
 
 def tokenizer_ids(tokenizer_json: str | Path) -> set[int]:
@@ -271,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("out", help="folder to write")
     ap.add_argument("--model", default="qwen2.5-7b-instruct", help="shipped config name")
+    ap.add_argument("--config", default=None, help="any config.json (or its folder) instead")
+    ap.add_argument("--tokenizer-from", default=None, help="copy this dummy folder's tokenizer")
     ap.add_argument("--vocab-size", type=int, default=None, help="default: the config's")
     ap.add_argument(
         "--max-corpus-mb",
@@ -281,7 +400,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     max_bytes = int(args.max_corpus_mb * 1e6) if args.max_corpus_mb else None
     out = make_dummy_model_folder(
-        args.out, model=args.model, vocab_size=args.vocab_size, corpus=python_corpus(max_bytes)
+        args.out,
+        model=args.model,
+        vocab_size=args.vocab_size,
+        corpus=python_corpus(max_bytes),
+        config=args.config,
+        tokenizer_from=args.tokenizer_from,
     )
     size = sum(p.stat().st_size for p in out.iterdir()) / 1e6
     print(f"wrote {out} ({size:.1f} MB)")

@@ -46,6 +46,7 @@ __all__ = [
     "gpu_pids",
     "is_device",
     "visible_devices",
+    "visible_gpu_ids",
 ]
 
 
@@ -94,14 +95,26 @@ def group_pids(pgid: int) -> list[int]:
     return pids
 
 
-def _nvidia_smi_run(query: str, timeout_s: float) -> subprocess.CompletedProcess[str] | None:
-    """`nvidia-smi QUERY --format=csv,noheader,nounits`, or None without a runnable one."""
+def visible_gpu_ids() -> list[str]:
+    """The GPUs this process's ``CUDA_VISIBLE_DEVICES`` names (indices or UUIDs), [] when it
+    is unset. nvidia-smi counts in PCI bus order, CUDA by default fastest first; on a host
+    of one GPU model the two orders agree (ties go to the PCI bus id)."""
+    return visible_devices() or []
+
+
+def _nvidia_smi_run(
+    query: str, timeout_s: float, visible_only: bool = False
+) -> subprocess.CompletedProcess[str] | None:
+    """`nvidia-smi QUERY --format=csv,noheader,nounits`, or None without a runnable one.
+    ``visible_only``: only the GPUs CUDA_VISIBLE_DEVICES names (``-i``), so a job on
+    another GPU of the host does not count as ours."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
+    ids = visible_gpu_ids() if visible_only else []
     try:
         return subprocess.run(
-            [exe, query, "--format=csv,noheader,nounits"],
+            [exe, query, "--format=csv,noheader,nounits", *(["-i", ",".join(ids)] if ids else [])],
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -111,10 +124,10 @@ def _nvidia_smi_run(query: str, timeout_s: float) -> subprocess.CompletedProcess
         return None
 
 
-def _nvidia_smi(query: str, timeout_s: float = 10.0) -> list[str] | None:
-    """Whitespace-split output of `nvidia-smi QUERY --format=csv,noheader,nounits`, or None
-    when there is no nvidia-smi or it fails."""
-    done = _nvidia_smi_run(query, timeout_s)
+def _nvidia_smi(query: str, timeout_s: float = 10.0, visible_only: bool = True) -> list[str] | None:
+    """Whitespace-split output of `nvidia-smi QUERY --format=csv,noheader,nounits` for the
+    visible GPUs, or None when there is no nvidia-smi or it fails."""
+    done = _nvidia_smi_run(query, timeout_s, visible_only)
     return None if done is None else done.stdout.split()
 
 
@@ -159,7 +172,7 @@ def gpu_inventory(timeout_s: float = 10.0) -> tuple[list[GpuInfo] | None, str]:
 
 
 def gpu_pids(timeout_s: float = 10.0) -> set[int] | None:
-    """Pids with a CUDA context per `nvidia-smi`, or None without nvidia-smi."""
+    """Pids with a CUDA context on the visible GPUs per `nvidia-smi`, or None without it."""
     out = _nvidia_smi("--query-compute-apps=pid", timeout_s)
     return None if out is None else {int(tok) for tok in out if tok.isdigit()}
 
@@ -209,7 +222,7 @@ def gpu_memory_used_mib(devices: Sequence[str] | None = None) -> float | None:
 
 
 def gpu_memory_gib(index: int = 0) -> float | None:
-    """Total memory of GPU `index` in GiB per `nvidia-smi`, or None without a GPU."""
+    """Total memory of visible GPU `index` in GiB per `nvidia-smi`, or None without a GPU."""
     out = _nvidia_smi("--query-gpu=memory.total")
     try:
         return float(out[index]) / 1024.0 if out else None

@@ -1,0 +1,72 @@
+"""Rehearse another GPU here: its memory budget and batch defaults applied to a lab's knobs.
+
+``core.capacity.rehearse`` computes the scaled ``gpu_memory_utilization`` and the target's
+defaults; this module reads this GPU's CUDA total (the one vLLM multiplies, from one short
+``torch`` subprocess, so the lab's own process never holds a CUDA context) and applies the
+rehearsal to base knobs and swept values. Used by both labs (``rehearse_gpu``) and by
+``python -m course_utils sweep|tune --rehearse-gpu``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from course_utils.core import capacity
+
+__all__ = ["TORCH_PYTHON_ENV", "apply", "cuda_total"]
+
+# the Python with torch that reads the CUDA total (default: this one)
+TORCH_PYTHON_ENV = "COURSE_UTILS_TORCH_PYTHON"
+_SNIPPET = (
+    "import json, torch; f, t = torch.cuda.mem_get_info(); "
+    "print(json.dumps({'total': t, 'free': f, 'name': torch.cuda.get_device_name()}))"
+)
+
+
+def cuda_total(cache: Path | None = None, python: str | None = None) -> dict[str, Any]:
+    """The CUDA total (bytes) of the first visible GPU, as vLLM reads it
+    (torch.accelerator.get_memory_info), from one ``torch`` subprocess; kept in ``cache``."""
+    if cache is not None and cache.is_file():
+        return dict(json.loads(cache.read_text()))
+    exe = python or os.environ.get(TORCH_PYTHON_ENV) or sys.executable
+    done = subprocess.run(  # noqa: S603 - argv list
+        [exe, "-c", _SNIPPET], capture_output=True, text=True, timeout=120, check=False
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        err = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"cannot read the GPU's CUDA total with torch: {err}")
+    info = dict(json.loads(lines[-1]))
+    info["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(info, indent=1))
+    return info
+
+
+def apply(
+    target: str,
+    entry: str,
+    base_knobs: Mapping[str, Any],
+    sweeps: Mapping[str, Sequence[Any]] | None = None,
+    *,
+    here_total_gib: float | None = None,
+    cache: Path | None = None,
+) -> tuple[capacity.Rehearsal, dict[str, Any], dict[str, list[Any]]]:
+    """(the rehearsal, base knobs with the target's budget and defaults, swept values with
+    every gpu_memory_utilization scaled). Knobs set in ``base_knobs`` win over the target's
+    defaults; a utilisation there or in ``sweeps`` is read as the target's."""
+    here = here_total_gib or int(cuda_total(cache)["total"]) / capacity.GIB
+    r = capacity.rehearse(target, here, entry=entry, util=base_knobs.get("gpu_memory_utilization"))
+    base = {**r.knobs(), **{k: v for k, v in base_knobs.items() if k != "gpu_memory_utilization"}}
+    scaled = {
+        k: [r.scale(v) for v in vals] if k == "gpu_memory_utilization" else list(vals)
+        for k, vals in (sweeps or {}).items()
+    }
+    return r, base, scaled

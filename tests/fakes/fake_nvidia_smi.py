@@ -33,16 +33,12 @@ def main(argv: list[str]) -> int:
     query = next((a.split("=", 1)[1] for a in argv if a.startswith("--query-gpu=")), None)
     if query is None:
         return 0  # --query-compute-apps=pid: no processes
-<<<<<<< HEAD
     spec = os.environ.get("FAKE_GPU", DEFAULT)
     if os.environ.get("FAKE_GPU_FILE") and os.path.isfile(os.environ["FAKE_GPU_FILE"]):
         with open(os.environ["FAKE_GPU_FILE"]) as fh:
             spec = fh.read().strip()
     gpus = [g.split(",") for g in spec.split(";") if g]
-=======
-    gpus = [g.split(",") for g in os.environ.get("FAKE_GPU", DEFAULT).split(";") if g]
     only = argv[argv.index("-i") + 1].split(",") if "-i" in argv else None
->>>>>>> h-capacity
     for i, (name, total, free, driver) in enumerate(gpus):
         uuid = f"GPU-fake{i:04d}-0000-0000-0000-000000000000"
         if only is not None and str(i) not in only and uuid not in only:

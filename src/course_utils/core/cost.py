@@ -23,7 +23,7 @@ from typing import Any
 
 __all__ = ["PointCost", "cost_summary", "point_cost"]
 
-BENCH_MODES = ("cli", "worker")
+BENCH_MODES = ("cli", "worker", "mixed")
 
 
 def _r(x: float | None) -> float | None:
@@ -34,8 +34,9 @@ def _r(x: float | None) -> float | None:
 class PointCost:
     """Seconds of one point. ``bench_startup_s``: per bench call (warm-up first), the time
     from the call's start to its first request, when measured (None entries: not known).
-    ``bench_mode``: "cli" (a `vllm bench serve` process per call) or "worker" (one process
-    that imported vLLM once, lab.benchworker); None for runs that did not record it."""
+    ``bench_mode``: "cli" (a `vllm bench serve` process per call), "worker" (one process
+    that imported vLLM once, lab.benchworker) or "mixed" (a worker call fell back to the
+    CLI); None for runs that did not record it."""
 
     server_start_s: float | None = None
     warmup_s: float | None = None

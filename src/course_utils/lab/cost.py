@@ -24,7 +24,7 @@ from course_utils.core.cost import PointCost, cost_summary, point_cost
 from course_utils.core.records import PointPaths, ServedPoint, read_jsonl
 from course_utils.core.vllm_logs import log_stamps, stamp_datetime
 
-__all__ = ["bench_startup_s", "recorded_costs", "run_cost"]
+__all__ = ["bench_startup_s", "bench_startups", "recorded_costs", "run_cost"]
 
 
 def _utc_offset_s(p: ServedPoint, start_epoch: float) -> float:
@@ -57,7 +57,8 @@ def _point_start(p: ServedPoint) -> float | None:
     return float(w0.started_at) - float(warm) - float(p.startup_s or 0.0)
 
 
-def _startups(p: ServedPoint, paths: PointPaths) -> list[float | None]:
+def bench_startups(p: ServedPoint, paths: PointPaths) -> list[float | None]:
+    """Each bench call's start-up (warm-up first, then the windows), from its log."""
     start = _point_start(p)
     if start is None:
         return []
@@ -101,7 +102,7 @@ def recorded_costs(run_dir: str | Path) -> list[tuple[ServedPoint, PointCost]]:
         c = point_cost(
             p,
             warmup_load_s=_warmup_load(paths),
-            bench_startup_s=_startups(p, paths),
+            bench_startup_s=bench_startups(p, paths),
             bench_mode="cli",  # runs before the bench worker had only the CLI
         )
         out.append((p, c))

@@ -45,7 +45,9 @@ def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("FAKE_VLLM_STARTS", str(tmp_path / "starts.jsonl"))
     for var in ("FAKE_VLLM_FAIL", "FAKE_VLLM_DIE_AFTER", "FAKE_VLLM_STARTUP_S",
                 "FAKE_VLLM_STUBBORN", "FAKE_VLLM_KV_TOKENS", "FAKE_VLLM_JIT_AT",
-                "FAKE_VLLM_JIT_STALL_S", "FAKE_VLLM_GPU_TOTAL_BYTES"):
+                "FAKE_VLLM_JIT_STALL_S", "FAKE_VLLM_GPU_TOTAL_BYTES", "FAKE_VLLM_IMPORTS",
+                "FAKE_VLLM_CRASH_ONCE", "COURSE_UTILS_BENCH_WORKER",
+                "COURSE_UTILS_BENCH_WORKER_ENTRY"):
         monkeypatch.delenv(var, raising=False)
     return bindir
 

@@ -33,7 +33,15 @@ failure, printed the way vLLM 0.26.0 prints it (texts copied from its source):
 `vllm bench serve [flags]` is the client: sends the random workload to --base-url and
 writes the result JSON with the keys of vllm/benchmarks/serve.py (0.26.0). Its prompts
 depend on --seed like RandomDataset's (same seed, same prompts); FAKE_VLLM_BENCH_ARGV=path
-appends one JSON line per call with its argv.
+appends one JSON line per call with its argv. It prints vLLM's first bench log line
+("INFO MM-DD HH:MM:SS [utils.py:90] Sampling input_len ...", local time) once its
+arguments are parsed.
+Both behave the same run as this executable or called in-process (``main(argv)``, as
+course_utils.lab.benchworker does):
+  FAKE_VLLM_IMPORTS=path                         -> append one line per import of this module
+  FAKE_VLLM_CRASH_ONCE=path                      -> the first `bench serve` (anywhere) that
+                                                    finds no file at path creates it and
+                                                    dies at once (os._exit(3), no result)
 """
 
 from __future__ import annotations
@@ -58,6 +66,9 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+if os.environ.get("FAKE_VLLM_IMPORTS"):
+    with open(os.environ["FAKE_VLLM_IMPORTS"], "a") as _fh:
+        _fh.write(f"{os.getpid()}\n")
 
 # ------------------------------------------------------------------------------ serve
 
@@ -381,6 +392,13 @@ def _request(url: str, model: str, prompt: str, prompt_len: int, max_tokens: int
 def bench_serve(argv: list[str]) -> int:
     a = bench_parser().parse_args(argv)
     print(a, flush=True)
+    crash = os.environ.get("FAKE_VLLM_CRASH_ONCE")
+    if crash and not os.path.exists(crash):
+        Path(crash).write_text(str(os.getpid()))
+        os._exit(3)
+    print(f"INFO {datetime.now().strftime('%m-%d %H:%M:%S')} [utils.py:90] Sampling input_len "
+          f"from [{a.random_input_len}, {a.random_input_len}] and output_len from "
+          f"[{a.random_output_len}, {a.random_output_len}]", flush=True)
     if log := os.environ.get("FAKE_VLLM_BENCH_ARGV"):
         with open(log, "a") as fh:
             fh.write(json.dumps(argv) + "\n")

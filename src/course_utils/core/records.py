@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from course_utils.core.cost import PointCost
+
 __all__ = [
     "PointPaths",
     "ProbeRecord",
@@ -292,6 +294,7 @@ class Warmup:
     max_concurrent_requests: float | None = None
     jit: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float | None = None
+    load_s: float | None = None  # vLLM's bench duration of the warm-up (core.cost)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -331,6 +334,7 @@ class ServedPoint:
     time: str = ""
     warmup: Warmup | None = None
     windows: list[Window] = field(default_factory=list)
+    cost: PointCost | None = None  # where the point's time went (core.cost); None: older run
 
     # ---- what decides -----------------------------------------------------------------
     @property
@@ -400,9 +404,8 @@ class ServedPoint:
 
     # ---- JSON ---------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        d = {
-            k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("warmup", "windows")
-        }
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in _NESTED}
+        d["cost"] = self.cost.to_json() if self.cost else None
         d["warmup"] = self.warmup.to_json() if self.warmup else None
         d["windows"] = [w.to_json() for w in self.windows]
         dec = self.deciding
@@ -437,9 +440,7 @@ class ServedPoint:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ServedPoint:
-        kw = {
-            k: d[k] for k in cls.__dataclass_fields__ if k in d and k not in ("warmup", "windows")
-        }
+        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k not in _NESTED}
         if d.get("rate_key") is None and d.get("rate") is not None and "knob" not in d:
             kw["rate_key"] = str(d["rate"])  # a knee record that kept only its rate
         kw.setdefault("knob", "rate" if kw.get("rate_key") is not None else "baseline")
@@ -453,11 +454,15 @@ class ServedPoint:
             kw["startup_s"] = d["server_startup_s"]
         p = cls(**kw)
         p.warmup = Warmup.from_json(d["warmup"]) if d.get("warmup") else None
+        p.cost = PointCost.from_json(d["cost"]) if d.get("cost") else None
         if "windows" in d:
             p.windows = [Window.from_json(w) for w in d["windows"]]
         elif d.get("status") == "ok":  # a record from before windows: its one window
             p.windows = [_legacy_window(d)]
         return p
+
+
+_NESTED = ("warmup", "windows", "cost")
 
 
 def _legacy_window(d: Mapping[str, Any]) -> Window:

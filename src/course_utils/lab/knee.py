@@ -109,11 +109,12 @@ def knee_scan(
         knobs.get("max_num_batched_tokens")
         or knobs_mod.default("max_num_batched_tokens", gpu_memory_gib=gib)
     )
+    warm: dict[str, Any] = {} if warmup_prompts is None else {"warmup_min_prompts": warmup_prompts}
     cfg = measure_config or MeasureConfig(
         repeats=0,
         metrics_interval_s=metrics_interval_s,
         bench_kwargs=dict(bench_kwargs or {}),
-        **({"warmup_min_prompts": warmup_prompts} if warmup_prompts is not None else {}),
+        **warm,
     )
     say = progress or (lambda _m: None)
     if not (todo or need_b1 or _brackets(done, rates, bracket_repeats)):

@@ -73,12 +73,22 @@ class MeasureConfig:
     remeasure: int = 1
     metrics_interval_s: float = 0.5
     bench_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # run each `vllm bench serve` in the persistent worker (lab.benchworker); None: the
+    # COURSE_UTILS_BENCH_WORKER environment variable decides (off by default)
+    bench_worker: bool | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.warmup_share <= 1.0:
             raise ValueError("warmup_share must be in [0, 1]")
         if self.repeats < 0 or self.remeasure < 0:
             raise ValueError("repeats and remeasure must be >= 0")
+
+    def bench(self) -> dict[str, Any]:
+        """The keyword arguments of each lab.bench.run_bench call."""
+        kw = dict(self.bench_kwargs)
+        if self.bench_worker is not None:
+            kw.setdefault("worker", self.bench_worker)
+        return kw
 
     def warmup_workload(self, w: Workload) -> Workload | None:
         if self.warmup_share <= 0:
@@ -130,7 +140,7 @@ def _warm_up(
                 paths.dir,
                 paths.warmup_json.name,
                 log_path=paths.warmup_log,
-                **dict(cfg.bench_kwargs),
+                **cfg.bench(),
             )
     except BenchError as exc:
         return Warmup(
@@ -148,6 +158,7 @@ def _warm_up(
         max_concurrent_requests=res.raw.get("max_concurrent_requests"),
         jit=jit_in_log_span(server.log_path, off0, _log_size(server)),
         elapsed_s=round(time.monotonic() - t0, 2),
+        load_s=res.raw.get("duration"),
     )
 
 
@@ -179,7 +190,7 @@ def _window(
                 paths.dir,
                 paths.bench_json(index).name,
                 log_path=paths.bench_log(index),
-                **dict(cfg.bench_kwargs),
+                **cfg.bench(),
             )
     except BenchError as exc:
         win.reason = f"bench failed: {exc.reason}"

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core import knobs as knobs_mod
+from course_utils.core.cost import point_cost
 from course_utils.core.keep import early_stop_reason, objective_label
 from course_utils.core.records import (
     PointPaths,
@@ -35,6 +36,7 @@ from course_utils.core.records import (
     read_jsonl,
 )
 from course_utils.core.slo import SLO
+from course_utils.lab.cost import bench_startups
 from course_utils.lab.measure import MeasureConfig, measure
 from course_utils.lab.server import ServerStartError, VllmServer, gpu_memory_gib
 
@@ -238,9 +240,11 @@ def run_point(
     point.serve_cmd = shlex.join(srv.argv)
     mns = int(effective("max_num_seqs", point.knobs, cfg.gpu_gib()))
     mnbt = int(effective("max_num_batched_tokens", point.knobs, cfg.gpu_gib()))
+    calls: list[dict[str, Any]] = []  # one per bench call (lab.bench.run_bench)
     bench_kw = {
         "vllm_cmd": cfg.server_kwargs.get("vllm_cmd", ("vllm",)),
         **dict(cfg.measure.bench_kwargs),
+        "calls": calls,
     }
     mcfg = MeasureConfig(**{**cfg.measure.__dict__, "bench_kwargs": bench_kw})
     try:
@@ -262,6 +266,9 @@ def run_point(
         point.elapsed_s = round(time.monotonic() - t0, 2)
         return point
     point.elapsed_s = round(time.monotonic() - t0, 2)
+    point.cost = point_cost(
+        point, bench_startup_s=bench_startups(point, paths), bench_mode=_bench_mode(calls)
+    )
     done = [w for w in point.windows if w.ok]
     if done:
         point.status, point.reason = "ok", None
@@ -270,6 +277,13 @@ def run_point(
         last = point.windows[-1].reason if point.windows else None
         point.reason = last or (point.warmup.reason if point.warmup else None) or "no window"
     return point
+
+
+def _bench_mode(calls: Sequence[Mapping[str, Any]]) -> str | None:
+    """ "cli" or "worker" when every call ran so (a worker fallback counts as cli), else
+    "mixed"; None without a call."""
+    modes = {"worker" if c.get("mode") == "worker" else "cli" for c in calls}
+    return modes.pop() if len(modes) == 1 else ("mixed" if modes else None)
 
 
 # --------------------------------------------------------------------------------------

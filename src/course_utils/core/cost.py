@@ -1,0 +1,149 @@
+"""Where a served point's time goes: vLLM's start-up, the measured load, and the harness.
+
+A point (lab.sweep.run_point) is one `vllm serve` start, a warm-up `vllm bench serve` call
+and one or more window calls, then the server's stop. Only two parts of it are vLLM's work
+we mean to pay for: the server's start-up and the measured load (vLLM's bench ``duration``
+of each window: first request sent to last response). Everything else is the harness:
+
+- each bench call's start-up before its first request (importing vLLM, loading the
+  tokenizer, building the random prompts) and its exit after the last response;
+- the warm-up's load (paid on purpose: it makes the window valid, lab.measure);
+- the rest: the server's stop, /metrics closing, the gaps between calls.
+
+``PointCost`` is the breakdown a point records (``ServedPoint.cost``); ``point_cost``
+derives it from a record, so runs recorded before the field existed get one too (their
+warm-up load is read from warmup.json by lab.cost).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["PointCost", "cost_summary", "point_cost"]
+
+BENCH_MODES = ("cli", "worker", "mixed")
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 2)
+
+
+@dataclass
+class PointCost:
+    """Seconds of one point. ``bench_startup_s``: per bench call (warm-up first), the time
+    from the call's start to its first request, when measured (None entries: not known).
+    ``bench_mode``: "cli" (a `vllm bench serve` process per call), "worker" (one process
+    that imported vLLM once, lab.benchworker) or "mixed" (a worker call fell back to the
+    CLI); None for runs that did not record it."""
+
+    server_start_s: float | None = None
+    warmup_s: float | None = None
+    warmup_load_s: float | None = None
+    windows_s: float = 0.0
+    windows_load_s: float = 0.0
+    total_s: float | None = None
+    bench_calls: int = 0
+    bench_mode: str | None = None
+    bench_startup_s: list[float | None] = field(default_factory=list)
+
+    @property
+    def other_s(self) -> float | None:
+        """Server stop, metrics, gaps: the total less start-up, warm-up and windows."""
+        if self.total_s is None or self.server_start_s is None:
+            return None
+        return self.total_s - self.server_start_s - (self.warmup_s or 0.0) - self.windows_s
+
+    @property
+    def bench_overhead_s(self) -> float | None:
+        """The bench calls' wall beyond their loads (start-up, prompts, exit)."""
+        if self.warmup_s is not None and self.warmup_load_s is None:
+            return None
+        warm = (self.warmup_s or 0.0) - (self.warmup_load_s or 0.0)
+        return warm + self.windows_s - self.windows_load_s
+
+    @property
+    def harness_s(self) -> float | None:
+        """Everything beyond vLLM's start-up and the measured load."""
+        if self.total_s is None or self.server_start_s is None:
+            return None
+        return self.total_s - self.server_start_s - self.windows_load_s
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(
+            other_s=_r(self.other_s),
+            bench_overhead_s=_r(self.bench_overhead_s),
+            harness_s=_r(self.harness_s),
+        )
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PointCost:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+def point_cost(
+    point: Any,
+    *,
+    warmup_load_s: float | None = None,
+    bench_startup_s: Sequence[float | None] | None = None,
+    bench_mode: str | None = None,
+) -> PointCost:
+    """The breakdown of a ``records.ServedPoint`` (duck-typed: startup_s, elapsed_s, warmup,
+    windows). A window's load is vLLM's bench ``duration``; the warm-up's comes from
+    ``warmup.load_s`` when recorded, else ``warmup_load_s``."""
+    if bench_mode is not None and bench_mode not in BENCH_MODES:
+        raise ValueError(f"bench_mode must be one of {BENCH_MODES}, not {bench_mode!r}")
+    warm = point.warmup
+    done = [w for w in point.windows if w.elapsed_s is not None]
+    wl = getattr(warm, "load_s", None) if warm is not None else None
+    return PointCost(
+        server_start_s=_r(point.startup_s),
+        warmup_s=_r(warm.elapsed_s) if warm is not None else None,
+        warmup_load_s=_r(wl if wl is not None else warmup_load_s) if warm is not None else None,
+        windows_s=round(sum(float(w.elapsed_s) for w in done), 2),
+        windows_load_s=round(sum(float(w.bench.get("duration") or 0.0) for w in done), 2),
+        total_s=_r(point.elapsed_s),
+        bench_calls=(1 if warm is not None else 0) + len(point.windows),
+        bench_mode=bench_mode,
+        bench_startup_s=list(bench_startup_s or []),
+    )
+
+
+def _stats(xs: Sequence[float]) -> dict[str, float] | None:
+    if not xs:
+        return None
+    return {
+        "mean": round(sum(xs) / len(xs), 2),
+        "min": round(min(xs), 2),
+        "max": round(max(xs), 2),
+        "sum": round(sum(xs), 2),
+    }
+
+
+def cost_summary(costs: Sequence[PointCost]) -> dict[str, Any]:
+    """Per component over the points: mean, min, max and sum (s); the harness's share of
+    the points' time; the bench calls' start-ups."""
+    parts: dict[str, list[float | None]] = {
+        "total_s": [c.total_s for c in costs],
+        "server_start_s": [c.server_start_s for c in costs],
+        "warmup_s": [c.warmup_s for c in costs],
+        "warmup_load_s": [c.warmup_load_s for c in costs],
+        "windows_s": [c.windows_s for c in costs],
+        "windows_load_s": [c.windows_load_s for c in costs],
+        "bench_overhead_s": [c.bench_overhead_s for c in costs],
+        "other_s": [c.other_s for c in costs],
+        "harness_s": [c.harness_s for c in costs],
+        "bench_startup_s": [x for c in costs for x in c.bench_startup_s],
+    }
+    out: dict[str, Any] = {
+        k: _stats([float(x) for x in v if x is not None]) for k, v in parts.items()
+    }
+    tot = sum(c.total_s for c in costs if c.total_s is not None and c.harness_s is not None)
+    har = sum(c.harness_s for c in costs if c.total_s is not None and c.harness_s is not None)
+    out["points"] = len(costs)
+    out["bench_calls"] = sum(c.bench_calls for c in costs)
+    out["harness_share"] = round(har / tot, 3) if tot > 0 else None
+    return out

@@ -1,0 +1,394 @@
+"""A persistent `vllm bench serve` worker: vLLM imported once, each call run in-process.
+
+Each `vllm bench serve` process spends about 20 s importing vLLM before its first request
+(labs/results/h200-2026-11-30: 19.6-31.1 s to vLLM's first log line, ``lab.cost``), and a
+served point makes 2-3 calls. The worker is one Python process that imports vLLM's
+benchmark entry once and then runs each call's argv through vLLM's own code path:
+
+- ``vllm`` entry (the default): the parser the CLI builds for `vllm bench serve`
+  (vllm/entrypoints/cli/main.py ``main``: a ``FlexibleArgumentParser``, the ``bench``
+  subcommand, the ``serve`` subparser filled by vllm/benchmarks/serve.py ``add_cli_args``
+  through vllm/entrypoints/cli/benchmark/serve.py ``BenchmarkServingSubcommand``), then its
+  ``cmd`` (serve.py ``main`` -> ``main_async``), which writes the result JSON itself as the
+  CLI does. Done once at start, as the CLI does for every `vllm bench` call: ``cli_env_setup``
+  and the CPU platform when none is detected.
+- ``FILE.py:FUNC`` or ``MODULE:FUNC``: ``FUNC(argv) -> int`` with argv after the executable
+  (``["bench", "serve", ...]``); the tests drive tests/fakes/fake_vllm.py's ``main`` so.
+
+Per call the worker points its file descriptors 1 and 2 at the call's log (so vLLM's prints,
+its logger and anything below Python land there, as with the CLI), applies the call's
+environment, and answers its exit status: 0, the SystemExit code (argparse errors: 2), or 1
+with the traceback in the log for an exception, as the CLI process would exit. vLLM's
+``main_async`` freezes the GC heap (vllm/utils/gc_utils.py ``freeze_gc_heap``); the worker
+unfreezes it after each call so one call's objects do not outlive it.
+
+The parent (``BenchWorker``, used by lab.bench.run_bench) talks JSON lines over the worker's
+stdin/stdout. A worker that dies during a call (EOF) is a crash: run_bench runs that call
+again as the CLI subprocess; a call past its timeout stops the worker's process group.
+
+    python -m course_utils.lab.benchworker --entry vllm     (started by BenchWorker)
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import gc
+import importlib
+import importlib.util
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from course_utils.core.vllm_logs import one_line
+
+__all__ = [
+    "ENV_ENABLE",
+    "ENV_ENTRY",
+    "BenchWorker",
+    "WorkerCrash",
+    "close_all",
+    "load_entry",
+    "shared",
+    "vllm_bench_entry",
+    "worker_enabled",
+]
+
+ENV_ENABLE = "COURSE_UTILS_BENCH_WORKER"
+ENV_ENTRY = "COURSE_UTILS_BENCH_WORKER_ENTRY"
+VLLM_ENTRY = "vllm"
+MAX_CRASHES = 2  # then the CLI for the rest of this process
+
+
+class WorkerCrash(RuntimeError):
+    """The worker died, or could not start; ``.reason`` is one line."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def worker_enabled(flag: bool | None = None) -> bool:
+    """``flag`` when given, else COURSE_UTILS_BENCH_WORKER=1 (the CLI is the default)."""
+    if flag is not None:
+        return bool(flag)
+    return os.environ.get(ENV_ENABLE, "").strip().lower() in ("1", "true", "yes")
+
+
+# --------------------------------------------------------------------------------------
+# the worker process
+# --------------------------------------------------------------------------------------
+
+
+def vllm_bench_entry() -> Callable[[list[str]], int]:
+    """vLLM 0.26.0's `vllm bench serve` as a function of argv (``["bench", "serve", ...]``),
+    the parser built like vllm/entrypoints/cli/main.py ``main`` builds it."""
+    from vllm import platforms
+    from vllm.entrypoints.cli.benchmark.serve import BenchmarkServingSubcommand
+    from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    cli_env_setup()
+    # main.py: "For 'vllm bench *': use CPU instead of UnspecifiedPlatform by default"
+    if platforms.current_platform.is_unspecified():
+        from vllm.platforms.cpu import CpuPlatform
+
+        platforms.current_platform = CpuPlatform()
+
+    def run(argv: list[str]) -> int:
+        parser = FlexibleArgumentParser(description="vLLM CLI")
+        subparsers = parser.add_subparsers(required=False, dest="subparser")
+        bench = subparsers.add_parser("bench", usage="vllm bench <bench_type> [options]")
+        bench_sub = bench.add_subparsers(required=True, dest="bench_type")
+        serve = bench_sub.add_parser(
+            BenchmarkServingSubcommand.name, usage="vllm bench serve [options]"
+        )
+        serve.set_defaults(dispatch_function=BenchmarkServingSubcommand.cmd)
+        BenchmarkServingSubcommand.add_cli_args(serve)
+        if argv[:2] != ["bench", "serve"]:
+            print(f"bench worker: only `bench serve` runs here, not {argv[:2]}", file=sys.stderr)
+            return 2
+        args = parser.parse_args(argv)
+        args.dispatch_function(args)
+        return 0
+
+    return run
+
+
+def load_entry(spec: str) -> Callable[[list[str]], int]:
+    """``vllm``, ``MODULE:FUNC`` or ``FILE.py:FUNC`` -> the function a call runs."""
+    if spec == VLLM_ENTRY:
+        return vllm_bench_entry()
+    target, sep, func = spec.rpartition(":")
+    if not sep or not target or not func:
+        raise ValueError(f"entry must be 'vllm', MODULE:FUNC or FILE.py:FUNC, not {spec!r}")
+    if target.endswith(".py"):
+        path = Path(target)
+        mod_spec = importlib.util.spec_from_file_location(path.stem, path)
+        if mod_spec is None or mod_spec.loader is None:
+            raise ImportError(f"cannot load {path}")
+        mod = importlib.util.module_from_spec(mod_spec)
+        sys.modules[path.stem] = mod
+        mod_spec.loader.exec_module(mod)
+    else:
+        mod = importlib.import_module(target)
+    fn = getattr(mod, func)
+    if not callable(fn):
+        raise TypeError(f"{spec} is not callable")
+    return fn
+
+
+def _exit_code(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+@contextlib.contextmanager
+def _redirected(log_path: str) -> Any:
+    """fd 1 and 2 (and so sys.stdout/sys.stderr and vLLM's logger) into the call's log."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (fd, *saved):
+            os.close(f)
+
+
+@contextlib.contextmanager
+def _environ(env: Mapping[str, str]) -> Any:
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update({k: str(v) for k, v in env.items()})
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _call(entry: Callable[[list[str]], int], req: Mapping[str, Any]) -> int:
+    with _redirected(str(req["log"])), _environ(req.get("env") or {}):
+        try:
+            rc = entry(list(req["argv"]))
+            rc = 0 if rc is None else int(rc)
+        except SystemExit as exc:
+            rc = _exit_code(exc)
+        except BaseException:  # noqa: BLE001 - the CLI process would exit 1 with it
+            traceback.print_exc()
+            rc = 1
+    gc.unfreeze()
+    gc.collect()
+    return rc
+
+
+def serve_forever(entry_spec: str, proto_in: IO[str], proto_out: IO[str]) -> int:
+    """The worker's loop: import the entry, say ready, then one answer per request line."""
+    t0 = time.monotonic()
+    try:
+        entry = load_entry(entry_spec)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, one line
+        proto_out.write(json.dumps({"ready": False, "error": one_line(repr(exc))}) + "\n")
+        proto_out.flush()
+        return 1
+    ready = {"ready": True, "pid": os.getpid(), "import_s": round(time.monotonic() - t0, 2)}
+    proto_out.write(json.dumps(ready) + "\n")
+    proto_out.flush()
+    for line in proto_in:
+        if not line.strip():
+            continue
+        rc = _call(entry, json.loads(line))
+        proto_out.write(json.dumps({"rc": rc}) + "\n")
+        proto_out.flush()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m course_utils.lab.benchworker")
+    ap.add_argument("--entry", default=VLLM_ENTRY)
+    a = ap.parse_args(argv)
+    # the protocol keeps the original stdout; fd 1 itself goes to /dev/null between calls
+    proto_out = os.fdopen(os.dup(1), "w", buffering=1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    return serve_forever(a.entry, sys.stdin, proto_out)
+
+
+# --------------------------------------------------------------------------------------
+# the parent's handle
+# --------------------------------------------------------------------------------------
+
+
+class BenchWorker:
+    """One worker process (started on the first call). ``run`` returns (rc, timed_out) like
+    lab.proc.run_logged, or raises WorkerCrash (the caller falls back to the CLI)."""
+
+    def __init__(
+        self,
+        entry: str = VLLM_ENTRY,
+        *,
+        python: str | None = None,
+        start_timeout_s: float = 300.0,
+    ) -> None:
+        self.entry = entry
+        self.python = python or sys.executable
+        self.start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.import_s: float | None = None
+        self.starts = 0
+        self.crashes = 0
+        self.calls = 0
+
+    @property
+    def usable(self) -> bool:
+        return self.crashes < MAX_CRASHES
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def _read(self, timeout_s: float) -> dict[str, Any] | None:
+        """One answer line; None on a timeout; WorkerCrash on EOF."""
+        assert self.proc is not None and self.proc.stdout is not None
+        end = time.monotonic() + timeout_s
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([self.proc.stdout], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            line = self.proc.stdout.readline()
+            if not line:
+                rc = self.proc.wait(timeout=10)
+                self.proc = None
+                raise WorkerCrash(f"the bench worker exited (rc {rc})")
+            if line.strip():
+                return dict(json.loads(line))
+
+    def start(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        src = str(Path(__file__).resolve().parents[2])  # course_utils importable there too
+        path = os.environ.get("PYTHONPATH", "")
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": f"{src}:{path}" if path else src,
+        }
+        self.proc = subprocess.Popen(  # noqa: S603 - argv list
+            [self.python, "-m", "course_utils.lab.benchworker", "--entry", self.entry],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+        self.starts += 1
+        try:
+            hello = self._read(self.start_timeout_s)
+        except WorkerCrash:
+            self.crashes = MAX_CRASHES  # it cannot even import: the CLI from now on
+            raise
+        if hello is None or not hello.get("ready"):
+            self.close()
+            self.crashes = MAX_CRASHES
+            why = "no answer" if hello is None else hello.get("error")
+            raise WorkerCrash(f"the bench worker did not start: {why}")
+        self.import_s = hello.get("import_s")
+
+    def run(
+        self,
+        argv: Sequence[str],
+        log_path: str | Path,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+    ) -> tuple[int | None, bool]:
+        """Run one call (argv after the executable) with its output appended to log_path."""
+        self.start()
+        assert self.proc is not None and self.proc.stdin is not None
+        req = {"argv": [str(a) for a in argv], "log": str(log_path), "env": dict(env or {})}
+        try:
+            self.proc.stdin.write((json.dumps(req) + "\n").encode())
+            self.proc.stdin.flush()
+            ans = self._read(timeout_s)
+        except WorkerCrash:
+            self.crashes += 1
+            raise
+        except (BrokenPipeError, OSError) as exc:
+            self.crashes += 1
+            self.close()
+            raise WorkerCrash(f"the bench worker is gone ({exc})") from None
+        except BaseException:
+            self.close()  # KeyboardInterrupt and the like: never leave the worker running
+            raise
+        self.calls += 1
+        if ans is None:
+            self.close()
+            return None, True
+        return int(ans["rc"]), False
+
+    def close(self) -> None:
+        from course_utils.lab.proc import stop_group
+
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)
+        stop_group(proc, grace_s=2.0)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+_SHARED: dict[tuple[str, str], BenchWorker] = {}
+
+
+def shared(entry: str | None = None, python: str | None = None) -> BenchWorker:
+    """The process's worker for ``entry`` (COURSE_UTILS_BENCH_WORKER_ENTRY, else vLLM),
+    closed at exit."""
+    spec = entry or os.environ.get(ENV_ENTRY) or VLLM_ENTRY
+    key = (spec, python or sys.executable)
+    if key not in _SHARED:
+        _SHARED[key] = BenchWorker(spec, python=python)
+    return _SHARED[key]
+
+
+@atexit.register
+def close_all() -> None:
+    """Stop every shared worker (a later call starts a fresh one)."""
+    for w in _SHARED.values():
+        w.close()
+    _SHARED.clear()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""The persistent `vllm bench serve` worker (lab.benchworker) behind lab.bench.run_bench, on
+the fake vLLM (tests/fakes/fake_vllm.py: its ``main(argv)`` in-process, the executable
+otherwise)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from course_utils.core.records import PointPaths, ServedPoint, Workload
+from course_utils.core.slo import SLO
+from course_utils.lab import benchworker
+from course_utils.lab.bench import BenchError, run_bench
+from course_utils.lab.server import VllmServer
+from course_utils.lab.sweep import load_points, sweep
+
+FAKES = Path(__file__).resolve().parents[1] / "fakes"
+ENTRY = f"{FAKES / 'fake_vllm.py'}:main"
+W = Workload(input_len=16, output_len=8, num_prompts=10, request_rate=300)
+SLO_ = SLO.parse("ttft:2000 tpot:500")
+# what differs between two runs of the same load (clock, timings)
+TIMED = ("date", "duration", "ttfts", "itls", "start_times", "max_output_tokens_per_s")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_workers() -> Iterator[None]:
+    benchworker.close_all()
+    yield
+    benchworker.close_all()
+
+
+@pytest.fixture
+def server(tmp_path: Path, fake_vllm: Path) -> Iterator[VllmServer]:
+    with VllmServer("fake-model", {"max_num_seqs": 8}, log_path=tmp_path / "serve.log",
+                    startup_timeout_s=20) as srv:
+        yield srv
+
+
+def _imports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Count imports of the fake from here on (the server started before: not counted)."""
+    f = tmp_path / "imports.txt"
+    monkeypatch.setenv("FAKE_VLLM_IMPORTS", str(f))
+    return f
+
+
+def _lines(f: Path) -> list[str]:
+    return f.read_text().splitlines() if f.exists() else []
+
+
+def _bench(srv: VllmServer, d: Path, name: str, calls: list, **kw: object) -> object:
+    return run_bench(srv.base_url, "fake-model", W, SLO_, d, f"{name}.json", timeout_s=60,
+                     calls=calls, **kw)
+
+
+def test_three_calls_one_import(tmp_path: Path, server: VllmServer,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    imports = _imports(tmp_path, monkeypatch)
+    calls: list[dict] = []
+    for i in range(3):
+        res = _bench(server, tmp_path, f"w{i}", calls, worker=True, worker_entry=ENTRY)
+        assert res.completed == 10 and res.failed == 0  # type: ignore[attr-defined]
+    assert [c["mode"] for c in calls] == ["worker"] * 3
+    (pid,) = set(_lines(imports))  # one process imported the entry, once
+    for i in range(3):
+        log = (tmp_path / f"w{i}.log").read_text()
+        assert log.startswith("$ ['vllm', 'bench', 'serve'")
+        assert f"bench worker pid {pid}" in log and "Starting main benchmark run..." in log
+        assert "Successful requests:" in log  # the call's own output went to its log
+    # the CLI path: one import per call
+    cli: list[dict] = []
+    for i in range(3):
+        _bench(server, tmp_path, f"c{i}", cli)
+    assert [c["mode"] for c in cli] == ["cli"] * 3
+    assert len(_lines(imports)) == 1 + 3
+
+
+def test_results_identical_in_content_to_the_cli(tmp_path: Path, server: VllmServer,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    argv_log = tmp_path / "argv.jsonl"
+    monkeypatch.setenv("FAKE_VLLM_BENCH_ARGV", str(argv_log))
+    (tmp_path / "cli").mkdir()
+    (tmp_path / "wrk").mkdir()
+    _bench(server, tmp_path / "cli", "r", [])
+    _bench(server, tmp_path / "wrk", "r", [], worker=True, worker_entry=ENTRY)
+    a = json.loads((tmp_path / "cli" / "r.json").read_text())
+    b = json.loads((tmp_path / "wrk" / "r.json").read_text())
+    assert list(a) == list(b)  # the same keys in the same order
+    lat = {k for k in a if k.endswith("_ms") or "throughput" in k or k == "request_goodput"}
+    same = [k for k in a if k not in TIMED and k not in lat]
+    assert {k: a[k] for k in same} == {k: b[k] for k in same}
+    assert a["generated_texts"] == b["generated_texts"] and a["input_lens"] == b["input_lens"]
+    # the same argv reached the bench (the worker got it without the executable)
+    one, two = (json.loads(x) for x in argv_log.read_text().splitlines())
+    assert [x.replace("/cli", "/wrk") for x in one] == two
+
+
+def test_a_worker_crash_falls_back_to_the_cli(tmp_path: Path, server: VllmServer,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    imports = _imports(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_VLLM_CRASH_ONCE", str(tmp_path / "crashed"))
+    calls: list[dict] = []
+    res = _bench(server, tmp_path, "a", calls, worker=True, worker_entry=ENTRY)
+    assert res.completed == 10  # type: ignore[attr-defined]
+    log = (tmp_path / "a.log").read_text()
+    assert "the bench worker exited (rc 3): this call runs again as a subprocess" in log
+    assert log.count("Starting main benchmark run...") == 1  # only the CLI run got that far
+    # the next call starts a fresh worker
+    _bench(server, tmp_path, "b", calls, worker=True, worker_entry=ENTRY)
+    assert [c["mode"] for c in calls] == ["cli-fallback", "worker"]
+    assert len(_lines(imports)) == 3  # crashed worker, CLI, new worker
+
+
+def test_a_worker_that_cannot_start_is_not_retried(tmp_path: Path, server: VllmServer) -> None:
+    calls: list[dict] = []
+    for name in ("a", "b"):
+        _bench(server, tmp_path, name, calls, worker=True, worker_entry="no_such_module:main")
+    assert [c["mode"] for c in calls] == ["cli-fallback", "cli-fallback"]
+    assert "did not start: ModuleNotFoundError" in (tmp_path / "a.log").read_text()
+    assert "bench worker" not in (tmp_path / "b.log").read_text()  # not tried again
+
+
+def test_the_environment_variables_turn_it_on(tmp_path: Path, server: VllmServer,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COURSE_UTILS_BENCH_WORKER", "1")
+    monkeypatch.setenv("COURSE_UTILS_BENCH_WORKER_ENTRY", ENTRY)
+    calls: list[dict] = []
+    _bench(server, tmp_path, "a", calls)
+    _bench(server, tmp_path, "b", calls, worker=False)  # an explicit False wins
+    assert [c["mode"] for c in calls] == ["worker", "cli"]
+
+
+def test_a_failing_call_fails_as_the_cli_does(tmp_path: Path, fake_vllm: Path) -> None:
+    """An unknown flag: argparse exits 2 on both paths, with the same one-line reason."""
+    reasons = []
+    for worker in (False, True):
+        d = tmp_path / str(worker)
+        with pytest.raises(BenchError) as ei:
+            run_bench("http://127.0.0.1:9", "m", Workload(input_len=4, output_len=2,
+                      num_prompts=2), None, d, "r.json", timeout_s=30, worker=worker,
+                      worker_entry=ENTRY, extra_args=["--no-such-flag"])
+        reasons.append(ei.value.reason)
+    assert reasons[0] == reasons[1] and "no-such-flag" in reasons[0]
+
+
+def test_a_call_past_its_timeout_stops_the_worker(tmp_path: Path) -> None:
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time\n\ndef main(argv):\n    time.sleep(60)\n    return 0\n")
+    with pytest.raises(BenchError, match="did not finish within"):
+        run_bench("http://127.0.0.1:9", "m", Workload(num_prompts=2), None, tmp_path, "r.json",
+                  timeout_s=1.5, worker=True, worker_entry=f"{slow}:main")
+    w = benchworker.shared(f"{slow}:main")
+    assert w.proc is None and w.starts == 1 and w.usable  # stopped, may start again
+
+
+def test_a_point_records_its_cost_and_bench_mode(tmp_path: Path, fake_vllm: Path) -> None:
+    common = dict(workload=W, slo=SLO_, server_kwargs={"startup_timeout_s": 20},
+                  bench_kwargs={"timeout_s": 60, "worker_entry": ENTRY}, warmup_prompts=4,
+                  metrics_interval_s=0.05, gpu_memory_gib=24.0, progress=False)
+    for mode in ("worker", "cli"):
+        out = tmp_path / mode
+        from course_utils.lab.measure import MeasureConfig
+        from course_utils.lab.sweep import SweepConfig
+
+        cfg = SweepConfig.make(out_dir=out, **{k: v for k, v in common.items()
+                                               if k != "progress"})
+        cfg.measure = MeasureConfig(**{**cfg.measure.__dict__,
+                                       "bench_worker": mode == "worker"})
+        sweep("fake-model", "max_num_seqs", [8], config=cfg, progress=False)
+        (rec,) = load_points(out)
+        p = ServedPoint.from_json(rec)
+        c = p.cost
+        assert c is not None and c.bench_mode == mode and c.bench_calls == 3
+        assert c.total_s == p.elapsed_s and c.server_start_s == p.startup_s
+        assert c.warmup_load_s is not None and c.warmup_load_s > 0
+        assert c.other_s is not None and c.other_s >= 0
+        # each call's start-up read from its log (the fake logs vLLM's first bench line)
+        assert len(c.bench_startup_s) == 3 and all(x is not None for x in c.bench_startup_s)
+        paths = PointPaths.of(out, p.key)
+        assert paths.warmup_log.is_file() and paths.bench_log(1).is_file()
+    assert os.environ.get("COURSE_UTILS_BENCH_WORKER") is None

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One device session on `nvidia-h200-x2`, after setup_host.sh: each step is one device call
+# (< 10 min), issued back to back (the machine goes back after 30 s idle).
+#   OUT=$OUT bash tools/gpu/session_x2.sh A|B|C
+# A  GPU 1: capacity probes at the rehearsed 24 GiB budget (bf16 serve defaults, AWQ at three
+#    utilisations); GPU 0: lab 03 `one` (one replica), then the H200-default probes.
+# B  lab 03 `dp2` (vLLM's --data-parallel-size 2 over both GPUs).
+# C  lab 03 `tp2` (--tensor-parallel-size 2 over both GPUs).
+# Every `vllm bench serve` call runs in one bench worker per process (vLLM imported once).
+# Results: /tmp/labrun (scaleout/, cap0/capacity/, cap1/capacity/, commands.log), packed into
+# $OUT/labrun-STEP.tgz (only 8 files, 2 folders deep come back from a call).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+STEP=${1:?usage: session_x2.sh A|B|C}
+RUN=/tmp/labrun
+OUTDIR=${OUT:-}
+unset OUT   # the sub-scripts would copy through collect.py themselves
+source tools/gpu/hostenv.sh
+export COURSE_UTILS_BENCH_WORKER=1
+mkdir -p "$RUN"
+t0=$(date +%s)
+case "$STEP" in
+  A)
+    (CUDA_VISIBLE_DEVICES=1 BUDGET_S=${BUDGET_CAP1:-500} bash tools/gpu/capacity_probe.sh \
+       "$RUN/cap1" bf16-4090-serve awq-4090-llm-080 awq-4090-llm-090 awq-4090-llm-094 \
+       >"$RUN/cap1.out" 2>&1) &
+    bash tools/gpu/run_scaleout.sh "$RUN" one --budget-s "${BUDGET_ONE:-330}"
+    left=$(( ${BUDGET_A:-520} - ($(date +%s) - t0) ))
+    if [ "$left" -gt 130 ]; then
+      CUDA_VISIBLE_DEVICES=0 BUDGET_S=$left bash tools/gpu/capacity_probe.sh "$RUN/cap0" \
+        bf16-h200-defaults llama3-8b-h200-defaults llama3-8b-4090-serve
+    fi
+    wait
+    tail -5 "$RUN/cap1.out" ;;
+  B) bash tools/gpu/run_scaleout.sh "$RUN" dp2 --budget-s "${BUDGET_B:-430}" ;;
+  C) bash tools/gpu/run_scaleout.sh "$RUN" tp2 --budget-s "${BUDGET_C:-430}" ;;
+  *) echo "error: step must be A, B or C, not '$STEP'" >&2; exit 2 ;;
+esac
+echo "step $STEP wall $(( $(date +%s) - t0 )) s"
+bash tools/gpu/cleanup_gpu.sh
+nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
+if [ -n "$OUTDIR" ]; then
+  tar czf "$OUTDIR/labrun-$STEP.tgz" -C /tmp labrun && ls -la "$OUTDIR"
+fi

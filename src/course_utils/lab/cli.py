@@ -93,6 +93,13 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
         default=0.5,
         help="warm-up prompts at the load's rate, as a share of --num-prompts",
     )
+    p.add_argument(
+        "--bench-worker",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run each `vllm bench serve` in one process that imports vLLM once "
+        "(default: COURSE_UTILS_BENCH_WORKER=1 turns it on)",
+    )
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -134,6 +141,7 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
         repeats=a.repeats,
         remeasure=a.remeasure,
         warmup_share=a.warmup_share,
+        bench_worker=a.bench_worker,
     )
 
 

@@ -91,6 +91,18 @@ def _peak(sampler: MetricsSampler) -> float | None:
     return summarize(sampler.samples).running_max if sampler.samples else None
 
 
+def _warm_call(*args: Any, **kw: Any) -> Any:
+    """run_bench; a call that failed in the worker runs again as the CLI subprocess (the
+    worker is not proven on every host: a failure of ours must not cost the combo)."""
+    try:
+        return run_bench(*args, **kw)
+    except BenchError:
+        if not kw.get("calls") or kw["calls"][-1]["mode"] != "worker":
+            raise
+        print("gridbench: the warm-up failed in the worker: again as a subprocess", flush=True)
+        return run_bench(*args, **{**kw, "worker": False})
+
+
 def _warm_up(
     a: argparse.Namespace, w: Workload, argv: Sequence[str], d: Path, stem: str, cfg: MeasureConfig
 ) -> dict[str, Any]:
@@ -105,9 +117,10 @@ def _warm_up(
     sampler = MetricsSampler(base_url + "/metrics", interval_s=a.metrics_interval)
     t0 = time.monotonic()
     print(f"gridbench: warm-up {ww.num_prompts} prompts at {ww.request_rate:g} req/s", flush=True)
+    worker = a.bench_worker
     try:
         with sampler:
-            res = run_bench(
+            res = _warm_call(
                 base_url,
                 model,
                 ww,
@@ -117,7 +130,7 @@ def _warm_up(
                 tokenizer=_flag(argv, "--tokenizer"),
                 vllm_cmd=argv[:i_bench],
                 timeout_s=a.timeout,
-                worker=a.bench_worker,
+                worker=worker,
                 calls=calls,
             )
     except BenchError as exc:
@@ -172,6 +185,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             rc, timed_out, mode = run_argv(
                 bench, bench.index("bench"), log, a.timeout, worker=a.bench_worker
             )
+            if mode == "worker" and rc != 0 and not timed_out:  # see _warm_call
+                print(
+                    f"gridbench: the run failed in the worker (rc {rc}): again as a subprocess",
+                    flush=True,
+                )
+                rc, timed_out, mode = run_argv(
+                    bench, bench.index("bench"), log, a.timeout, worker=False
+                )
+                mode = "cli-after-worker-failure"
     finally:
         stop.set()
         follower.join(timeout=5)

@@ -15,7 +15,7 @@ import pytest
 
 from course_utils.core import knobs, presets
 from course_utils.core.slo import SLO
-from course_utils.lab import grid
+from course_utils.lab import grid, gridrun
 from course_utils.lab.gridcompare import compare, grid_best
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,7 +147,7 @@ def test_grid_decode_on_two_gpus_merges_compares_and_resumes(
     # no server left behind on either port
     for c in cmds:
         port = int(c["serve_cmd"].split("--port ")[1].split()[0])
-        assert grid.servers_on_port(port) == []
+        assert gridrun.servers_on_port(port) == []
     # a second call resumes: no combo starts a server again
     p2 = _run("grid_decode.sh", run, env)
     assert p2.returncode == 0, p2.stdout + p2.stderr
@@ -172,11 +172,31 @@ def test_side_by_side_keeps_vllms_own_warm_up_as_an_option(
                                                                       "max_num_seqs=128"]
 
 
+def test_a_jit_compile_inside_a_grid_run_makes_it_invalid(
+        tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path, dummy_model: Path) -> None:
+    """The fake server logs vLLM's JIT-monitor line at its 24th completion: after the 16
+    warm-up requests, inside the measured run (the sweep's log has the server's output)."""
+    run = tmp_path / "run"
+    env = _env(tmp_path, fake_vllm, dummy_model, GRID="max_num_seqs=64", FAKE_VLLM_JIT_AT="24",
+               RATE="20",
+               SLO_SPEC="ttft:300 tpot:50", GPU_SIZE="4090")
+    env.pop("FAKE_GPU")
+    p = _run("side_by_side.sh", run, env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    (pt,) = grid.grid_points(run / "sidebyside" / "vllm_sweep", "ttft:300 tpot:50")
+    (w,) = pt.windows
+    assert not w.valid and w.validity_issues[-1].startswith("vLLM JIT-compiled 1 kernel(s)")
+    # the harness alone (no server log) did not see it
+    h = json.loads((run / "sidebyside" / "vllm_sweep" / "grid" / pt.key / "run=0.harness.json")
+                   .read_text())
+    assert h["valid"] is True
+
+
 def test_prepare_fails_in_one_line_without_a_workload(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit, match="give --preset"):
-        grid.main(["prepare", str(tmp_path), "--model", "m", "--port", "1", "--rate", "2"])
-    assert grid.main(["prepare", str(tmp_path), "--model", "m", "--port", "1",
+        gridrun.main(["prepare", str(tmp_path), "--model", "m", "--port", "1", "--rate", "2"])
+    assert gridrun.main(["prepare", str(tmp_path), "--model", "m", "--port", "1",
                       "--preset", "nope"]) == 2
     assert "no preset 'nope'" in capsys.readouterr().err
 
@@ -228,12 +248,12 @@ def test_ties_are_called_ties(tmp_path: Path, mns128: float, decision: str) -> N
         g["max_num_seqs=128"] = 1.59
     cmp = compare(_grid_copy(tmp_path, g), DECODE12, "ttft:2000 tpot:15")
     assert cmp["verdict"]["decision"] == decision, cmp["verdict"]
-    en = grid.main  # the table renders every decision in both languages
     from course_utils.core.texts import loop_vs_grid
 
-    for lang in ("en", "zh"):
-        assert loop_vs_grid(cmp, lang).count("|") > 20
-    assert en is not None
+    words = {"same": ("picked the grid's best", "正是网格里最好的"),
+             "tie": ("A tie", "打平"), "grid_better": ("beats the loop's pick", "网格更好")}
+    for lang, word in zip(("en", "zh"), words[decision], strict=True):
+        assert word in loop_vs_grid(cmp, lang)
 
 
 def test_an_invalid_grid_run_does_not_count(tmp_path: Path) -> None:

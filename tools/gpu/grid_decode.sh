@@ -48,10 +48,10 @@ for i in $(seq 0 $((GPUS - 1))); do
 done
 echo "$(date -u +%FT%TZ) grid_decode rc=$rc wall=$(( $(date +%s) - t0 ))s" | tee -a "$RUN/commands.log"
 rm -rf "$MERGED"
-$PY -m course_utils.lab.grid merge "$MERGED" "${parts[@]}" || exit 2
-$PY -m course_utils.lab.grid compare "$MERGED/vllm_sweep" "$TUNE_DIR" \
+$PY -m course_utils.lab.gridrun merge "$MERGED" "${parts[@]}" || exit 2
+$PY -m course_utils.lab.gridrun compare "$MERGED/vllm_sweep" "$TUNE_DIR" \
   --json "$MERGED/compare.json" | tee "$MERGED/compare.md"
-$PY -m course_utils.lab.grid compare "$MERGED/vllm_sweep" "$TUNE_DIR" --lang zh \
+$PY -m course_utils.lab.gridrun compare "$MERGED/vllm_sweep" "$TUNE_DIR" --lang zh \
   > "$MERGED/compare.zh.md"
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT/labrun"

@@ -79,7 +79,7 @@ PORT=${PORT:-$($PY -c 'from course_utils.lab.server import free_port; print(free
 $PY -m course_utils preflight --model "$MODEL" --vllm-cmd "$SERVE_VLLM" --port "$PORT" \
   --load-format dummy --out "$SBS" || exit 2
 # serve_params.json (this part's combos, every one validated), serve_cmd.txt, bench_cmd.txt
-$PY -m course_utils.lab.grid prepare "$SBS" --model "$MODEL" --port "$PORT" \
+$PY -m course_utils.lab.gridrun prepare "$SBS" --model "$MODEL" --port "$PORT" \
   --part "$PART" --gpu-memory-gib "$GPU_GIB" --load-format dummy --vllm-cmd "$VLLM" \
   --serve-vllm "$SERVE_VLLM" --python "$PY" "${ARGS[@]}" || exit 2
 SERVE_CMD=$(cat "$SBS/serve_cmd.txt")
@@ -105,7 +105,7 @@ wall=$($PY -c "print(round($EPOCHREALTIME - $t0, 2))")
 echo "$(date -u +%FT%TZ) side_by_side $NAME call $N rc=$rc wall=${wall}s" | tee -a "$RUN/commands.log" "$SBS/commands.log"
 $PY -m course_utils.lab.sidebyside timing "$LOG" "$SBS/timing.json" --call-wall-s "$wall" --rc "$rc"
 # only this job's servers (a sweeper killed before it could stop its server leaves one)
-$PY -m course_utils.lab.grid cleanup --port "$PORT" | tee -a "$SBS/commands.log"
+$PY -m course_utils.lab.gridrun cleanup --port "$PORT" | tee -a "$SBS/commands.log"
 grep -E "^[0-9.]+ (.*\[(BEGIN|END|SKIPPED) [A-Z]+\]|Server overrides|gridbench: |Warming up with|Experiment has been saved|RuntimeError|.*Error|.*JIT compilation during inference)" "$LOG" | tail -40
 done_runs=$(ls "$OUTDIR/$EXP"/SERVE-*/summary.json 2>/dev/null | wc -l)
 want=$($PY -c "import json,sys; print(len(json.load(open(sys.argv[1]))))" "$SBS/serve_params.json")
@@ -114,7 +114,7 @@ if [ "$rc" -ne 0 ]; then
   echo "the sweep did not finish (rc $rc; 124 = time budget): rerun this script to --resume"
 fi
 if [ -n "${TUNE_DIR:-}" ] && [ "$done_runs" -gt 0 ]; then
-  $PY -m course_utils.lab.grid compare "$OUTDIR" "$TUNE_DIR" --json "$SBS/compare.json" \
+  $PY -m course_utils.lab.gridrun compare "$OUTDIR" "$TUNE_DIR" --json "$SBS/compare.json" \
     | tee "$SBS/compare.md"
 elif [ "${WARMUP#num:}" != "$WARMUP" ] && [ -s "$RUN/slo/tune.jsonl" ] && [ "$done_runs" -gt 0 ]; then
   $PY -m course_utils.lab.sidebyside compare "$OUTDIR" "$RUN/slo" --slo "${SLO_SPEC:-}" \

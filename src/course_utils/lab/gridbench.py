@@ -84,7 +84,7 @@ def _follow(path: Path, stop: threading.Event) -> None:
             pos += cut
         if done:
             return
-        stop.wait(0.2)
+        stop.wait(0.05)
 
 
 def _peak(sampler: MetricsSampler) -> float | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["GPUS", "PRESETS", "Preset", "get", "names"]
+__all__ = ["GPUS", "PRESETS", "Preset", "get", "lab02_params", "names"]
 
 GPUS = ("4090", "h200")
 
@@ -232,3 +232,29 @@ def get(name: str, gpu: str = "4090") -> Preset:
             raise KeyError(f"no preset {name!r}: one of {', '.join(names())}")
         raise KeyError(f"preset {name!r} has no {gpu!r} size: one of {', '.join(GPUS)}")
     return PRESETS[(name, g)]
+
+
+LAB02_SECOND = {"max_num_seqs": "max_num_batched_tokens"}  # a second knob with no values
+
+
+def lab02_params(p: Preset) -> dict[str, Any]:
+    """Lab 02's parameters for a preset: the workload, SLO, base knobs and the first and
+    second knob's candidates (a one-knob preset leaves the second knob without values)."""
+    knobs_ = list(p.candidates)
+    first = knobs_[0]
+    second = knobs_[1] if len(knobs_) > 1 else LAB02_SECOND.get(first, "max_num_seqs")
+    base = dict(p.base)
+    return {
+        "input_len": p.input_len,
+        "output_len": p.output_len,
+        "prefix_len": p.prefix_len,
+        "num_prompts": p.num_prompts,
+        "rate": float(p.rate),
+        "slo": p.slo,
+        "max_model_len": int(base.pop("max_model_len", 4096)),
+        "base_knobs": base,
+        "knob": first,
+        "candidates": list(p.candidates[first]),
+        "second_knob": second,
+        "second_candidates": list(p.candidates.get(second, ())),
+    }

@@ -68,8 +68,13 @@ def _cells() -> list[str]:
 
 
 def test_lab02_preset_cell_sets_the_parameters() -> None:
-    params, preset_cell = _cells()[:2]
-    assert "preset = None" in params and "if preset:" in preset_cell
+    """The preflight cell (right after the parameters) applies the preset first, so the
+    preflight checks the preset's knobs."""
+    params, preflight = _cells()[:2]
+    assert "preset = None" in params and "if preset:" in preflight
+    start = preflight.index("if preset:")
+    assert start < preflight.index("preflight.lab_check(")
+    preset_cell = preflight[start:preflight.index("_preflight = ")]
     ns: dict[str, Any] = {}
     exec(params, ns)  # noqa: S102 - the notebook's own cells
     ns.update(preset="kv", gpu="h200")

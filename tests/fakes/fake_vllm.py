@@ -42,6 +42,7 @@ course_utils.lab.benchworker does):
   FAKE_VLLM_CRASH_ONCE=path                      -> the first `bench serve` (anywhere) that
                                                     finds no file at path creates it and
                                                     dies at once (os._exit(3), no result)
+`vllm bench sweep serve` runs the sweep like vLLM 0.26.0 (see bench_sweep_serve).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ import json
 import math
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -528,9 +530,149 @@ def bench_serve(argv: list[str]) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------ bench sweep
+# `vllm bench sweep serve`, the parts course_utils.lab.grid uses, after the 0.26.0 source
+# (vllm/benchmarks/sweep/serve.py, param_sweep.py, server.py): folders, file names, markers,
+# --resume, the flags appended to the bench command, the server's process group killed.
+
+
+def _cmd_key(k: str) -> list[str]:
+    cands = [k, k.replace("-", "_"), k.replace("_", "-")]  # _iter_param_key_candidates
+    return ["--" + c for c in reversed(cands)]
+
+
+def _apply_to_cmd(item: dict, cmd: list[str]) -> list[str]:
+    cmd = list(cmd)
+    for k, v in item.items():
+        if k == "_benchmark_name":
+            continue
+        flag = next(iter(_cmd_key(k if not isinstance(v, bool) or v else "no-" + k)))
+        pair = [flag] if isinstance(v, bool) else [flag, str(v)]
+        for cand in _cmd_key(k):
+            if cand in cmd:
+                i = cmd.index(cand)
+                cmd[i:i + len(pair)] = pair
+                break
+        else:
+            cmd.extend(pair)
+    return cmd
+
+
+def _item_name(item: dict) -> str:
+    if "_benchmark_name" in item:
+        return str(item["_benchmark_name"])
+    return "-".join(f"{k}={v}" for k, v in item.items())
+
+
+def _server_address(cmd: list[str]) -> str:
+    host = cmd[cmd.index("--host") + 1] if "--host" in cmd else "localhost"
+    port = int(cmd[cmd.index("--port") + 1]) if "--port" in cmd else 8000
+    return f"http://{host}:{port}"
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, timeout: int) -> None:
+    t0 = time.monotonic()
+    while True:
+        u = urlparse(url)
+        try:
+            conn = HTTPConnection(u.hostname, u.port, timeout=2)
+            conn.request("GET", "/health")
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            raise RuntimeError(f"Server process crashed with return code {proc.returncode}")
+        if time.monotonic() - t0 > timeout:
+            raise TimeoutError(f"Server failed to become ready within {timeout} seconds.")
+        time.sleep(0.2)
+
+
+def _sweep_combo(a: argparse.Namespace, exp: Path, item: dict, bench_cmd: list[str],
+                 after: list[str]) -> list[dict]:
+    base = exp / ("SERVE--" + _item_name(item)).replace("/", "_")
+    if (base / "summary.json").exists():
+        return json.loads((base / "summary.json").read_text())
+    serve_cmd = _apply_to_cmd(item, shlex.split(a.serve_cmd))
+    out = None if a.show_stdout else subprocess.DEVNULL
+    print("[BEGIN SERVER]")
+    print(f"Server overrides: {item}")
+    print(f"Server command: {serve_cmd}", flush=True)
+    proc = subprocess.Popen(serve_cmd, start_new_session=True, stdout=out,
+                            env=os.environ | {"VLLM_SERVER_DEV_MODE": "1"})
+    data = []
+    try:
+        _wait_ready(proc, _server_address(serve_cmd), a.server_ready_timeout)
+        for n in range(a.num_runs):
+            path = base / f"run={n}.json"
+            cmd = [*bench_cmd, "--percentile-metrics", "ttft,tpot,itl,e2el", "--save-result",
+                   "--result-dir", str(path.parent), "--result-filename", path.name]
+            print("[BEGIN BENCHMARK]")
+            print(f"Benchmark command: {cmd}", flush=True)
+            if path.exists():
+                print("Found existing results.")
+                print("[SKIPPED BENCHMARK]", flush=True)
+                run = json.loads(path.read_text())
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                subprocess.run(cmd, stdout=out, check=True)
+                if after:
+                    subprocess.run(after, stdout=out, check=True)
+                run = json.loads(path.read_text())
+            run["run_number"] = n
+            run.update(item)
+            path.write_text(json.dumps(run, indent=4))
+            print("[END BENCHMARK]", flush=True)
+            data.append(run)
+    finally:
+        if proc.poll() is None:
+            os.killpg(os.getpgid(proc.pid), signal.SIGKILL)
+    print("[END SERVER]", flush=True)
+    (base / "summary.json").write_text(json.dumps(data, indent=4))
+    return data
+
+
+def bench_sweep_serve(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="vllm bench sweep serve")
+    for f in ("--serve-cmd", "--bench-cmd"):
+        p.add_argument(f, required=True)
+    p.add_argument("--after-bench-cmd")
+    p.add_argument("--show-stdout", action="store_true")
+    p.add_argument("--server-ready-timeout", type=int, default=300)
+    p.add_argument("--serve-params")
+    p.add_argument("-o", "--output-dir", default="results")
+    p.add_argument("-e", "--experiment-name", required=True)
+    p.add_argument("--num-runs", type=int, default=3)
+    p.add_argument("--resume", action="store_true")
+    a = p.parse_args(argv)
+    items = json.loads(Path(a.serve_params).read_text()) if a.serve_params else [{}]
+    exp = Path(a.output_dir) / a.experiment_name
+    if a.resume and not exp.exists():
+        raise ValueError(f"Cannot resume from non-existent experiment_dir={exp}")
+    if not a.resume and exp.exists():
+        raise ValueError(f"Cannot overwrite existing experiment_dir={exp}")
+    after = shlex.split(a.after_bench_cmd) if a.after_bench_cmd else []
+    rows = []
+    try:
+        for item in items:
+            rows += _sweep_combo(a, exp, item, shlex.split(a.bench_cmd), after)
+    except BaseException as exc:
+        raise RuntimeError("The script was terminated early. Use `--resume` "
+                           "to continue the script from its last checkpoint.") from exc
+    keys = sorted({k for r in rows for k in r if not isinstance(r[k], list | dict)})
+    with open(exp / "summary.csv", "w") as fh:
+        fh.write("," + ",".join(keys) + "\n")
+        for i, r in enumerate(rows):
+            fh.write(f"{i}," + ",".join(str(r.get(k, "")) for k in keys) + "\n")
+    print(f"Experiment has been saved at: {exp}", flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["serve"]:
         return serve(argv[1:])
+    if argv[:3] == ["bench", "sweep", "serve"]:
+        return bench_sweep_serve(argv[3:])
     if argv[:2] == ["bench", "serve"]:
         return bench_serve(argv[2:])
     print(f"fake vllm: unsupported command {argv!r}", file=sys.stderr)

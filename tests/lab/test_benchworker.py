@@ -182,3 +182,93 @@ def test_a_point_records_its_cost_and_bench_mode(tmp_path: Path, fake_vllm: Path
         paths = PointPaths.of(out, p.key)
         assert paths.warmup_log.is_file() and paths.bench_log(1).is_file()
     assert os.environ.get("COURSE_UTILS_BENCH_WORKER") is None
+
+
+STUB = {
+    "vllm/__init__.py": "",
+    "vllm/platforms/__init__.py": "class _P:\n    def is_unspecified(self):\n        return True\n"
+                                  "current_platform = _P()\n",
+    "vllm/platforms/cpu.py": "class CpuPlatform:\n    def is_unspecified(self):\n"
+                             "        return False\n",
+    "vllm/utils/__init__.py": "",
+    "vllm/utils/argparse_utils.py": "import argparse\n\n"
+                                    "class FlexibleArgumentParser(argparse.ArgumentParser):\n"
+                                    "    pass\n",
+    "vllm/entrypoints/__init__.py": "",
+    "vllm/entrypoints/serve/__init__.py": "",
+    "vllm/entrypoints/serve/utils/__init__.py": "",
+    "vllm/entrypoints/serve/utils/api_utils.py": "import os\n\ndef cli_env_setup():\n"
+        "    os.environ.setdefault('VLLM_WORKER_MULTIPROC_METHOD', 'spawn')\n",
+    "vllm/entrypoints/cli/__init__.py": "",
+    "vllm/entrypoints/cli/benchmark/__init__.py": "",
+    "vllm/entrypoints/cli/benchmark/serve.py": (
+        "import json, os\n\n"
+        "class BenchmarkServingSubcommand:\n"
+        "    name = 'serve'\n"
+        "    @classmethod\n"
+        "    def add_cli_args(cls, parser):\n"
+        "        parser.add_argument('--model')\n"
+        "        parser.add_argument('--num-prompts', type=int, default=1000)\n"
+        "        parser.add_argument('--result-filename')\n"
+        "    @staticmethod\n"
+        "    def cmd(args):\n"
+        "        from vllm import platforms\n"
+        "        print('stub bench', args.subparser, args.bench_type, args.num_prompts)\n"
+        "        with open(args.result_filename, 'w') as fh:\n"
+        "            json.dump({'num_prompts': args.num_prompts, 'platform':\n"
+        "                       type(platforms.current_platform).__name__,\n"
+        "                       'mp': os.environ.get('VLLM_WORKER_MULTIPROC_METHOD')}, fh)\n"),
+}
+
+
+def test_the_vllm_entry_builds_the_clis_parser(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """vllm_bench_entry against a stub of the vLLM modules it uses (the real ones need a
+    vLLM install): the CLI's namespace (subparser, bench_type), dispatch to the serve
+    subcommand's cmd, the CPU platform and cli_env_setup as vllm/entrypoints/cli/main.py."""
+    for rel, text in STUB.items():
+        f = tmp_path / "stub" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path / 'stub'}:{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
+    w = benchworker.BenchWorker("vllm")
+    out = tmp_path / "r.json"
+    try:
+        rc, timed_out = w.run(["bench", "serve", "--model", "m", "--num-prompts", "7",
+                               "--result-filename", str(out)], tmp_path / "r.log", 30)
+        bad, _ = w.run(["bench", "latency"], tmp_path / "b.log", 30)
+        usage, _ = w.run(["bench", "serve", "--nope"], tmp_path / "u.log", 30)
+    finally:
+        w.close()
+    assert (rc, timed_out) == (0, False)
+    assert json.loads(out.read_text()) == {"num_prompts": 7, "platform": "CpuPlatform",
+                                           "mp": "spawn"}
+    assert "stub bench bench serve 7" in (tmp_path / "r.log").read_text()
+    assert bad == 2 and "only `bench serve` runs here" in (tmp_path / "b.log").read_text()
+    assert usage == 2 and "unrecognized arguments: --nope" in (tmp_path / "u.log").read_text()
+
+
+def test_gridbench_runs_a_call_again_as_the_cli_when_the_worker_fails(
+        tmp_path: Path, server: VllmServer) -> None:
+    from course_utils.lab import gridbench
+
+    failing = tmp_path / "fail.py"
+    failing.write_text("def main(argv):\n    print('broken entry')\n    return 1\n")
+    os.environ["COURSE_UTILS_BENCH_WORKER_ENTRY"] = f"{failing}:main"
+    try:
+        from course_utils.lab.sidebyside import sweep_bench_cmd
+
+        argv = sweep_bench_cmd("fake-model", W, SLO_, base_url=server.base_url) + [
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--save-result", "--result-dir",
+            str(tmp_path / "c"), "--result-filename", "run=0.json"]
+        rc = gridbench.main(["--workload", json.dumps(W.to_dict()), "--bench-worker",
+                             "--metrics-interval", "0.05", "--", *argv])
+    finally:
+        del os.environ["COURSE_UTILS_BENCH_WORKER_ENTRY"]
+    assert rc == 0
+    h = json.loads((tmp_path / "c" / "run=0.harness.json").read_text())
+    assert h["warmup"]["mode"] == "cli" and h["run"]["mode"] == "cli-after-worker-failure"
+    assert h["warmup"]["status"] == "ok" and json.loads(
+        (tmp_path / "c" / "run=0.json").read_text())["completed"] == W.num_prompts
+    assert "broken entry" in (tmp_path / "c" / "run=0.bench.log").read_text()

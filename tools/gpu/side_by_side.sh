@@ -1,25 +1,32 @@
 #!/usr/bin/env bash
-# Issue 6 side by side, vLLM's half: vLLM 0.26.0's own `vllm bench sweep serve` on lab 02's
-# grid and workload (our half is lab 02's tune(): RUN_DIR/slo). One device call (< 10 min);
-# a call stopped by its time limit is resumed by the next with vLLM's own --resume.
+# vLLM's own grid: vLLM 0.26.0's `vllm bench sweep serve` over one or two knobs, on any
+# workload, with lab.measure's warm-up before each run (course_utils.lab.grid, lab.gridbench).
+# One device call (its time budget BUDGET_S); a call stopped by the budget is resumed by the
+# next with vLLM's own --resume (finished combos start no server). Never touches processes
+# that are not its own: at the end it kills only servers on its PORT (their process groups).
 #   bash tools/gpu/side_by_side.sh [RUN_DIR]          (on the GPU host; RUN_DIR /tmp/labrun)
-# Writes RUN_DIR/sidebyside/: vllm_sweep/grid/SERVE--max_num_seqs=V/run=0.json (+summary.json,
-# summary.csv), serve_params.json, bench_cmd.txt, sweep-<n>.log (timestamped), timing.json,
-# and, when RUN_DIR/slo holds a tune() run, compare.md / compare.json.
-# Env (defaults are the H200 run; the CPU check in NEXT_RUN.md overrides them):
-#   VLLM         the sweeper and `vllm bench serve` client (vllm)
-#   SERVE_VLLM   the `vllm serve` executable in --serve-cmd (vllm; must end in "vllm" for the
-#                sweep's own cache reset, vllm/benchmarks/sweep/server.py reset_caches)
-#   MODEL (/tmp/model-qwen2.5-7b-dummy)  GRID (64,128,256,1024)  RATE (45)  PROMPTS (600)
-#   GPU_GIB (140: 0.26.0 defaults of a >= 70 GiB GPU, for the coupling)
-#   AFTER_BENCH_CMD (empty: vLLM resets the prefix cache itself; the fake server has no
-#                dev routes, so the CPU check passes "true")
-#   SBS_TIMEOUT_S (540)  READY_TIMEOUT_S (420)  SLO_SPEC ("ttft:300 tpot:50")
-#   WARMUPS      `vllm bench serve --num-warmups` (8: our harness's warmup_prompts; 0 = none,
-#                a cold measured run: the 2026-11-29b H200 run paid a Triton JIT inside it)
+# Writes RUN_DIR/$NAME/: vllm_sweep/grid/SERVE--<combo>/run=N.json (+ run=N.harness.json,
+# run=N.warmup.json/.log, run=N.bench.log, summary.json), grid.json, serve_params.json,
+# serve_cmd.txt, bench_cmd.txt, sweep-<n>.log (each line stamped with its Unix time),
+# timing.json, and with TUNE_DIR, compare.md / compare.json (the loop against this grid).
+# Env (explicit values override the preset's):
+#   PRESET        core.presets name (prefill, decode, kv, knee, prefix); GPU_SIZE (h200)
+#   INPUT_LEN OUTPUT_LEN PREFIX_LEN PROMPTS RATE SLO_SPEC   the workload and SLO
+#   BASE          base knobs in the serve command, e.g. "max_model_len=4096"
+#   GRID          "K=V1,V2" | "K1=.. x K2=.." (every pair) | "K1=.. + K2=.." (one at a time
+#                 from the base, vLLM's defaults included)
+#   PART (0/1)    I/N: run every N-th combo from the I-th (two GPUs: 0/2 and 1/2)
+#   NAME          the folder under RUN_DIR (sidebyside)
+#   WARMUP (load) load: lab.measure's warm-up at the load's rate (WARMUP_SHARE of its prompts,
+#                 default lab.measure's 0.5); num:N: vLLM's own `--num-warmups N` instead
+#   BENCH_WORKER (1) the warm-up and the run in one process (vLLM imported once per combo)
+#   NUM_RUNS (1)  runs per combo (2+: each combo's own run-to-run spread)
+#   BUDGET_S (540) the sweep's time in this call; READY_TIMEOUT_S (420)
+#   TUNE_DIR      a tune() folder measured on the same workload: compare.md
+#   VLLM (vllm) the sweeper and bench client; SERVE_VLLM (vllm) the server (must end in "vllm"
+#   for the sweep's own cache reset); AFTER_BENCH_CMD (fake server: "true"); MODEL; PY; PORT
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
 RUN=${1:-/tmp/labrun}
 source tools/gpu/hostenv.sh   # src/ on PYTHONPATH; the staged site on the GPU host
 # the sweep starts its servers with it too (server.py); needed for POST /reset_prefix_cache
@@ -28,77 +35,95 @@ VLLM=${VLLM:-vllm}
 SERVE_VLLM=${SERVE_VLLM:-vllm}
 PY=${PY:-python3}
 MODEL=${MODEL:-/tmp/model-qwen2.5-7b-dummy}
-GRID=${GRID:-64,128,256,1024}
-RATE=${RATE:-45}
-PROMPTS=${PROMPTS:-600}
-GPU_GIB=${GPU_GIB:-140}
-SLO_SPEC=${SLO_SPEC:-ttft:300 tpot:50}
-WARMUPS=${WARMUPS:-8}
-LIMIT=${SBS_TIMEOUT_S:-540}
+GPU_SIZE=${GPU_SIZE:-h200}
+NAME=${NAME:-sidebyside}
+PART=${PART:-0/1}
+WARMUP=${WARMUP:-load}
+BENCH_WORKER=${BENCH_WORKER:-1}
+NUM_RUNS=${NUM_RUNS:-1}
+LIMIT=${BUDGET_S:-540}
 READY=${READY_TIMEOUT_S:-420}
-SBS="$RUN/sidebyside"
+case "$GPU_SIZE" in 4090|rtx4090) GPU_GIB=${GPU_GIB:-24} ;; *) GPU_GIB=${GPU_GIB:-140} ;; esac
+SBS="$RUN/$NAME"
 OUTDIR="$SBS/vllm_sweep"
 EXP=grid
 mkdir -p "$SBS"
 
-# one port for the whole sweep: each combo's server is SIGKILLed before the next starts
-PORT=$($PY -c 'from course_utils.lab.server import free_port; print(free_port())')
-# before any GPU time: the serving vllm, GPU, driver, memory, model, this port, disk
+# lab 02's old side-by-side workload unless a preset or explicit values say otherwise
+if [ -z "${PRESET:-}" ]; then
+  INPUT_LEN=${INPUT_LEN:-512} OUTPUT_LEN=${OUTPUT_LEN:-128} PROMPTS=${PROMPTS:-600}
+  RATE=${RATE:-45} SLO_SPEC=${SLO_SPEC:-ttft:300 tpot:50} BASE=${BASE:-max_model_len=4096}
+  GRID=${GRID:-max_num_seqs=64,128,256,1024}
+fi
+ARGS=()
+[ -n "${PRESET:-}" ] && ARGS+=(--preset "$PRESET" --gpu "$GPU_SIZE")
+[ -n "${INPUT_LEN:-}" ] && ARGS+=(--input-len "$INPUT_LEN")
+[ -n "${OUTPUT_LEN:-}" ] && ARGS+=(--output-len "$OUTPUT_LEN")
+[ -n "${PREFIX_LEN:-}" ] && ARGS+=(--prefix-len "$PREFIX_LEN")
+[ -n "${PROMPTS:-}" ] && ARGS+=(--num-prompts "$PROMPTS")
+[ -n "${RATE:-}" ] && ARGS+=(--rate "$RATE")
+[ -n "${SLO_SPEC:-}" ] && ARGS+=(--slo "$SLO_SPEC")
+[ -n "${GRID:-}" ] && ARGS+=(--grid "$GRID")
+for kv in ${BASE:-}; do ARGS+=(--base "$kv"); done
+case "$WARMUP" in
+  load) [ -n "${WARMUP_SHARE:-}" ] && ARGS+=(--warmup-share "$WARMUP_SHARE")
+        [ "$BENCH_WORKER" = 1 ] && ARGS+=(--bench-worker) ;;
+  num:*) ARGS+=(--num-warmups "${WARMUP#num:}") ;;
+  *) echo "WARMUP must be load or num:N, not $WARMUP" >&2; exit 2 ;;
+esac
+
+# one port for this job: each combo's server is SIGKILLed before the next starts
+PORT=${PORT:-$($PY -c 'from course_utils.lab.server import free_port; print(free_port())')}
+# before any GPU time: the serving vllm, the GPU CUDA_VISIBLE_DEVICES leaves, memory, model,
+# this port, disk
 $PY -m course_utils preflight --model "$MODEL" --vllm-cmd "$SERVE_VLLM" --port "$PORT" \
   --load-format dummy --out "$SBS" || exit 2
-$PY -m course_utils.lab.sidebyside params --knob max_num_seqs --values "$GRID" \
-  --gpu-memory-gib "$GPU_GIB" "$SBS/serve_params.json" || exit 2
-# lab 02's workload (labs/02_slo_loop.ipynb via run_lab.sh slo): 512 in / 128 out, seed 0,
-# --ignore-eos, --goodput from the SLO, --save-detailed; without the flags the sweep appends.
-# Warm-up like ours, close but not identical: vLLM 0.26.0 (vllm/benchmarks/serve.py
-# benchmark()) sends WARMUPS copies of the first dataset request (512 in / 128 out, server
-# sampling defaults) concurrently, prints "Warming up with N requests...", then starts the
-# clock; our harness (course_utils.lab.bench.warmup) sends 8 concurrent distinct ~512-token
-# completions with max_tokens 16. The sweep passes --num-warmups through untouched
-# (vllm/benchmarks/sweep/serve.py run_benchmark only appends its result flags).
-BENCH_CMD=$($PY -m course_utils.lab.sidebyside bench-cmd --model "$MODEL" \
-  --base-url "http://127.0.0.1:$PORT" --vllm-cmd "$VLLM" --rate "$RATE" \
-  --num-prompts "$PROMPTS" --input-len 512 --output-len 128 --seed 0 --slo "$SLO_SPEC" \
-  --num-warmups "$WARMUPS") || exit 2
-# lab 02's server: run_point's VllmServer argv (max_model_len 4096, dummy weights, seed 0)
-SERVE_CMD="$SERVE_VLLM serve $MODEL --max-model-len 4096 --host 127.0.0.1 --port $PORT --load-format dummy --seed 0"
-echo "$BENCH_CMD" > "$SBS/bench_cmd.txt"
-echo "$SERVE_CMD" > "$SBS/serve_cmd.txt"
+# serve_params.json (this part's combos, every one validated), serve_cmd.txt, bench_cmd.txt
+$PY -m course_utils.lab.gridrun prepare "$SBS" --model "$MODEL" --port "$PORT" \
+  --part "$PART" --gpu-memory-gib "$GPU_GIB" --load-format dummy --vllm-cmd "$VLLM" \
+  --serve-vllm "$SERVE_VLLM" --python "$PY" "${ARGS[@]}" || exit 2
+SERVE_CMD=$(cat "$SBS/serve_cmd.txt")
+BENCH_CMD=$(cat "$SBS/bench_cmd.txt")
 
 RESUME=()
 [ -d "$OUTDIR/$EXP" ] && RESUME=(--resume)   # an earlier call started it: vLLM's own resume
 CMD=($VLLM bench sweep serve --serve-cmd "$SERVE_CMD" --bench-cmd "$BENCH_CMD"
-     --serve-params "$SBS/serve_params.json" -o "$OUTDIR" -e "$EXP" --num-runs 1
+     --serve-params "$SBS/serve_params.json" -o "$OUTDIR" -e "$EXP" --num-runs "$NUM_RUNS"
      --server-ready-timeout "$READY" --show-stdout "${RESUME[@]}")
 [ -n "${AFTER_BENCH_CMD:-}" ] && CMD+=(--after-bench-cmd "$AFTER_BENCH_CMD")
 N=$(( $(ls "$SBS"/sweep-*.log 2>/dev/null | wc -l) + 1 ))
 LOG="$SBS/sweep-$N.log"
-echo "$(date -u +%FT%TZ) $ $(printf '%q ' "${CMD[@]}")" | tee -a "$RUN/commands.log" "$SBS/commands.log"
+echo "$(date -u +%FT%TZ) $ CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-} $(printf '%q ' "${CMD[@]}")" \
+  | tee -a "$RUN/commands.log" "$SBS/commands.log"
 t0=$EPOCHREALTIME
-# every line stamped with its Unix time: course_utils.lab.sidebyside.parse_sweep_log reads the
+# every line stamped with its Unix time: course_utils.core.vllm_logs.parse_sweep_log reads the
 # [BEGIN SERVER] / [BEGIN BENCHMARK] / [END SERVER] markers of vllm/benchmarks/sweep/serve.py
 timeout --signal=INT --kill-after=30 "$LIMIT" "${CMD[@]}" 2>&1 \
   | while IFS= read -r line || [ -n "$line" ]; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done > "$LOG"
 rc=${PIPESTATUS[0]}
 wall=$($PY -c "print(round($EPOCHREALTIME - $t0, 2))")
-echo "$(date -u +%FT%TZ) side_by_side call $N rc=$rc wall=${wall}s" | tee -a "$RUN/commands.log" "$SBS/commands.log"
+echo "$(date -u +%FT%TZ) side_by_side $NAME call $N rc=$rc wall=${wall}s" | tee -a "$RUN/commands.log" "$SBS/commands.log"
 $PY -m course_utils.lab.sidebyside timing "$LOG" "$SBS/timing.json" --call-wall-s "$wall" --rc "$rc"
-# (a marker may be glued to output without a newline; warm-up and JIT lines: compare.md)
-grep -E "^[0-9.]+ (.*\[(BEGIN|END|SKIPPED) [A-Z]+\]|Server overrides|Warming up with|Experiment has been saved|RuntimeError|.*Error|.*JIT compilation during inference)" "$LOG" | tail -40
-done_runs=$(ls "$OUTDIR/$EXP"/SERVE-*/run=0.json 2>/dev/null | wc -l)
-echo "combos with a result: $done_runs of $(( $(tr -cd ',' <<< "$GRID" | wc -c) + 1 ))"
+# only this job's servers (a sweeper killed before it could stop its server leaves one)
+$PY -m course_utils.lab.gridrun cleanup --port "$PORT" | tee -a "$SBS/commands.log"
+grep -E "^[0-9.]+ (.*\[(BEGIN|END|SKIPPED) [A-Z]+\]|Server overrides|gridbench: |Warming up with|Experiment has been saved|RuntimeError|.*Error|.*JIT compilation during inference)" "$LOG" | tail -40
+done_runs=$(ls "$OUTDIR/$EXP"/SERVE-*/summary.json 2>/dev/null | wc -l)
+want=$($PY -c "import json,sys; print(len(json.load(open(sys.argv[1]))))" "$SBS/serve_params.json")
+echo "combos done: $done_runs of $want in this part"
 if [ "$rc" -ne 0 ]; then
-  echo "the sweep did not finish (rc $rc; 124 = time limit): rerun this script to --resume"
+  echo "the sweep did not finish (rc $rc; 124 = time budget): rerun this script to --resume"
 fi
-command -v nvidia-smi >/dev/null && bash tools/gpu/cleanup_gpu.sh
-if [ -s "$RUN/slo/tune.jsonl" ] && [ "$done_runs" -gt 0 ]; then
-  $PY -m course_utils.lab.sidebyside compare "$OUTDIR" "$RUN/slo" --slo "$SLO_SPEC" \
+if [ -n "${TUNE_DIR:-}" ] && [ "$done_runs" -gt 0 ]; then
+  $PY -m course_utils.lab.gridrun compare "$OUTDIR" "$TUNE_DIR" --json "$SBS/compare.json" \
+    | tee "$SBS/compare.md"
+elif [ "${WARMUP#num:}" != "$WARMUP" ] && [ -s "$RUN/slo/tune.jsonl" ] && [ "$done_runs" -gt 0 ]; then
+  $PY -m course_utils.lab.sidebyside compare "$OUTDIR" "$RUN/slo" --slo "${SLO_SPEC:-}" \
     --timing "$SBS/timing.json" --bench-cmd "$SBS/bench_cmd.txt" --json "$SBS/compare.json" \
     | tee "$SBS/compare.md"
 fi
 if [ -n "${OUT:-}" ]; then  # small files only (run JSONs keep --save-detailed lists: shrunk)
   mkdir -p "$OUT/labrun"
-  $PY tools/gpu/collect.py "$SBS" "$OUT/labrun/sidebyside"
-  $PY -m course_utils.lab.sidebyside shrink "$OUT/labrun/sidebyside"
+  $PY tools/gpu/collect.py "$SBS" "$OUT/labrun/$NAME"
+  $PY -m course_utils.lab.sidebyside shrink "$OUT/labrun/$NAME"
 fi
 exit "$rc"

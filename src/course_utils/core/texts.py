@@ -18,7 +18,7 @@ from typing import Any
 
 from course_utils.core import diagnose
 
-__all__ = ["LANGS", "decision_word", "issue", "knee", "stop_reason", "verdict"]
+__all__ = ["LANGS", "decision_word", "issue", "knee", "loop_vs_grid", "stop_reason", "verdict"]
 
 LANGS = ("en", "zh")
 DECISIONS = {
@@ -70,6 +70,10 @@ _ISSUES_ZH: list[tuple[re.Pattern[str], str]] = [
     (
         re.compile(r"^vLLM JIT-compiled (\d+) kernel\(s\) inside the measured window \((.*)\).*"),
         "测量窗口内 vLLM JIT 编译了 {0} 个 kernel（{1}）：一次性的延迟尖峰，请在热身后的 server 上重测",
+    ),
+    (  # core.validity.warmup_issue
+        re.compile(r"^the warm-up ran at most (\S+) requests at once, the window (\S+):.*"),
+        "热身最多只有 {0} 个请求同时在跑，测量窗口到了 {1} 个：负载的批大小没有热身到",
     ),
     (
         re.compile(r"^the warm-up reached (\S+) concurrent requests, the load (\S+):.*"),
@@ -241,3 +245,116 @@ def stop_reason(summary: Mapping[str, Any] | str, lang: str = "en") -> str:
         if m:
             return render(m, summary)
     return reason
+
+
+# ---- the loop against vLLM's grid (lab.gridcompare.compare) -------------------------------
+
+_LVG_HEAD = {
+    "en": ["", "vLLM's grid (`vllm bench sweep serve`)", "the loop (`tune()`)", "loop / grid"],
+    "zh": ["", "vLLM 网格（`vllm bench sweep serve`）", "调优循环（`tune()`）", "循环 / 网格"],
+}
+_LVG: dict[str, dict[str, str]] = {
+    "en": {
+        "starts": "configurations served (server starts)",
+        "minutes": "GPU minutes",
+        "best": "best {obj} (req/s)",
+        "pick": "the loop's pick, measured in the grid",
+        "slo": "SLO {slo} (p99, ms); {obj}; the same workload and candidates on both sides.",
+        "warm": "The grid's warm-up before each run: {warm}.",
+        "same": "The loop picked the grid's best ({best}).",
+        "tie": "A tie: the grid's best ({best}) is {gain} above the loop's pick ({pick}), "
+        "inside the margin {margin} (plateau and measured run-to-run spread).",
+        "grid_better": "The grid's best ({best}) beats the loop's pick ({pick}) by {gain}, "
+        "more than the margin {margin}.",
+        "undecided": "No valid combo in the grid: nothing to compare.",
+        "none": "none",
+        "invalid": "{n} grid run(s) failed the validity gate: {why}",
+    },
+    "zh": {
+        "starts": "测过的配置（服务器启动次数）",
+        "minutes": "GPU 分钟",
+        "best": "最佳{obj}（req/s）",
+        "pick": "循环选中的配置在网格中的测量值",
+        "slo": "SLO {slo}（p99，毫秒）；{obj}；两边用同一份负载、同一组候选值。",
+        "warm": "网格每次测量前的热身：{warm}。",
+        "same": "循环选中的正是网格里最好的配置（{best}）。",
+        "tie": "打平：网格最佳（{best}）比循环选中的（{pick}）高 {gain}，落在边界 {margin}"
+        "（平台阈值与实测的批次间波动）之内。",
+        "grid_better": "网格更好：网格最佳（{best}）比循环选中的（{pick}）高 {gain}，"
+        "超过边界 {margin}。",
+        "undecided": "网格里没有有效的配置，无从比较。",
+        "none": "无",
+        "invalid": "网格中有 {n} 次测量没通过有效性检查：{why}",
+    },
+}
+_OBJ = {
+    "request_goodput": {"en": "vLLM request goodput", "zh": " vLLM 请求 goodput"},
+    "gate": {"en": "p99-gate goodput", "zh": " p99 门槛 goodput"},
+}
+_WARM_ZH = {
+    "gridbench (lab.measure's warm-up)": "与 measure() 相同的热身（按负载速率发一部分请求）",
+    "vllm --num-warmups": "vLLM 自带的 --num-warmups（同时发 N 个相同请求）",
+}
+
+
+def _num(x: Any, nd: int = 2) -> str:
+    return "n/a" if x is None else f"{float(x):.{nd}f}"
+
+
+def _label(label: Any, lang: str) -> str:
+    return "vLLM 默认值" if lang == "zh" and label == "defaults" else str(label)
+
+
+def _cell(value: Any, label: Any, lang: str) -> str:
+    """ "1.61 (defaults)" / "1.61（vLLM 默认值）"."""
+    lab = _label(label, lang)
+    return f"{_num(value)}（{lab}）" if lang == "zh" else f"{_num(value)} ({lab})"
+
+
+def loop_vs_grid(cmp: Mapping[str, Any], lang: str = "en") -> str:
+    """The "loop vs the grid" table (Markdown) and its verdict, in `lang`."""
+    t = _LVG[_lang(lang)]
+    g, lp, r, v = cmp["grid"], cmp["loop"], cmp["ratios"], cmp["verdict"]
+    obj = _OBJ.get(cmp.get("objective", "request_goodput"), _OBJ["request_goodput"])[lang]
+    best = g.get("best")
+    pick = cmp.get("loop_pick_in_grid")
+    loop_label = lp.get("label") or ", ".join(f"{k}={x}" for k, x in lp["knobs"].items())
+    best_cell = _cell(best["score"], best["label"], lang) if best else t["none"]
+    rows = [
+        "| " + " | ".join(_LVG_HEAD[lang]) + " |",
+        "|---|---|---|---|",
+        f"| {t['starts']} | {g['server_starts']} | {lp['server_starts']} | "
+        f"{_num(r['server_starts_loop_over_grid'])} |",
+        f"| {t['minutes']} | {_num(g['gpu_minutes'], 1)} | {_num(lp['gpu_minutes'], 1)} | "
+        f"{_num(r['gpu_minutes_loop_over_grid'])} |",
+        f"| {t['best'].format(obj=obj)} | {best_cell} | {_cell(lp['score'], loop_label, lang)} | "
+        f"{_num(r['loop_over_grid_best'], 3)} |",
+    ]
+    if pick is not None:
+        rows.append(
+            f"| {t['pick']} | {_cell(pick['score'], pick['label'], lang)} | "
+            f"| {_num(r['pick_in_grid_over_grid_best'], 3)} |"
+        )
+    fill = {
+        "best": _label(best["label"], lang) if best else t["none"],
+        "pick": _label(pick["label"], lang) if pick else loop_label,
+        "gain": "n/a" if v.get("gain") is None else f"{float(v['gain']):+.1%}",
+        "margin": "n/a" if v.get("margin") is None else f"{float(v['margin']):.1%}",
+    }
+    lines = [
+        t["slo"].format(slo=cmp["slo"], obj=obj.strip()),
+        "",
+        *rows,
+        "",
+        t[v["decision"]].format(**fill),
+    ]
+    warm = (g.get("warmup") or {}).get("kind")
+    if warm:
+        lines.append(t["warm"].format(warm=_WARM_ZH.get(warm, warm) if lang == "zh" else warm))
+    bad = [c for c in g["combos"] if c["valid_runs"] < c["runs"]]
+    if bad:
+        why = "; ".join(
+            f"{_label(c['label'], lang)}: {issue(c['issues'][0], lang)}" for c in bad if c["issues"]
+        )
+        lines.append(t["invalid"].format(n=sum(c["runs"] - c["valid_runs"] for c in bad), why=why))
+    return "\n".join(lines)

@@ -34,6 +34,7 @@ __all__ = [
     "BenchError",
     "Workload",
     "bench_args",
+    "run_argv",
     "run_bench",
     "WARMUP_PROMPTS",
 ]
@@ -189,7 +190,9 @@ def run_bench(
         extra_args=extra_args,
     )
     t0 = time.monotonic()
-    rc, timed_out, mode = _run(argv, len(vllm_cmd), log, timeout_s, env, worker, worker_entry)
+    rc, timed_out, mode = run_argv(
+        argv, len(vllm_cmd), log, timeout_s, env=env, worker=worker, worker_entry=worker_entry
+    )
     if calls is not None:
         calls.append({"mode": mode, "wall_s": round(time.monotonic() - t0, 2), "log": str(log)})
     if timed_out:
@@ -208,16 +211,19 @@ def run_bench(
     return result
 
 
-def _run(
+def run_argv(
     argv: Sequence[str],
     n_cmd: int,
     log: Path,
     timeout_s: float,
-    env: Mapping[str, str] | None,
-    worker: bool | None,
-    worker_entry: str | None,
+    *,
+    env: Mapping[str, str] | None = None,
+    worker: bool | None = None,
+    worker_entry: str | None = None,
 ) -> tuple[int | None, bool, str]:
-    """(rc, timed_out, mode) of one call, in the worker when enabled and usable."""
+    """Run one `vllm bench serve` argv (``n_cmd``: how many leading items are the
+    executable) with its output appended to ``log``: (rc, timed_out, mode), mode "cli",
+    "worker" or "cli-fallback"; in the worker when enabled and usable."""
     if not benchworker.worker_enabled(worker):
         rc, timed_out = run_logged(argv, log, timeout_s, env=env, grace_s=5.0)
         return rc, timed_out, "cli"

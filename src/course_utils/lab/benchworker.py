@@ -103,9 +103,9 @@ def vllm_bench_entry() -> Callable[[list[str]], int]:
 
         platforms.current_platform = CpuPlatform()
 
-    def run(argv: list[str]) -> int:
-        parser = FlexibleArgumentParser(description="vLLM CLI")
-        subparsers = parser.add_subparsers(required=False, dest="subparser")
+    def parser() -> Any:
+        top = FlexibleArgumentParser(description="vLLM CLI")
+        subparsers = top.add_subparsers(required=False, dest="subparser")
         bench = subparsers.add_parser("bench", usage="vllm bench <bench_type> [options]")
         bench_sub = bench.add_subparsers(required=True, dest="bench_type")
         serve = bench_sub.add_parser(
@@ -113,10 +113,18 @@ def vllm_bench_entry() -> Callable[[list[str]], int]:
         )
         serve.set_defaults(dispatch_function=BenchmarkServingSubcommand.cmd)
         BenchmarkServingSubcommand.add_cli_args(serve)
+        return top
+
+    # a parser that cannot read a plain call fails the worker's start (the CLI takes over)
+    probe = parser().parse_args(["bench", "serve", "--model", "m", "--num-prompts", "1"])
+    if probe.dispatch_function is not BenchmarkServingSubcommand.cmd or probe.num_prompts != 1:
+        raise RuntimeError("vllm bench serve parser mismatch")
+
+    def run(argv: list[str]) -> int:
         if argv[:2] != ["bench", "serve"]:
             print(f"bench worker: only `bench serve` runs here, not {argv[:2]}", file=sys.stderr)
             return 2
-        args = parser.parse_args(argv)
+        args = parser().parse_args(argv)
         args.dispatch_function(args)
         return 0
 

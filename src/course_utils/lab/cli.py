@@ -51,14 +51,20 @@ def _parse_assign(items: Sequence[str] | None, many: bool) -> dict[str, Any]:
 
 def _common_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model path or HF id for `vllm serve`")
-    p.add_argument("--slo", required=True, help='e.g. "ttft:300 tpot:50" (ms, p99)')
-    p.add_argument("--rate", type=float, default=math.inf, help="offered request rate (req/s)")
+    p.add_argument(
+        "--preset",
+        help="a named workload (core.presets: prefill, decode, kv, knee, prefix): its workload, "
+        "SLO, base knobs (and tune's candidates) unless given here",
+    )
+    p.add_argument("--gpu-size", default="4090", help="the preset's size: 4090 or h200")
+    p.add_argument("--slo", default=None, help='e.g. "ttft:300 tpot:50" (ms, p99)')
+    p.add_argument("--rate", type=float, default=None, help="offered request rate (req/s)")
     p.add_argument("--out", required=True, help="output folder (points.jsonl, tune.jsonl)")
     p.add_argument("--base", action="append", metavar="KNOB=VALUE", help="fixed knob values")
-    p.add_argument("--input-len", type=int, default=512)
-    p.add_argument("--output-len", type=int, default=128)
-    p.add_argument("--num-prompts", type=int, default=200)
-    p.add_argument("--prefix-len", type=int, default=0)
+    p.add_argument("--input-len", type=int, default=None, help="512")
+    p.add_argument("--output-len", type=int, default=None, help="128")
+    p.add_argument("--num-prompts", type=int, default=None, help="200")
+    p.add_argument("--prefix-len", type=int, default=None, help="0")
     p.add_argument("--max-concurrency", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ignore-eos", action="store_true")
@@ -101,6 +107,13 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
         default=0.5,
         help="warm-up prompts at the load's rate, as a share of --num-prompts",
     )
+    p.add_argument(
+        "--bench-worker",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run each `vllm bench serve` in one process that imports vLLM once "
+        "(default: COURSE_UTILS_BENCH_WORKER=1 turns it on)",
+    )
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -122,6 +135,48 @@ def _rehearse(
     for line in r.explain("en"):
         print(line, file=sys.stderr)
     return base, sweeps
+
+
+_DEFAULTS = {
+    "input_len": 512,
+    "output_len": 128,
+    "num_prompts": 200,
+    "prefix_len": 0,
+    "rate": math.inf,
+}
+
+
+def _apply_preset(a: argparse.Namespace, *, tune: bool) -> None:
+    """Fill what was not given from ``--preset`` (core.presets), then from the defaults."""
+    from course_utils.core import presets
+
+    if a.preset:
+        try:
+            pre = presets.get(a.preset, a.gpu_size)
+        except KeyError as exc:
+            raise SystemExit(str(exc.args[0])) from None
+        given = {
+            "input_len": pre.input_len,
+            "output_len": pre.output_len,
+            "num_prompts": pre.num_prompts,
+            "prefix_len": pre.prefix_len,
+            "rate": float(pre.rate),
+        }
+        for k, v in given.items():
+            if getattr(a, k) is None:
+                setattr(a, k, v)
+        a.slo = a.slo or pre.slo
+        a.base = [f"{k}={v}" for k, v in pre.base.items()] + list(a.base or [])
+        a.ignore_eos = True
+        if tune and not a.candidate:
+            a.candidate = [
+                f"{k}={','.join(str(v) for v in vs)}" for k, vs in pre.candidates.items()
+            ]
+    for k, v in _DEFAULTS.items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    if not a.slo:
+        raise SystemExit("give --slo (or --preset)")
 
 
 def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
@@ -162,6 +217,7 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
         repeats=a.repeats,
         remeasure=a.remeasure,
         warmup_share=a.warmup_share,
+        bench_worker=a.bench_worker,
     )
 
 
@@ -204,6 +260,7 @@ def _cmd_preflight(a: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(a: argparse.Namespace) -> int:
+    _apply_preset(a, tune=False)
     base, sweeps = _rehearse(
         a, _parse_assign(a.base, False), {get_knob(a.knob).name: parse_values(a.values)}
     )
@@ -238,6 +295,7 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
 
 
 def _cmd_tune(a: argparse.Namespace) -> int:
+    _apply_preset(a, tune=True)
     cand = _parse_assign(a.candidate, True)
     if not cand:
         raise SystemExit("give at least one --candidate KNOB=V1,V2,...")

@@ -31,17 +31,18 @@ Warm-up (why compare() reports it): vllm/benchmarks/serve.py `benchmark()` sends
 `--num-warmups N` > 0 (default 0), N copies of the first dataset request (same prompt,
 its output_len, the same sampling params) concurrently after "Warming up with N
 requests..." and before `benchmark_start_time`; the ready check is off by default
-(`--ready-check-timeout-sec 0`: "Skipping endpoint ready check."). Our harness
-(course_utils.lab.bench.warmup from sweep.run_point, `warmup_prompts=8`) sends 8 concurrent
-completions of distinct ~input_len-token prompts with max_tokens 16. Close, not identical:
-both leave sampling to the server (0.26.0's bench no longer sends temperature 0, serve.py
-~line 2076), so both reach the same sampler kernels; vLLM's copies of request 0 also put
-its prompt in the prefix cache (reset only after the run, sweep/server.py). Without any
-warm-up the first measured requests pay one-time Triton JIT compiles, which vLLM logs as
-"... JIT compilation during inference: <kernel>. This causes a latency spike; ..."
-(vllm/utils/jit_monitor.py `_handle_jit_event`, once per kernel per process).
+(`--ready-check-timeout-sec 0`: "Skipping endpoint ready check."). N copies of one request
+at once never reach the batch sizes of a load at a rate; lab.measure warms up with `vllm
+bench serve` at the load's rate instead, and tools/gpu/side_by_side.sh now gives the sweep
+that warm-up (lab.gridbench; `WARMUP=num:N` keeps vLLM's). Without any warm-up the first
+measured requests pay one-time Triton JIT compiles, which vLLM logs as "... JIT compilation
+during inference: <kernel>. This causes a latency spike; ..." (vllm/utils/jit_monitor.py
+`_handle_jit_event`, once per kernel per process).
 
-CLI (used by tools/gpu/side_by_side.sh):
+This module compares a sweep with `--num-warmups` against tune() (the 2026-11-29 runs);
+lab.grid / lab.gridcompare run vLLM's grid on any workload and compare the loop with it.
+
+CLI:
     python -m course_utils.lab.sidebyside params --knob max_num_seqs --values 64,128 OUT.json
     python -m course_utils.lab.sidebyside bench-cmd --model M --base-url U --rate 45 ...
         [--num-warmups 8]
@@ -123,19 +124,14 @@ def serve_params(
     default for this GPU size) brings max_num_batched_tokens = max_num_seqs along (and the
     other way round when max_num_batched_tokens is the swept knob). Keys use "_" (the
     spelling param_sweep.py prefers in JSON); `base` knobs belong in the serve command."""
-    from course_utils.lab.sweep import couple_knobs
+    from course_utils.lab.grid import GridSpec, grid_combos
 
     name = knobs_mod.get(knob).name
-    out = []
-    for v in values:
-        merged = knobs_mod.validate({**dict(base or {}), name: v}, entry="serve")
-        if couple:
-            merged, coupled = couple_knobs(merged, name, gpu_memory_gib)
-        else:
-            coupled = {}
-        knobs_mod.validate(merged, gpu_memory_gib=gpu_memory_gib, entry="serve")
-        out.append({name: merged[name], **coupled})
-    return out
+    spec = GridSpec(axes=((name, tuple(values)),))
+    combos, skipped = grid_combos(spec, base, gpu_memory_gib=gpu_memory_gib, couple=couple)
+    if skipped:
+        raise knobs_mod.KnobError(skipped[0])
+    return combos
 
 
 def sweep_bench_cmd(

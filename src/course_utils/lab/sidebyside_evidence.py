@@ -163,7 +163,7 @@ def _find_sweep_logs(dirs: Sequence[Path]) -> list[Path]:
 
 def our_warmup_default() -> int:
     """Our harness's warm-up count (course_utils.lab.bench.WARMUP_PROMPTS: the `warmup_prompts`
-    default of sweep/tune; run_point calls course_utils.lab.bench.warmup with it)."""
+    default of sweep/tune when the 2026-11-29 runs were recorded)."""
     from course_utils.lab.bench import WARMUP_PROMPTS
 
     return WARMUP_PROMPTS

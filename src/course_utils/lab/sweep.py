@@ -84,6 +84,7 @@ class SweepConfig:
         repeats: int | None = None,
         remeasure: int | None = None,
         metrics_interval_s: float | None = None,
+        bench_worker: bool | None = None,
         **kw: Any,
     ) -> SweepConfig:
         names = {f.name for f in fields(cls)}
@@ -97,6 +98,7 @@ class SweepConfig:
             ("repeats", repeats),
             ("remeasure", remeasure),
             ("metrics_interval_s", metrics_interval_s),
+            ("bench_worker", bench_worker),
         ):
             if v is not None:
                 m[k] = v

@@ -1,0 +1,260 @@
+"""Named workloads, one per constraint the SLO loop must handle (data only).
+
+Each preset is a workload, an SLO, the base knobs and the loop's candidates, and what the
+loop is expected to do on it. Two sizes: "4090" (one 24 GiB RTX 4090, lab 02's defaults)
+and "h200" (one H200, the recorded runs). The values are starting points for a first run:
+the rates come from the labs' measurements where one exists (``recorded``: the run that
+measured it) and are otherwise placed by lab 02's knee scan.
+
+Used by lab 02 (``preset="decode"``), ``python -m course_utils tune --preset decode``,
+``python -m course_utils.lab.gridrun prepare --preset decode`` and tools/gpu scripts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+__all__ = ["GPUS", "PRESETS", "Preset", "get", "lab02_params", "names"]
+
+GPUS = ("4090", "h200")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A workload the loop runs from vLLM's defaults (plus ``base``)."""
+
+    name: str
+    gpu: str
+    constraint: str  # what should bind: prefill | decode | kv | queue | prefix
+    input_len: int
+    output_len: int
+    num_prompts: int
+    rate: float
+    slo: str
+    prefix_len: int = 0
+    base: Mapping[str, Any] = field(default_factory=dict)
+    candidates: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    expect: str = ""
+    recorded: str | None = None  # labs/results/<run>/<folder> that measured this preset
+
+    def workload_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of core.records.Workload (seed 0, ignore_eos)."""
+        return {
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "num_prompts": self.num_prompts,
+            "request_rate": float(self.rate),
+            "prefix_len": self.prefix_len,
+            "ignore_eos": True,
+        }
+
+    def grid_spec(self) -> str:
+        """The candidates as lab.grid's one-at-a-time spec (``K=V1,V2 + K2=...``): the same
+        points the loop can measure, vLLM's defaults included."""
+        return " + ".join(
+            f"{k}={','.join(str(v) for v in vs)}" for k, vs in self.candidates.items()
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["base"] = dict(self.base)
+        d["candidates"] = {k: list(v) for k, v in self.candidates.items()}
+        return d
+
+
+def _p(**kw: Any) -> Preset:
+    kw["base"] = MappingProxyType(dict(kw.get("base") or {}))
+    kw["candidates"] = MappingProxyType({k: tuple(v) for k, v in kw["candidates"].items()})
+    return Preset(**kw)
+
+
+_LONG = {"max_model_len": 4096}
+
+PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType(
+    {
+        (p.name, p.gpu): p
+        for p in (
+            # ---- prefill: long prompts, a tight TTFT target ----------------------------
+            _p(
+                name="prefill",
+                gpu="4090",
+                constraint="prefill",
+                input_len=3072,
+                output_len=64,
+                num_prompts=60,
+                rate=1.5,
+                slo="ttft:1000 tpot:100",
+                base=_LONG,
+                candidates={"max_num_batched_tokens": (4096, 8192)},
+                expect="prefill binds (TTFT); a larger max_num_batched_tokens may keep",
+            ),
+            _p(
+                name="prefill",
+                gpu="h200",
+                constraint="prefill",
+                input_len=3072,
+                output_len=64,
+                num_prompts=200,
+                rate=10,
+                slo="ttft:300 tpot:50",
+                base=_LONG,
+                candidates={"max_num_batched_tokens": (16384, 32768)},
+                expect="prefill binds (TTFT); a larger max_num_batched_tokens may keep",
+            ),
+            # ---- decode: the recorded H200 run (3072 in / 256 out, TPOT 15 ms) -----------
+            _p(
+                name="decode",
+                gpu="4090",
+                constraint="decode",
+                input_len=3072,
+                output_len=256,
+                num_prompts=60,
+                rate=2,
+                slo="ttft:2000 tpot:40",
+                base=_LONG,
+                candidates={"max_num_batched_tokens": (1024,), "max_num_seqs": (32, 64)},
+                expect="decode binds (TPOT); candidates tie or lose: a plateau",
+            ),
+            _p(
+                name="decode",
+                gpu="h200",
+                constraint="decode",
+                input_len=3072,
+                output_len=256,
+                num_prompts=150,
+                rate=12,
+                slo="ttft:2000 tpot:15",
+                base=_LONG,
+                candidates={"max_num_batched_tokens": (2048, 4096), "max_num_seqs": (128, 256)},
+                expect="decode binds (TPOT); every candidate ties: a plateau at the defaults",
+                recorded="h200-2026-11-30/decode12",
+            ),
+            # ---- kv: long outputs at a high rate, a smaller memory share -----------------
+            _p(
+                name="kv",
+                gpu="4090",
+                constraint="kv",
+                input_len=512,
+                output_len=1024,
+                num_prompts=120,
+                rate=4,
+                slo="ttft:1000 tpot:60",
+                base=_LONG,
+                candidates={"kv_cache_dtype": ("fp8",), "max_num_seqs": (64, 128)},
+                expect="the KV pool binds (preemptions); fp8 KV or fewer sequences may keep",
+            ),
+            _p(
+                name="kv",
+                gpu="h200",
+                constraint="kv",
+                input_len=512,
+                output_len=1024,
+                num_prompts=300,
+                rate=20,
+                slo="ttft:1000 tpot:30",
+                base={**_LONG, "gpu_memory_utilization": 0.2},
+                candidates={"gpu_memory_utilization": (0.3, 0.4), "kv_cache_dtype": ("fp8",)},
+                expect="the KV pool binds (preemptions); a larger pool or fp8 KV keeps",
+            ),
+            # ---- knee: a rate past the knee: not a tuning problem ------------------------
+            _p(
+                name="knee",
+                gpu="4090",
+                constraint="queue",
+                input_len=512,
+                output_len=128,
+                num_prompts=200,
+                rate=20,
+                slo="ttft:300 tpot:50",
+                base=_LONG,
+                candidates={"max_num_seqs": (128, 384)},
+                expect="a queue: the loop stops with 'not a tuning problem'",
+            ),
+            _p(
+                name="knee",
+                gpu="h200",
+                constraint="queue",
+                input_len=512,
+                output_len=128,
+                num_prompts=600,
+                rate=80,
+                slo="ttft:300 tpot:50",
+                base=_LONG,
+                candidates={"max_num_seqs": (256, 2048)},
+                expect="a queue: the loop stops with 'not a tuning problem'",
+            ),
+            # ---- prefix: a shared prefix, prefix caching on (vLLM's default) vs off -----
+            _p(
+                name="prefix",
+                gpu="4090",
+                constraint="prefix",
+                input_len=3072,
+                output_len=128,
+                prefix_len=2048,
+                num_prompts=80,
+                rate=2,
+                slo="ttft:500 tpot:50",
+                base=_LONG,
+                candidates={"enable_prefix_caching": (False,)},
+                expect="prefix caching (on by default) serves the shared prefix; off loses",
+            ),
+            _p(
+                name="prefix",
+                gpu="h200",
+                constraint="prefix",
+                input_len=3072,
+                output_len=128,
+                prefix_len=2048,
+                num_prompts=300,
+                rate=15,
+                slo="ttft:300 tpot:30",
+                base=_LONG,
+                candidates={"enable_prefix_caching": (False,)},
+                expect="prefix caching (on by default) serves the shared prefix; off loses",
+            ),
+        )
+    }
+)
+
+
+def names() -> list[str]:
+    return sorted({n for n, _ in PRESETS})
+
+
+def get(name: str, gpu: str = "4090") -> Preset:
+    """A preset by name and GPU size ("4090", "h200"); a clear one-line error otherwise."""
+    g = gpu.lower().replace("rtx", "").replace("nvidia-", "").split("-")[0]
+    if (name, g) not in PRESETS:
+        if name not in names():
+            raise KeyError(f"no preset {name!r}: one of {', '.join(names())}")
+        raise KeyError(f"preset {name!r} has no {gpu!r} size: one of {', '.join(GPUS)}")
+    return PRESETS[(name, g)]
+
+
+LAB02_SECOND = {"max_num_seqs": "max_num_batched_tokens"}  # a second knob with no values
+
+
+def lab02_params(p: Preset) -> dict[str, Any]:
+    """Lab 02's parameters for a preset: the workload, SLO, base knobs and the first and
+    second knob's candidates (a one-knob preset leaves the second knob without values)."""
+    knobs_ = list(p.candidates)
+    first = knobs_[0]
+    second = knobs_[1] if len(knobs_) > 1 else LAB02_SECOND.get(first, "max_num_seqs")
+    base = dict(p.base)
+    return {
+        "input_len": p.input_len,
+        "output_len": p.output_len,
+        "prefix_len": p.prefix_len,
+        "num_prompts": p.num_prompts,
+        "rate": float(p.rate),
+        "slo": p.slo,
+        "max_model_len": int(base.pop("max_model_len", 4096)),
+        "base_knobs": base,
+        "knob": first,
+        "candidates": list(p.candidates[first]),
+        "second_knob": second,
+        "second_candidates": list(p.candidates.get(second, ())),
+    }

@@ -1,0 +1,273 @@
+"""vLLM's grid on any workload (lab.grid, lab.gridbench, lab.gridcompare, core.presets,
+tools/gpu/side_by_side.sh + grid_decode.sh), against the fake vLLM and on a recorded fake
+grid (tests/fixtures/grid_decode_fake, see its README)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from course_utils.core import knobs, presets
+from course_utils.core.slo import SLO
+from course_utils.lab import grid, gridrun
+from course_utils.lab.gridcompare import compare, grid_best
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures" / "grid_decode_fake"
+DECODE12 = ROOT / "labs" / "results" / "h200-2026-11-30" / "decode12"
+FAKES = ROOT / "tests" / "fakes"
+TWO_H200 = "NVIDIA H200,143771,143000,580.159.04;NVIDIA H200,143771,143000,580.159.04"
+
+
+# ---------------------------------------------------------------------------- the grid's combos
+
+
+def test_decode_preset_grid_is_the_five_configs_the_loop_measured() -> None:
+    pre = presets.get("decode", "h200")
+    spec = grid.parse_grid(pre.grid_spec())
+    assert spec.mode == "one-at-a-time" and spec.with_defaults
+    combos, skipped = grid.grid_combos(spec, pre.base, gpu_memory_gib=140)
+    assert skipped == []
+    assert [grid.combo_label(c) for c in combos] == [
+        "defaults", "max_num_batched_tokens=2048", "max_num_batched_tokens=4096",
+        "max_num_seqs=128", "max_num_seqs=256"]
+    # the loop's points, as recorded: the same knob sets
+    loop = {json.dumps(json.loads(line)["knobs"], sort_keys=True)
+            for line in (DECODE12 / "points.jsonl").read_text().splitlines()}
+    ours = {json.dumps({**pre.base, **{k: v for k, v in c.items() if k != "_benchmark_name"}},
+                       sort_keys=True) for c in combos}
+    assert ours == loop
+    # two GPUs: 3 + 2, nothing twice, nothing lost
+    halves = [grid.split(combos, i, 2) for i in range(2)]
+    assert [len(h) for h in halves] == [3, 2]
+    assert sorted(map(grid.combo_label, halves[0] + halves[1])) == sorted(
+        map(grid.combo_label, combos))
+
+
+def test_two_knob_product_leaves_out_what_vllm_would_reject() -> None:
+    spec = grid.parse_grid("max_num_seqs=128,256,1024 x max_num_batched_tokens=512,4096")
+    assert spec.mode == "product" and not spec.with_defaults
+    combos, skipped = grid.grid_combos(spec, {"max_model_len": 4096}, gpu_memory_gib=140)
+    labels = [grid.combo_label(c) for c in combos]
+    assert len(labels) == 5 and "max_num_seqs=1024, max_num_batched_tokens=512" not in labels
+    assert len(skipped) == 1 and skipped[0].startswith(
+        "max_num_seqs=1024, max_num_batched_tokens=512: ")
+    # one knob: coupled like tune(couple=True) (max_num_seqs above the 2048 default)
+    one, _ = grid.grid_combos(grid.parse_grid("max_num_seqs=4096"), gpu_memory_gib=24)
+    assert one == [{"max_num_seqs": 4096, "max_num_batched_tokens": 4096}]
+
+
+@pytest.mark.parametrize("bad", ["max_num_seqs", "nope=1,2", "max_num_seqs=1 x max_num_seqs=2",
+                                 "a=1 x b=2 + c=3", "max_num_seqs=1 x b=1 x c=1"])
+def test_bad_grid_specs_fail_in_one_line(bad: str) -> None:
+    with pytest.raises((ValueError, knobs.KnobError)) as ei:
+        grid.parse_grid(bad)
+    assert "\n" not in str(ei.value)
+
+
+def test_presets_are_data_for_every_constraint() -> None:
+    assert presets.names() == ["decode", "knee", "kv", "prefill", "prefix"]
+    for (name, gpu), p in presets.PRESETS.items():
+        assert gpu in presets.GPUS and p.name == name
+        SLO.parse(p.slo)
+        knobs.validate(dict(p.base), entry="serve")
+        for k, vals in p.candidates.items():
+            for v in vals:
+                knobs.validate({**p.base, k: v}, entry="serve")
+        assert p.prefix_len < p.input_len and p.expect
+    assert presets.get("decode", "h200").recorded == "h200-2026-11-30/decode12"
+    assert presets.get("decode", "rtx4090") is presets.get("decode", "4090")
+    with pytest.raises(KeyError, match="no preset"):
+        presets.get("nope")
+    with pytest.raises(KeyError, match="has no 'a100' size"):
+        presets.get("decode", "a100")
+
+
+# ---------------------------------------------------------------------------- the scripts
+
+
+def _env(tmp_path: Path, fake_vllm: Path, dummy_model: Path, **kw: str) -> dict[str, str]:
+    env = {**os.environ, "PY": sys.executable, "MODEL": str(dummy_model),
+           "AFTER_BENCH_CMD": "true", "INPUT_LEN": "16", "OUTPUT_LEN": "8", "PROMPTS": "12",
+           "RATE": "100", "FAKE_GPU": TWO_H200, "PYTHONPATH": str(ROOT / "src"),
+           "COURSE_UTILS_BENCH_WORKER_ENTRY": f"{FAKES / 'fake_vllm.py'}:main"}
+    env.pop("OUT", None)
+    env.update(kw)
+    return env
+
+
+def _run(script: str, run: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(ROOT / "tools" / "gpu" / script), str(run)], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_grid_decode_on_two_gpus_merges_compares_and_resumes(
+        tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path, dummy_model: Path,
+        server_starts) -> None:
+    run = tmp_path / "run"
+    env = _env(tmp_path, fake_vllm, dummy_model)
+    p = _run("grid_decode.sh", run, env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert server_starts() == 5
+    merged = run / "grid-decode"
+    pts = grid.grid_points(merged / "vllm_sweep", "ttft:2000 tpot:15")
+    assert [x.knob for x in pts] == [
+        "defaults", "max_num_batched_tokens=2048", "max_num_batched_tokens=4096",
+        "max_num_seqs=128", "max_num_seqs=256"]
+    for x in pts:  # every run behind lab.measure's warm-up, in the worker, and gated
+        (w,) = x.windows
+        h = json.loads((merged / "vllm_sweep" / "grid" / x.key / "run=0.harness.json")
+                       .read_text())
+        assert h["warmup"]["status"] == "ok" and h["warmup"]["num_prompts"] == 16
+        assert h["warmup"]["seed"] != h["workload"]["seed"]
+        assert h["warmup"]["mode"] == h["run"]["mode"] == "worker"
+        assert w.valid == h["valid"] and w.load["harness"] is True
+    # the two halves ran on different GPUs and ports, at the same time
+    cmds = [json.loads((run / f"grid-decode-gpu{i}" / "grid.json").read_text())
+            for i in range(2)]
+    assert cmds[0]["serve_cmd"] != cmds[1]["serve_cmd"]
+    log = (run / "commands.log").read_text()
+    assert "CUDA_VISIBLE_DEVICES=0 " in log and "CUDA_VISIBLE_DEVICES=1 " in log
+    tim = json.loads((merged / "timing.json").read_text())
+    parts = [json.loads((run / f"grid-decode-gpu{i}" / "timing.json").read_text())
+             for i in range(2)]
+    assert tim["server_starts"] == 5 and tim["parts"] == 2
+    assert tim["wall_s"] == pytest.approx(sum(t["wall_s"] for t in parts), abs=0.02)
+    assert tim["wall_clock_s"] == pytest.approx(max(t["wall_s"] for t in parts), abs=0.02)
+    cmp = json.loads((merged / "compare.json").read_text())
+    assert cmp["loop"]["server_starts"] == 5 and cmp["loop_pick_in_grid"]["label"] == "defaults"
+    assert "| the loop's pick, measured in the grid |" in (merged / "compare.md").read_text()
+    assert "调优循环" in (merged / "compare.zh.md").read_text()
+    # no server left behind on either port
+    for c in cmds:
+        port = int(c["serve_cmd"].split("--port ")[1].split()[0])
+        assert gridrun.servers_on_port(port) == []
+    # a second call resumes: no combo starts a server again
+    p2 = _run("grid_decode.sh", run, env)
+    assert p2.returncode == 0, p2.stdout + p2.stderr
+    assert server_starts() == 5
+
+
+def test_side_by_side_keeps_vllms_own_warm_up_as_an_option(
+        tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path, dummy_model: Path) -> None:
+    run = tmp_path / "run"
+    env = _env(tmp_path, fake_vllm, dummy_model, WARMUP="num:8", GRID="max_num_seqs=64,128",
+               SLO_SPEC="ttft:300 tpot:50", GPU_SIZE="4090", FAKE_GPU="")
+    env.pop("FAKE_GPU")
+    p = _run("side_by_side.sh", run, env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    meta = json.loads((run / "sidebyside" / "grid.json").read_text())
+    assert meta["warmup"] == {"kind": "vllm --num-warmups", "n": 8}
+    bench = (run / "sidebyside" / "bench_cmd.txt").read_text()
+    assert "--num-warmups 8" in bench and "gridbench" not in bench
+    # in the grid's order (grid.json), not the folders'
+    assert [x.knob for x in grid.grid_points(run / "sidebyside" / "vllm_sweep",
+                                             "ttft:300 tpot:50")] == ["max_num_seqs=64",
+                                                                      "max_num_seqs=128"]
+
+
+def test_a_jit_compile_inside_a_grid_run_makes_it_invalid(
+        tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path, dummy_model: Path) -> None:
+    """The fake server logs vLLM's JIT-monitor line at its 24th completion: after the 16
+    warm-up requests, inside the measured run (the sweep's log has the server's output)."""
+    run = tmp_path / "run"
+    env = _env(tmp_path, fake_vllm, dummy_model, GRID="max_num_seqs=64", FAKE_VLLM_JIT_AT="24",
+               RATE="20",
+               SLO_SPEC="ttft:300 tpot:50", GPU_SIZE="4090")
+    env.pop("FAKE_GPU")
+    p = _run("side_by_side.sh", run, env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    (pt,) = grid.grid_points(run / "sidebyside" / "vllm_sweep", "ttft:300 tpot:50")
+    (w,) = pt.windows
+    assert not w.valid and w.validity_issues[-1].startswith("vLLM JIT-compiled 1 kernel(s)")
+    # the harness alone (no server log) did not see it
+    h = json.loads((run / "sidebyside" / "vllm_sweep" / "grid" / pt.key / "run=0.harness.json")
+                   .read_text())
+    assert h["valid"] is True
+
+
+def test_prepare_fails_in_one_line_without_a_workload(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit, match="give --preset"):
+        gridrun.main(["prepare", str(tmp_path), "--model", "m", "--port", "1", "--rate", "2"])
+    assert gridrun.main(["prepare", str(tmp_path), "--model", "m", "--port", "1",
+                      "--preset", "nope"]) == 2
+    assert "no preset 'nope'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- replay
+
+
+def test_replay_of_the_recorded_fake_grid_rederives_best_and_ratio() -> None:
+    rec = json.loads((FIX / "compare.json").read_text())
+    cmp = compare(FIX / "vllm_sweep", DECODE12, rec["slo"])
+    pts = grid.grid_points(FIX / "vllm_sweep", rec["slo"])
+    best = grid_best(pts)
+    assert best is not None and cmp["grid"]["best"]["label"] == best.knob
+    # from the per-combo run files as vLLM wrote them
+    raw = {x.knob: json.loads((FIX / "vllm_sweep" / "grid" / x.key / "run=0.json").read_text())
+           for x in pts}
+    top = max(raw, key=lambda k: raw[k]["request_goodput"])
+    assert top == best.knob
+    pick = raw["defaults"]["request_goodput"]
+    assert cmp["ratios"]["pick_in_grid_over_grid_best"] == pytest.approx(
+        pick / raw[top]["request_goodput"], abs=0.001)
+    assert cmp["ratios"] == rec["ratios"] and cmp["verdict"] == rec["verdict"]
+    # the loop side is the recorded decode12 run under today's rules: vLLM's defaults
+    assert cmp["loop"]["knobs"] == {"max_model_len": 4096}
+    assert cmp["loop"]["score"] == pytest.approx(1.605, abs=0.01)
+
+
+def _grid_copy(tmp_path: Path, goodputs: dict[str, float]) -> Path:
+    shutil.copytree(FIX, tmp_path / "g")  # grid.json (the base knobs) with it
+    d = tmp_path / "g" / "vllm_sweep"
+    for x in grid.grid_points(d, "ttft:2000 tpot:15"):
+        f = d / "grid" / x.key / "run=0.json"
+        raw = json.loads(f.read_text())
+        raw["request_goodput"] = goodputs[x.knob]
+        f.write_text(json.dumps(raw))
+    return d
+
+
+@pytest.mark.parametrize(("mns128", "decision"), [
+    (1.60, "same"),           # the defaults are the grid's best too
+    (1.62, "tie"),            # +1.3 %: inside the 2 % plateau
+    (1.80, "grid_better"),    # +12.5 %: beyond plateau and spread
+])
+def test_ties_are_called_ties(tmp_path: Path, mns128: float, decision: str) -> None:
+    g = {"defaults": 1.60, "max_num_batched_tokens=2048": 1.55,
+         "max_num_batched_tokens=4096": 1.50, "max_num_seqs=128": mns128,
+         "max_num_seqs=256": 1.58}
+    if decision == "same":
+        g["max_num_seqs=128"] = 1.59
+    cmp = compare(_grid_copy(tmp_path, g), DECODE12, "ttft:2000 tpot:15")
+    assert cmp["verdict"]["decision"] == decision, cmp["verdict"]
+    from course_utils.core.texts import loop_vs_grid
+
+    words = {"same": ("picked the grid's best", "正是网格里最好的"),
+             "tie": ("A tie", "打平"), "grid_better": ("beats the loop's pick", "网格更好")}
+    for lang, word in zip(("en", "zh"), words[decision], strict=True):
+        assert word in loop_vs_grid(cmp, lang)
+
+
+def test_an_invalid_grid_run_does_not_count(tmp_path: Path) -> None:
+    d = _grid_copy(tmp_path, {"defaults": 1.60, "max_num_batched_tokens=2048": 1.55,
+                              "max_num_batched_tokens=4096": 1.50, "max_num_seqs=128": 9.0,
+                              "max_num_seqs=256": 1.58})
+    h = d / "grid" / "SERVE--max_num_seqs=128" / "run=0.harness.json"
+    rec = json.loads(h.read_text())
+    rec.update(valid=False, validity_issues=[
+        "the warm-up ran at most 70 requests at once, the window 130: the load's batch "
+        "sizes were not warmed up"])
+    h.write_text(json.dumps(rec))
+    cmp = compare(d, DECODE12, "ttft:2000 tpot:15")
+    assert cmp["grid"]["best"]["label"] == "defaults" and cmp["verdict"]["decision"] == "same"
+    from course_utils.core.texts import loop_vs_grid
+
+    assert "热身最多只有 70 个请求同时在跑，测量窗口到了 130 个" in loop_vs_grid(cmp, "zh")

@@ -1,0 +1,90 @@
+"""Workload presets (core.presets) used by lab 02, `python -m course_utils tune|sweep
+--preset` and the GPU scripts (tests/lab/test_grid.py runs those)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from course_utils.core import presets
+from course_utils.lab import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    ap = argparse.ArgumentParser()
+    cli.add_cli(ap.add_subparsers(dest="cmd"))
+    return ap.parse_args(list(argv))
+
+
+def test_tune_preset_fills_what_was_not_given() -> None:
+    a = _parse("tune", "--model", "m", "--out", "o", "--preset", "decode", "--gpu-size", "h200",
+               "--rate", "6", "--base", "max_num_seqs=512")
+    cli._apply_preset(a, tune=True)
+    assert (a.input_len, a.output_len, a.num_prompts, a.prefix_len) == (3072, 256, 150, 0)
+    assert a.rate == 6 and a.slo == "ttft:2000 tpot:15" and a.ignore_eos
+    # base: the preset's, then the explicit one (which wins on a clash)
+    assert cli._parse_assign(a.base, False) == {"max_model_len": 4096, "max_num_seqs": 512}
+    assert cli._parse_assign(a.candidate, True) == {
+        "max_num_batched_tokens": [2048, 4096], "max_num_seqs": [128, 256]}
+    # the recorded decode run's command line, from the preset alone
+    kw = cli._kwargs_from(a)
+    assert kw["workload"].request_rate == 6 and str(kw["slo"]) == "ttft:2000 tpot:15 @ 6 req/s"
+
+
+def test_without_a_preset_the_old_defaults_hold_and_slo_is_required() -> None:
+    a = _parse("sweep", "--model", "m", "--out", "o", "--knob", "max_num_seqs", "--values", "8",
+               "--slo", "ttft:300")
+    cli._apply_preset(a, tune=False)
+    assert (a.input_len, a.output_len, a.num_prompts, a.prefix_len) == (512, 128, 200, 0)
+    assert a.rate == float("inf")
+    b = _parse("tune", "--model", "m", "--out", "o", "--candidate", "max_num_seqs=8")
+    with pytest.raises(SystemExit, match="give --slo"):
+        cli._apply_preset(b, tune=True)
+    c = _parse("tune", "--model", "m", "--out", "o", "--preset", "nope")
+    with pytest.raises(SystemExit, match="no preset 'nope'"):
+        cli._apply_preset(c, tune=True)
+
+
+@pytest.mark.parametrize("name", presets.names())
+def test_lab02_params_of_every_preset(name: str) -> None:
+    for gpu in presets.GPUS:
+        p = presets.get(name, gpu)
+        lp = presets.lab02_params(p)
+        assert lp["knob"] != lp["second_knob"]
+        tried = {lp["knob"]: lp["candidates"], lp["second_knob"]: lp["second_candidates"]}
+        assert {k: tuple(v) for k, v in tried.items() if v} == dict(p.candidates)
+        assert {"max_model_len": lp["max_model_len"], **lp["base_knobs"]} == dict(p.base)
+
+
+def _cells() -> list[str]:
+    nb = json.loads((ROOT / "labs" / "02_slo_loop.ipynb").read_text())
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def test_lab02_preset_cell_sets_the_parameters() -> None:
+    """The preflight cell (right after the parameters) applies the preset first, so the
+    preflight checks the preset's knobs."""
+    params, preflight = _cells()[:2]
+    assert "preset = None" in params and "if preset:" in preflight
+    start = preflight.index("if preset:")
+    assert start < preflight.index("preflight.lab_check(")
+    preset_cell = preflight[start:preflight.index("_preflight = ")]
+    ns: dict[str, Any] = {}
+    exec(params, ns)  # noqa: S102 - the notebook's own cells
+    ns.update(preset="kv", gpu="h200")
+    exec(preset_cell, ns)  # noqa: S102
+    assert (ns["input_len"], ns["output_len"], ns["rate"]) == (512, 1024, 20.0)
+    assert ns["base_knobs"] == {"gpu_memory_utilization": 0.2}
+    assert ns["knob"] == "gpu_memory_utilization" and ns["second_knob"] == "kv_cache_dtype"
+    untouched: dict[str, Any] = {}
+    exec(params, untouched)  # noqa: S102
+    before = dict(untouched)
+    exec(preset_cell, untouched)  # noqa: S102 - preset None: nothing changes
+    assert {k: untouched[k] for k in before if k != "__builtins__"} == {
+        k: v for k, v in before.items() if k != "__builtins__"}

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "KNEE_FILE",
     "PointPaths",
     "Workload",
     "append_jsonl",
@@ -72,6 +73,10 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         if isinstance(rec, dict):
             out.append(rec)
     return out
+
+
+# a knee scan's records (one ServedPoint per rate; the last line of a rate wins)
+KNEE_FILE = "knee.jsonl"
 
 
 @dataclass(frozen=True)

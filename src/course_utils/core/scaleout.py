@@ -15,24 +15,34 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from course_utils.core.keep import as_point, pick_knee
-from course_utils.core.records import ServedPoint
+from course_utils.core.keep import as_point, latest_by_rate, pick_knee
+from course_utils.core.records import KNEE_FILE, ServedPoint, read_jsonl
 from course_utils.core.replicas import carried
 
 __all__ = [
     "CONFIGS",
+    "RUN_DIR",
     "RUN_FILE",
     "RateRow",
     "ScaleConfig",
     "ScaleoutRun",
     "ThreeWay",
+    "config",
+    "config_records",
+    "markdown",
     "rate_rows",
+    "summary",
     "three_way",
 ]
 
 RUN_FILE = "scaleout.jsonl"
+# The recorded lab 03 run the book pages, lab 03's replay, the quiz and CI read (relative to
+# the repo root; a folder holding scaleout/<config>/). Until the 2-GPU run is collected this
+# is a run of the fake vLLM (tests/fakes/make_scaleout_fixture.py): code paths, not a GPU.
+RUN_DIR = "tests/fixtures/scaleout_fake"
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,12 @@ CONFIGS: dict[str, ScaleConfig] = {
         {"en": "1 model on 2 GPUs (TP=2)", "zh": "1 个模型切到 2 张卡（TP=2）"},
     ),
 }
+
+
+def config_records(folder: str | Path, name: str) -> list[dict[str, Any]]:
+    """A config's knee records in a scale-out folder (``<folder>/<name>/knee.jsonl``), the
+    last of each rate."""
+    return list(latest_by_rate(read_jsonl(Path(folder) / config(name).name / KNEE_FILE)).values())
 
 
 def config(name: str) -> ScaleConfig:
@@ -211,6 +227,51 @@ class ThreeWay:
         return out
 
 
+def summary(tw: ThreeWay, lang: str = "en") -> list[dict[str, str]]:
+    """One row per config: its GPUs, knee range, the best goodput among the rates that met
+    the SLO (and per GPU), and p99 TPOT at its lowest valid rate (light load)."""
+    zh = lang == "zh"
+    cols = (
+        ("配置", "GPU", "拐点 (req/s)", "达标时最高 goodput", "每卡", "最低速率下 p99 TPOT")
+        if zh
+        else (
+            "config",
+            "GPUs",
+            "knee (req/s)",
+            "best goodput at the SLO",
+            "per GPU",
+            "p99 TPOT, lowest rate",
+        )
+    )
+    out = []
+    for name, k in tw.knees.items():
+        rows = [r for r in tw.rows if r.config == name and r.valid]
+        met = [r.goodput for r in rows if r.meets_slo and r.goodput is not None]
+        best = max(met) if met else None
+        g = config(name).gpus
+        low = min(rows, key=lambda r: r.rate) if rows else None
+        vals = (
+            config(name).label[lang],
+            str(g),
+            _rng_text(k.get("knee_rate"), k.get("overloaded_rate"), lang),
+            _f(best),
+            _f(None if best is None else best / g),
+            "n/a" if low is None else f"{_f(low.p99_tpot_ms, 1)} ms @ {low.rate:g}",
+        )
+        out.append(dict(zip(cols, vals, strict=True)))
+    return out
+
+
+def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Rows of ``summary`` or ``ThreeWay.table`` as a Markdown table."""
+    if not rows:
+        return ""
+    head = list(rows[0])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(r[c]).replace("|", "\\|") for c in head) + " |" for r in rows]
+    return "\n".join(lines)
+
+
 def _f(x: float | None, nd: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{nd}f}"
 
@@ -342,7 +403,7 @@ def _tpot_at_shared_rate(rows: Sequence[RateRow]) -> dict[str, str] | None:
         "key": key,
         "rate": f"{pairs[0][0]:g}",
         "en": f"p99 TPOT at the shared rates ({en}); at the lowest, lower with {who_en}",
-        "zh": f"共同速率下的 p99 TPOT（{zh}）；最低速率时{who_zh}",
+        "zh": f"共同速率下的 p99 TPOT（{zh}）；在最低的共同速率下，{who_zh}",
     }
 
 

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core import knobs as knobs_mod
-from course_utils.core.keep import as_point, pick_knee
+from course_utils.core.keep import as_point, latest_by_rate, pick_knee
 from course_utils.core.records import (
+    KNEE_FILE,
     PointPaths,
     ServedPoint,
     Workload,
@@ -35,7 +36,6 @@ from course_utils.lab.server import gpu_memory_gib as _gpu_gib
 
 __all__ = ["BATCH1_FILE", "KNEE_FILE", "knee_scan", "knee_seed", "latest_by_rate", "rate_key"]
 
-KNEE_FILE = "knee.jsonl"
 BATCH1_FILE = "batch1.jsonl"
 
 
@@ -48,15 +48,6 @@ def knee_seed(seed: int, rates: Sequence[float], rate: float) -> int:
     """The bench seed of ``rate`` in a knee scan: ``seed`` + its index in ``rates``."""
     keys = [rate_key(r) for r in rates]
     return int(seed) + keys.index(rate_key(rate))
-
-
-def latest_by_rate(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The last record of each rate (a repeat rewrites its rate's record)."""
-    out: dict[str, dict[str, Any]] = {}
-    for r in records:
-        if "rate_key" in r:
-            out[str(r["rate_key"])] = dict(r)
-    return out
 
 
 def knee_scan(

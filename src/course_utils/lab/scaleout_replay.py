@@ -1,12 +1,13 @@
 """Replay of a recorded lab 03 run: each config's knee and the verdicts re-derived from the
 recorded windows, the per-engine diagnoses re-derived from the recorded /metrics series.
 
-``RUN_DIR`` is the ONE place that names the recorded run the book pages, lab 03's replay and
-CI read (a run folder holding ``scaleout/<config>/``).
+``RUN_DIR`` (``core.scaleout.RUN_DIR``, re-exported here) is the ONE place that names the
+recorded run the book pages, lab 03's replay, the quiz and CI read.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,18 +16,29 @@ from typing import Any
 from course_utils.core.diagnose import diagnose_engines
 from course_utils.core.keep import pick_knee
 from course_utils.core.metrics import load_series
-from course_utils.core.records import PointPaths, ServedPoint
-from course_utils.core.scaleout import CONFIGS, ScaleoutRun, ThreeWay, three_way
+from course_utils.core.records import PointPaths, ServedPoint, read_jsonl
+from course_utils.core.scaleout import (
+    CONFIGS,
+    RUN_DIR,
+    RUN_FILE,
+    ScaleoutRun,
+    ThreeWay,
+    three_way,
+)
 from course_utils.core.slo import SLO, BenchResult
 from course_utils.lab.replay import recheck, repo_root
 from course_utils.lab.scaleout import load_config
 
-__all__ = ["RUN_DIR", "ConfigReplay", "EngineCheck", "ScaleoutReplay", "replay_scaleout", "run_dir"]
-
-# The recorded lab 03 run (relative to the repo root). Until the 2-GPU run is collected this
-# is a run of the fake vLLM (tests/fakes), made by tests/lab/test_scaleout_replay.py's
-# `make_fixture`; its numbers show the code paths, not a GPU.
-RUN_DIR = "tests/fixtures/scaleout_fake"
+__all__ = [
+    "RUN_DIR",
+    "ConfigReplay",
+    "EngineCheck",
+    "ScaleoutReplay",
+    "describe_run",
+    "device_minutes",
+    "replay_scaleout",
+    "run_dir",
+]
 
 
 def run_dir(path: str | Path | None = None) -> Path:
@@ -35,6 +47,42 @@ def run_dir(path: str | Path | None = None) -> Path:
     if not p.is_absolute():
         p = (repo_root() or Path.cwd()) / p
     return p / "scaleout" if (p / "scaleout").is_dir() else p
+
+
+def _root_of(folder: Path) -> Path:
+    return folder.parent if folder.name == "scaleout" else folder
+
+
+def describe_run(path: str | Path | None = None, lang: str = "en") -> str:
+    """One line naming the run a page shows: a GPU run by its folder (``h200x2-2026-11-30``),
+    the fake fixture as what it is."""
+    root = _root_of(run_dir(path))
+    if root.parent.name == "fixtures":
+        return (
+            "假 vLLM（tests/fakes）跑出的测试数据：只演示代码路径，不代表任何 GPU"
+            if lang == "zh"
+            else "a run of the fake vLLM (tests/fakes): code paths only, no GPU"
+        )
+    return root.name
+
+
+def device_minutes(path: str | Path | None = None) -> float:
+    """The run's device minutes for lab 03: the wall time of each ``scaleout/<config>`` call
+    in its ``commands.log`` (tools/gpu/run_scaleout.sh), else the calls' own elapsed time."""
+    folder = run_dir(path)
+    log = _root_of(folder) / "commands.log"
+    walls = (
+        [
+            float(m.group(1))
+            for m in re.finditer(r" scaleout/\w+ rc=-?\d+ wall=(\d+(?:\.\d+)?)s", log.read_text())
+        ]
+        if log.is_file()
+        else []
+    )
+    if walls:
+        return sum(walls) / 60.0
+    runs = [ScaleoutRun.from_json(r) for n in CONFIGS for r in read_jsonl(folder / n / RUN_FILE)]
+    return sum(r.elapsed_s or 0.0 for r in runs) / 60.0
 
 
 @dataclass(frozen=True)

@@ -374,8 +374,9 @@ def _dp_vs_tp(dp: Mapping[str, Any], tp: Mapping[str, Any]) -> dict[str, str]:
 
     def rng(lang: str) -> str:
         return (
-            f"DP=2 {_rng_text(d_lo, dp.get('overloaded_rate'), lang)}, "
-            f"TP=2 {_rng_text(t_lo, tp.get('overloaded_rate'), lang)} req/s"
+            f"DP=2 {_rng_text(d_lo, dp.get('overloaded_rate'), lang)}"
+            + ("，" if lang == "zh" else ", ")
+            + f"TP=2 {_rng_text(t_lo, tp.get('overloaded_rate'), lang)} req/s"
         )
 
     return {"key": key, "en": f"{rng('en')}: {en}", "zh": f"{rng('zh')}：{zh}"}

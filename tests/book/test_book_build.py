@@ -20,7 +20,7 @@ SITE = REPO / "_build" / "html"
 BOOK = REPO / "book"
 LANGS = ("zh", "en")
 PAGE_NAMES = ("index", "knobs", "slo-loop", "glossary", "lab-knob-sweep", "lab-slo-loop",
-              "autodl")
+              "lab-scale-out", "autodl")
 LESSONS = ("knobs", "slo-loop")
 VENDORED = (
     "_static/vendor/mermaid/mermaid.esm.min.mjs",

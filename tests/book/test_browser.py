@@ -24,8 +24,8 @@ from tests.book.browser_harness import SCREENSHOTS, run_plan, serve_site
 
 LANGS = ("zh", "en")
 PAGES = ("index", "knobs", "slo-loop", "glossary")
-ALL_PAGES = ("index", "knobs", "slo-loop", "lab-knob-sweep", "lab-slo-loop", "autodl",
-             "glossary")
+ALL_PAGES = ("index", "knobs", "slo-loop", "lab-knob-sweep", "lab-slo-loop", "lab-scale-out",
+             "autodl", "glossary")
 WIDTHS = {1366: 768, 390: 844}
 MIN_LABEL_PX = 11
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -276,7 +276,7 @@ def test_zh_theme_labels_are_chinese(reader_run: dict[str, Any], page: str) -> N
     assert en["search_placeholder"] and not CJK.search(en["search_placeholder"])
 
 
-@pytest.mark.parametrize("page", ("lab-knob-sweep", "lab-slo-loop"))
+@pytest.mark.parametrize("page", ("lab-knob-sweep", "lab-slo-loop", "lab-scale-out"))
 def test_zh_lab_output_and_plots_are_chinese(reader_run: dict[str, Any], page: str) -> None:
     nav = _rpage(reader_run, "zh", page, 1366)["nav"]
     outputs = "\n".join(nav["outputs"])

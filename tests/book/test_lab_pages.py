@@ -23,7 +23,7 @@ from tests.book.test_nbval_lessons import pages_with_code
 
 REPO = Path(__file__).resolve().parents[2]
 BOOK = REPO / "book"
-LABS = ("lab-knob-sweep", "lab-slo-loop")
+LABS = ("lab-knob-sweep", "lab-slo-loop", "lab-scale-out")
 PAGES = [BOOK / lang / f"{name}.md" for lang in ("en", "zh") for name in (*LABS, "autodl")]
 EXERCISE = {"en": re.compile(r"^### Exercise \d+ · .+$"), "zh": re.compile(r"^### 练习 \d+ · .+$")}
 ANSWER = {"en": ":::{dropdown} Answer", "zh": ":::{dropdown} 答案"}

@@ -29,7 +29,8 @@ failure, printed the way vLLM 0.26.0 prints it (texts copied from its source):
                                                     costs), N times the KV pool
   The start-up lines (KV cache size, init engine, model loading) are printed per process
   with vLLM's prefixes: "(EngineCore pid=..)", "(EngineCore_DP<i> pid=..)", "(Worker_TP<i>
-  pid=..)" (vllm/v1/engine/core.py, vllm/v1/executor/multiproc_executor.py).
+  pid=..)", "(Worker_DP<i> pid=..)" (vllm/v1/engine/core.py,
+  vllm/v1/executor/multiproc_executor.py).
 `vllm bench serve [flags]` is the client: sends the random workload to --base-url and
 writes the result JSON with the keys of vllm/benchmarks/serve.py (0.26.0). Its prompts
 depend on --seed like RandomDataset's (same seed, same prompts); FAKE_VLLM_BENCH_ARGV=path
@@ -262,12 +263,19 @@ def _startup_lines(dp: int, tp: int, kv_tokens: int, max_model_len: int,
     (EngineCore, or EngineCore_DP<i> with data parallelism: v1/engine/core.py) logs the KV
     pool (v1/core/kv_cache_utils.py) and its init time (v1/engine/core.py); the model is
     loaded by the engine core itself with one GPU per engine, by Worker_TP<i> processes with
-    tensor parallelism (v1/executor/multiproc_executor.py)."""
+    tensor or data parallelism (Worker_TP<r>, Worker_DP<i>: v1/executor/multiproc_executor.py;
+    config/parallel.py picks the multiprocessing executor when the world across DP is > 1)."""
     weights = 14.29 / tp
     for i in range(dp):
         core = f"EngineCore_DP{i}" if dp > 1 else "EngineCore"
         pid = pids[i]
-        loaders = [f"Worker_TP{r}" for r in range(tp)] if tp > 1 else [core]
+        # the worker's name: "Worker" + "_DP<i>" with DP + "_TP<r>" with TP (multiproc_executor
+        # .py); with neither the engine core runs the model itself (uni executor)
+        dp_part = f"_DP{i}" if dp > 1 else ""
+        loaders = (
+            [f"Worker{dp_part}" + (f"_TP{r}" if tp > 1 else "") for r in range(tp)]
+            if dp > 1 or tp > 1 else [core]
+        )
         for r, who in enumerate(loaders):
             wpid = pid if who == core else pid + 100 + r
             print(f"({who} pid={wpid}) INFO 11-29 10:00:03 [model_runner.py:305] Model loading "

@@ -37,9 +37,11 @@ def test_dp2_records_each_engine_and_its_startup(tmp_path: Path, fake_vllm: Path
     run = _run("dp2", tmp_path, [6, 12])
     assert run.status == "ok" and run.done_rates == ["6", "12"]
     assert run.devices == "0,1" and "--data-parallel-size 2" in run.serve_cmd
-    # each engine logged its own KV pool (the fake prints vLLM's process prefixes)
-    assert sorted(run.processes) == ["EngineCore_DP0", "EngineCore_DP1"]
-    assert all(p["kv_cache_tokens"] == 32768 for p in run.processes.values())
+    # each engine logged its own KV pool, each engine's worker loaded the whole model (the
+    # fake prints vLLM's process prefixes)
+    assert sorted(run.processes) == ["EngineCore_DP0", "EngineCore_DP1", "Worker_DP0", "Worker_DP1"]
+    assert [run.processes[f"EngineCore_DP{i}"]["kv_cache_tokens"] for i in (0, 1)] == [32768] * 2
+    assert run.processes["Worker_DP1"]["weights_gib"] == pytest.approx(14.29)
     recs, last = load_config(tmp_path, "dp2")
     assert last is not None and last.status == "ok"
     for rec in recs:

@@ -101,7 +101,24 @@ def kv_preempt(q: Any, p: dict[str, Any]) -> None:
     assert _keys(q) == {"preempt"}
 
 
+def replicas_plan(q: Any, p: dict[str, Any]) -> None:
+    import math
+
+    from course_utils.core import keep, scaleout
+
+    folder = ROOT / (p.get("run") or scaleout.RUN_DIR) / "scaleout"
+    last: dict[str, dict[str, Any]] = {}
+    for rec in read_jsonl(folder / "one" / "knee.jsonl"):
+        last[str(rec["rate_key"])] = rec
+    k = keep.pick_knee(list(last.values()))
+    assert k["knee_rate"] is not None
+    per_replica = k["knee_rate"] * (1 - p["headroom"])
+    assert q.answer == math.ceil(p["target"] / per_replica - 1e-9)
+    assert folder.parent.name in q.prompt["en"] and folder.parent.name in q.prompt["zh"]
+
+
 RUN_CHECKS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
     "littles_law": littles_law, "littles_cap": littles_cap, "ttft_split": ttft_split,
     "prefix_replay": prefix_replay, "jit_window": jit_window, "kv_preempt": kv_preempt,
+    "replicas_plan": replicas_plan,
 }

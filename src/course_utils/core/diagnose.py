@@ -24,13 +24,16 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from course_utils.core import knobs as knobs_mod
-from course_utils.core.metrics import LoadSummary, Snapshot, engine_series, summarize
+from course_utils.core.metrics import (
+    ITERATION_TOKENS,
+    LoadSummary,
+    Snapshot,
+    engine_series,
+    summarize,
+)
 from course_utils.core.slo import SLO, BenchResult
 
 Constraint = Literal["queue", "prefill", "decode", "kv", "none"]
-# Tokens computed per engine step, a histogram PrometheusStatLogger declares in
-# vllm/v1/metrics/loggers.py (0.26.0): prompt tokens computed + generated tokens.
-ITERATION_TOKENS = "vllm:iteration_tokens_total"
 
 
 @dataclass(frozen=True)

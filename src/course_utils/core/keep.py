@@ -41,6 +41,7 @@ __all__ = [
     "kv_check",
     "kv_demand",
     "kv_timeline",
+    "latest_by_rate",
     "next_knob",
     "objective_value",
     "pick_knee",
@@ -333,6 +334,15 @@ def pick_knee(
         "why": why,
         "windows": {f"{v.rate:g}": v.windows for v in verdicts},
     }
+
+
+def latest_by_rate(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The last record of each rate of a knee scan (a repeat rewrites its rate's record)."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if "rate_key" in r:
+            out[str(r["rate_key"])] = dict(r)
+    return out
 
 
 def _loop_points_by_rate(points: Sequence[Point]) -> dict[float, list[ServedPoint]]:

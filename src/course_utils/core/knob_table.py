@@ -415,5 +415,12 @@ _KNOBS: list[Knob] = [
                 "zh": "指这一个部署；按每张 GPU 算常低于独立副本",
             }
         },
+        note={
+            "en": "Lab 03 measures it: TP=2 against two replicas (--data-parallel-size 2) and "
+            "one GPU, same workload and SLO (book: lab-scale-out; "
+            "course_utils.lab.scaleout_replay).",
+            "zh": "Lab 03 实测过：TP=2 对比两个副本（--data-parallel-size 2）和单卡，负载与 SLO "
+            "相同（书中 lab-scale-out 一页；course_utils.lab.scaleout_replay）。",
+        },
     ),
 ]

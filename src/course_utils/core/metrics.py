@@ -64,6 +64,11 @@ COUNTERS = (
     REQUEST_SUCCESS,
 )
 HISTOGRAMS = (QUEUE_TIME, PREFILL_TIME, DECODE_TIME, TTFT, ITL, TPOT, E2E)
+# Tokens computed per engine step, a histogram PrometheusStatLogger declares in
+# vllm/v1/metrics/loggers.py (0.26.0): prompt tokens computed + generated tokens.
+ITERATION_TOKENS = "vllm:iteration_tokens_total"
+# what each engine's own copy keeps (the course reads no other series per engine)
+PER_ENGINE = frozenset((*GAUGES, *COUNTERS, *HISTOGRAMS, ITERATION_TOKENS))
 
 
 class MetricsError(RuntimeError):
@@ -148,7 +153,8 @@ class _Sums:
 @dataclass
 class Snapshot:
     """One scrape: gauges and counters summed over label sets, histograms merged.
-    ``engines``: each engine's own snapshot, when the scrape has more than one engine."""
+    ``engines``: each engine's own snapshot (of the series in ``PER_ENGINE``), when the
+    scrape has more than one engine."""
 
     t: float
     values: dict[str, float] = field(default_factory=dict)
@@ -168,7 +174,7 @@ class Snapshot:
             for s in fam.samples:
                 total.add(fam, s)
                 eng = s.labels.get(ENGINE_LABEL)
-                if eng is not None:
+                if eng is not None and fam.name in PER_ENGINE:
                     per.setdefault(str(eng), _Sums()).add(fam, s)
         snap = total.snapshot(t)
         if len(per) > 1:

@@ -21,6 +21,7 @@ from typing import Any
 from course_utils.core.cost import PointCost
 
 __all__ = [
+    "KNEE_FILE",
     "PointPaths",
     "ProbeRecord",
     "Workload",
@@ -75,6 +76,10 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         if isinstance(rec, dict):
             out.append(rec)
     return out
+
+
+# a knee scan's records (one ServedPoint per rate; the last line of a rate wins)
+KNEE_FILE = "knee.jsonl"
 
 
 @dataclass(frozen=True)

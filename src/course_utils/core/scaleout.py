@@ -15,24 +15,34 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from course_utils.core.keep import as_point, pick_knee
-from course_utils.core.records import ServedPoint
+from course_utils.core.keep import as_point, latest_by_rate, pick_knee
+from course_utils.core.records import KNEE_FILE, ServedPoint, read_jsonl
 from course_utils.core.replicas import carried
 
 __all__ = [
     "CONFIGS",
+    "RUN_DIR",
     "RUN_FILE",
     "RateRow",
     "ScaleConfig",
     "ScaleoutRun",
     "ThreeWay",
+    "config",
+    "config_records",
+    "markdown",
     "rate_rows",
+    "summary",
     "three_way",
 ]
 
 RUN_FILE = "scaleout.jsonl"
+# The recorded lab 03 run the book pages, lab 03's replay, the quiz and CI read (relative to
+# the repo root; a folder holding scaleout/<config>/). Until the 2-GPU run is collected this
+# is a run of the fake vLLM (tests/fakes/make_scaleout_fixture.py): code paths, not a GPU.
+RUN_DIR = "tests/fixtures/scaleout_fake"
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,12 @@ CONFIGS: dict[str, ScaleConfig] = {
         {"en": "1 model on 2 GPUs (TP=2)", "zh": "1 个模型切到 2 张卡（TP=2）"},
     ),
 }
+
+
+def config_records(folder: str | Path, name: str) -> list[dict[str, Any]]:
+    """A config's knee records in a scale-out folder (``<folder>/<name>/knee.jsonl``), the
+    last of each rate."""
+    return list(latest_by_rate(read_jsonl(Path(folder) / config(name).name / KNEE_FILE)).values())
 
 
 def config(name: str) -> ScaleConfig:
@@ -211,6 +227,51 @@ class ThreeWay:
         return out
 
 
+def summary(tw: ThreeWay, lang: str = "en") -> list[dict[str, str]]:
+    """One row per config: its GPUs, knee range, the best goodput among the rates that met
+    the SLO (and per GPU), and p99 TPOT at its lowest valid rate (light load)."""
+    zh = lang == "zh"
+    cols = (
+        ("配置", "GPU", "拐点 (req/s)", "达标时最高 goodput", "每卡", "最低速率下 p99 TPOT")
+        if zh
+        else (
+            "config",
+            "GPUs",
+            "knee (req/s)",
+            "best goodput at the SLO",
+            "per GPU",
+            "p99 TPOT, lowest rate",
+        )
+    )
+    out = []
+    for name, k in tw.knees.items():
+        rows = [r for r in tw.rows if r.config == name and r.valid]
+        met = [r.goodput for r in rows if r.meets_slo and r.goodput is not None]
+        best = max(met) if met else None
+        g = config(name).gpus
+        low = min(rows, key=lambda r: r.rate) if rows else None
+        vals = (
+            config(name).label[lang],
+            str(g),
+            _rng_text(k.get("knee_rate"), k.get("overloaded_rate"), lang),
+            _f(best),
+            _f(None if best is None else best / g),
+            "n/a" if low is None else f"{_f(low.p99_tpot_ms, 1)} ms @ {low.rate:g}",
+        )
+        out.append(dict(zip(cols, vals, strict=True)))
+    return out
+
+
+def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Rows of ``summary`` or ``ThreeWay.table`` as a Markdown table."""
+    if not rows:
+        return ""
+    head = list(rows[0])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(r[c]).replace("|", "\\|") for c in head) + " |" for r in rows]
+    return "\n".join(lines)
+
+
 def _f(x: float | None, nd: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{nd}f}"
 
@@ -219,9 +280,11 @@ def _range(k: Mapping[str, Any]) -> tuple[float | None, float | None]:
     return k.get("knee_rate"), k.get("overloaded_rate")
 
 
-def _rng_text(lo: float | None, hi: float | None) -> str:
+def _rng_text(lo: float | None, hi: float | None, lang: str = "en") -> str:
     if lo is None:
-        return "below the lowest rate" if hi is None else f"< {hi:g}"
+        if hi is not None:
+            return f"< {hi:g}"
+        return "低于最低测试速率" if lang == "zh" else "below the lowest rate tested"
     return f"{lo:g}-{'?' if hi is None else f'{hi:g}'}"
 
 
@@ -269,12 +332,11 @@ def _dp_vs_prediction(pred: tuple[float, float | None], dp: Mapping[str, Any]) -
         "below": "实测 DP=2 的拐点低于单卡的 2 倍：副本没能相加（有共享瓶颈：API 服务器、压测客户端、CPU）",
         "above": "实测 DP=2 的拐点高于单卡的 2 倍",
     }[key]
-    pr = _rng_text(p_lo, p_hi)
-    ms = _rng_text(lo, hi)
+    pr, ms, ms_zh = _rng_text(p_lo, p_hi), _rng_text(lo, hi), _rng_text(lo, hi, "zh")
     return {
         "key": key,
         "en": f"predicted {pr} req/s, measured {ms} req/s: {en}",
-        "zh": f"预测 {pr} req/s，实测 {ms} req/s：{zh}",
+        "zh": f"预测 {pr} req/s，实测 {ms_zh} req/s：{zh}",
     }
 
 
@@ -309,30 +371,40 @@ def _dp_vs_tp(dp: Mapping[str, Any], tp: Mapping[str, Any]) -> dict[str, str]:
         key = "tie"
         en = "a tie: the knee ranges overlap, this scan cannot rank DP=2 and TP=2"
         zh = "平局：两个拐点区间重叠，这次扫描分不出 DP=2 与 TP=2 的高下"
-    rng = (
-        f"DP=2 {_rng_text(d_lo, dp.get('overloaded_rate'))}, "
-        f"TP=2 {_rng_text(t_lo, tp.get('overloaded_rate'))} req/s"
-    )
-    return {"key": key, "en": f"{rng}: {en}", "zh": f"{rng}：{zh}"}
+
+    def rng(lang: str) -> str:
+        return (
+            f"DP=2 {_rng_text(d_lo, dp.get('overloaded_rate'), lang)}"
+            + ("，" if lang == "zh" else ", ")
+            + f"TP=2 {_rng_text(t_lo, tp.get('overloaded_rate'), lang)} req/s"
+        )
+
+    return {"key": key, "en": f"{rng('en')}: {en}", "zh": f"{rng('zh')}：{zh}"}
 
 
 def _tpot_at_shared_rate(rows: Sequence[RateRow]) -> dict[str, str] | None:
-    """p99 TPOT of DP=2 and TP=2 at the highest rate both measured validly."""
+    """p99 TPOT of TP=2 and DP=2 at every rate both measured validly; the key is the winner
+    at the lowest one (light load: the time per token of one step decides, which TP
+    shortens; at high load DP's smaller batch per engine can win instead)."""
     by = {(r.config, r.rate): r for r in rows if r.valid and r.p99_tpot_ms is not None}
     shared = sorted({r for c, r in by if c == "dp2"} & {r for c, r in by if c == "tp2"})
     if not shared:
         return None
-    rate = shared[-1]
-    d, t = by[("dp2", rate)].p99_tpot_ms, by[("tp2", rate)].p99_tpot_ms
-    assert d is not None and t is not None
-    key = "tp" if t < d else "dp" if d < t else "tie"
-    who = {"tp": ("TP=2", "TP=2"), "dp": ("DP=2", "DP=2"), "tie": ("neither", "两者相同")}[key]
+    pairs = [
+        (rate, by[("tp2", rate)].p99_tpot_ms, by[("dp2", rate)].p99_tpot_ms) for rate in shared
+    ]
+    _, t0, d0 = pairs[0]
+    assert t0 is not None and d0 is not None
+    key = "tp" if t0 < d0 else "dp" if d0 < t0 else "tie"
+    en = "; ".join(f"{r:g} req/s: TP=2 {t:.1f} ms, DP=2 {d:.1f} ms" for r, t, d in pairs)
+    zh = "；".join(f"{r:g} req/s：TP=2 {t:.1f} ms，DP=2 {d:.1f} ms" for r, t, d in pairs)
+    who_en = {"tp": "TP=2", "dp": "DP=2", "tie": "neither"}[key]
+    who_zh = {"tp": "TP=2 更低", "dp": "DP=2 更低", "tie": "两者相同"}[key]
     return {
         "key": key,
-        "rate": f"{rate:g}",
-        "en": f"at {rate:g} req/s p99 TPOT is {t:.1f} ms with TP=2 and {d:.1f} ms with DP=2: "
-        f"lower with {who[0]}",
-        "zh": f"{rate:g} req/s 时 p99 TPOT：TP=2 为 {t:.1f} ms，DP=2 为 {d:.1f} ms，{who[1]}更低",
+        "rate": f"{pairs[0][0]:g}",
+        "en": f"p99 TPOT at the shared rates ({en}); at the lowest, lower with {who_en}",
+        "zh": f"共同速率下的 p99 TPOT（{zh}）；在最低的共同速率下，{who_zh}",
     }
 
 

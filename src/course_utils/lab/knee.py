@@ -15,13 +15,14 @@ import math
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from course_utils.core import knobs as knobs_mod
-from course_utils.core.keep import as_point, pick_knee
+from course_utils.core.keep import as_point, latest_by_rate, pick_knee
 from course_utils.core.records import (
+    KNEE_FILE,
     PointPaths,
     ServedPoint,
     Workload,
@@ -35,7 +36,6 @@ from course_utils.lab.server import gpu_memory_gib as _gpu_gib
 
 __all__ = ["BATCH1_FILE", "KNEE_FILE", "knee_scan", "knee_seed", "latest_by_rate", "rate_key"]
 
-KNEE_FILE = "knee.jsonl"
 BATCH1_FILE = "batch1.jsonl"
 
 
@@ -48,15 +48,6 @@ def knee_seed(seed: int, rates: Sequence[float], rate: float) -> int:
     """The bench seed of ``rate`` in a knee scan: ``seed`` + its index in ``rates``."""
     keys = [rate_key(r) for r in rates]
     return int(seed) + keys.index(rate_key(rate))
-
-
-def latest_by_rate(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The last record of each rate (a repeat rewrites its rate's record)."""
-    out: dict[str, dict[str, Any]] = {}
-    for r in records:
-        if "rate_key" in r:
-            out[str(r["rate_key"])] = dict(r)
-    return out
 
 
 def knee_scan(
@@ -119,47 +110,17 @@ def knee_scan(
     say = progress or (lambda _m: None)
     if not (todo or need_b1 or _brackets(done, rates, bracket_repeats)):
         return [done[rate_key(r)] for r in rates if rate_key(r) in done]
+    ctx = _Scan(model, rates, workload, slo, knobs, kdir, path, cfg, (mns, mnbt), done, say)
     srv = VllmServer(model, knobs, log_path=kdir / "serve.log", **dict(server_kwargs or {}))
     try:
         with srv:
             say(f"knee: server up in {srv.startup_s:.0f} s; rates {[rate_key(r) for r in todo]}")
-            cost, longest = rate_estimate_s, 0.0  # a rate's cost: the longest one measured
-            for rate in todo:
-                if _no_time(deadline, cost):
-                    left = [rate_key(r) for r in todo if rate_key(r) not in done]
-                    say(f"knee: time budget spent; rates {left} left for the next call")
-                    return [done[rate_key(r)] for r in rates if rate_key(r) in done]
-                t0 = time.monotonic()
-                w = workload
-                if window_s is not None:
-                    w = replace(workload, num_prompts=max(1, math.ceil(rate * window_s)))
-                rec = _scan_rate(srv, model, rate, rates, w, slo, knobs, kdir, cfg, mns, mnbt)
-                longest = cost = max(longest, time.monotonic() - t0)
-                append_jsonl(path, rec)
-                done[rate_key(rate)] = rec
-                say(_line(as_point(rec)))
-            for rk in _brackets(done, rates, bracket_repeats):
-                if _no_time(deadline, cost):
-                    say("knee: time budget spent before the bracket repeats")
-                    return [done[rate_key(r)] for r in rates if rate_key(r) in done]
-                rec = _repeat_rate(srv, model, done[rk], kdir, cfg, (mns, mnbt), slo)
-                append_jsonl(path, rec)
-                done[rk] = rec
-                say("repeat " + _line(as_point(rec)))
-            if need_b1 and not _no_time(deadline, cost):
-                _batch1(
-                    srv,
-                    model,
-                    workload,
-                    rates,
-                    slo,
-                    kdir,
-                    out,
-                    cfg,
-                    (mns, mnbt),
-                    batch1_prompts,
-                    say,
-                )
+            cost = _scan_todo(ctx, srv, todo, deadline, rate_estimate_s, window_s)
+            if cost is not None:
+                cost = _repeat_brackets(ctx, srv, bracket_repeats, deadline, cost)
+            if cost is not None and need_b1 and not _no_time(deadline, cost):
+                b1 = (workload, rates, slo, kdir, out, cfg, (mns, mnbt), batch1_prompts, say)
+                _batch1(srv, model, *b1)
     except ServerStartError as exc:
         for rate in todo:
             rk = rate_key(rate)
@@ -168,6 +129,65 @@ def knee_scan(
                 append_jsonl(path, rec)
                 done[rk] = rec
     return [done[rate_key(r)] for r in rates if rate_key(r) in done]
+
+
+@dataclass
+class _Scan:
+    """What every rate of one knee scan shares."""
+
+    model: str
+    rates: Sequence[float]
+    workload: Workload
+    slo: SLO
+    knobs: dict[str, Any]
+    kdir: Path
+    path: Path
+    cfg: MeasureConfig
+    limits: tuple[int, int]  # max_num_seqs, max_num_batched_tokens in effect
+    done: dict[str, dict[str, Any]]
+    say: Callable[[str], None]
+
+
+def _scan_todo(
+    c: _Scan,
+    srv: VllmServer,
+    todo: Sequence[float],
+    deadline: float | None,
+    estimate_s: float,
+    window_s: float | None,
+) -> float | None:
+    """Measure the rates not on disk; returns a rate's cost (the longest one measured), or
+    None when the deadline stopped the scan."""
+    cost, longest = estimate_s, 0.0
+    for rate in todo:
+        if _no_time(deadline, cost):
+            left = [rate_key(r) for r in todo if rate_key(r) not in c.done]
+            c.say(f"knee: time budget spent; rates {left} left for the next call")
+            return None
+        t0 = time.monotonic()
+        w = c.workload
+        if window_s is not None:
+            w = replace(c.workload, num_prompts=max(1, math.ceil(rate * window_s)))
+        rec = _scan_rate(srv, c.model, rate, c.rates, w, c.slo, c.knobs, c.kdir, c.cfg, *c.limits)
+        longest = cost = max(longest, time.monotonic() - t0)
+        append_jsonl(c.path, rec)
+        c.done[rate_key(rate)] = rec
+        c.say(_line(as_point(rec)))
+    return cost
+
+
+def _repeat_brackets(
+    c: _Scan, srv: VllmServer, repeats: int, deadline: float | None, cost: float
+) -> float | None:
+    for rk in _brackets(c.done, c.rates, repeats):
+        if _no_time(deadline, cost):
+            c.say("knee: time budget spent before the bracket repeats")
+            return None
+        rec = _repeat_rate(srv, c.model, c.done[rk], c.kdir, c.cfg, c.limits, c.slo)
+        append_jsonl(c.path, rec)
+        c.done[rk] = rec
+        c.say("repeat " + _line(as_point(rec)))
+    return cost
 
 
 def _no_time(deadline: float | None, cost_s: float) -> bool:

@@ -31,7 +31,7 @@ from typing import Any
 
 from course_utils.core.keep import pick_knee
 from course_utils.core.records import Workload, append_jsonl, read_jsonl
-from course_utils.core.scaleout import CONFIGS, RUN_FILE, ScaleoutRun, config
+from course_utils.core.scaleout import CONFIGS, RUN_FILE, ScaleoutRun, config, config_records
 from course_utils.core.slo import SLO
 from course_utils.core.vllm_logs import startup_by_process
 from course_utils.lab.knee import KNEE_FILE, knee_scan, latest_by_rate, rate_key
@@ -52,10 +52,8 @@ RATE_ESTIMATE_S = 90.0
 
 def load_config(out: str | Path, name: str) -> tuple[list[dict[str, Any]], ScaleoutRun | None]:
     """A config's knee records (the last per rate) and its last ``ScaleoutRun`` on disk."""
-    d = Path(out) / config(name).name
-    runs = read_jsonl(d / RUN_FILE)
-    recs = list(latest_by_rate(read_jsonl(d / KNEE_FILE)).values())
-    return recs, ScaleoutRun.from_json(runs[-1]) if runs else None
+    runs = read_jsonl(Path(out) / config(name).name / RUN_FILE)
+    return config_records(out, name), ScaleoutRun.from_json(runs[-1]) if runs else None
 
 
 def run_config(

@@ -194,9 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", default="qwen2.5-7b-instruct", help="a shipped name, or any config.json / folder"
     )
     c.add_argument("--kv-memory-gib", type=float)
-    g = c.add_mutually_exclusive_group()
-    g.add_argument("--gpu", choices=sorted(capacity.GPUS))
-    g.add_argument(
+    which = c.add_mutually_exclusive_group()
+    which.add_argument("--gpu", choices=sorted(capacity.GPUS))
+    which.add_argument(
         "--gpu-total-gib",
         type=float,
         help="any GPU: the total CUDA reports (torch.cuda.mem_get_info()[1] / 2**30)",

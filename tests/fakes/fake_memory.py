@@ -8,8 +8,11 @@ requested = ceil(total x util); available = requested - weights - torch peak inc
 non-torch increase; blocks = available // page_size // layers; tokens = int(blocks /
 ceil(max_model_len / 16) x max_model_len). The three measured terms are this fake's own
 physics (a made-up GPU), written here independently of course_utils.core.capacity:
-weights = the config's parameter bytes + FAKE_BUFFERS; torch peak = max(FLOOR, tokens x
-per-token activations); non-torch = NON_TORCH.
+weights = the config's parameter bytes + FAKE_BUFFERS; torch peak = the larger of the
+forward pass (tokens x the MLP's live activations) and the sampler pass (requests x vocab x
+LOGIT_BYTES); non-torch = NON_TORCH. Close to the H200's logs, not equal to the course's
+constants: a fixture made with this fake checks the pipeline and vLLM's arithmetic, and only
+a real run checks the physics.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from typing import Any
 
 GIB = 1 << 30
 FAKE_BUFFERS = 100 << 20  # bytes a loaded model holds besides its parameters (fake)
-FLOOR = int(1.04 * GIB)  # the fake's activation floor
+FORWARD = 1.02  # the fake's factor on the MLP's live activations
+LOGIT_BYTES = 7.05  # the fake sampler's bytes per logit
 NON_TORCH = int(0.22 * GIB)
 CONTEXT = int(0.51 * GIB)  # CUDA context + NCCL before vLLM's first snapshot
 QWEN = {
@@ -57,7 +61,9 @@ def _weights(c: dict[str, Any]) -> int:
     return lin_bytes + (other + bias) * 2 + FAKE_BUFFERS
 
 
-def account(model: str, util: float, total: int, mbt: int, max_model_len: int) -> dict[str, Any]:
+def account(
+    model: str, util: float, total: int, mbt: int, max_model_len: int, seqs: int
+) -> dict[str, Any]:
     """Every number vLLM would log at start-up, for this fake GPU."""
     c = _config(model)
     h, i, n = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
@@ -65,7 +71,9 @@ def account(model: str, util: float, total: int, mbt: int, max_model_len: int) -
     free = total - CONTEXT
     requested = math.ceil(total * util)
     weights = _weights(c)
-    peak = max(FLOOR, mbt * (3 * i + 4 * h) * 2)
+    forward = mbt * (3 * i + 3 * h) * 2 * FORWARD
+    sampler = min(mbt, seqs) * c["vocab_size"] * LOGIT_BYTES + mbt * h * 2
+    peak = int(max(forward, sampler))
     available = requested - (weights + peak + NON_TORCH)
     page = 2 * 16 * c["num_key_value_heads"] * hd * 2
     blocks = max(int(available // page // n), 0)

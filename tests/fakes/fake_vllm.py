@@ -126,12 +126,14 @@ NO_MEMORY = (
 )
 
 
-def _memory_mode(model: str, util: float, total: int, mbt: int, max_model_len: int) -> int:
+def _memory_mode(
+    model: str, util: float, total: int, mbt: int, max_model_len: int, seqs: int
+) -> int:
     """Print vLLM's start-up memory lines (fake_memory.py); fail as vLLM does when the
     budget is short. The KV tokens, unless FAKE_VLLM_KV_TOKENS pins them."""
     import fake_memory as fm
 
-    m = fm.account(model, util, total, mbt, max_model_len)
+    m = fm.account(model, util, total, mbt, max_model_len, seqs)
     if m["free"] < m["requested"]:  # v1/worker/utils.py request_memory
         _raise_value_error(
             f"Free memory on device cuda:0 ({fm.gib(m['free'])}/{fm.gib(total)} GiB) on startup "
@@ -187,7 +189,7 @@ def serve(argv: list[str]) -> int:
               "Failed core proc(s): {}", flush=True)
         return 1
     if total:
-        kv_tokens = _memory_mode(a.model_tag, util, total, mbt, max_model_len)
+        kv_tokens = _memory_mode(a.model_tag, util, total, mbt, max_model_len, max_num_seqs)
     elif util < 0.2:
         # vllm/v1/core/kv_cache_utils.py _check_enough_kv_cache_memory
         _raise_value_error(

@@ -82,7 +82,8 @@ class LLM:
                 fh.write(json.dumps({"model": model, **{k: str(v) for k, v in kw.items()}}) + "\\n")
         gmu = float(kw.get("gpu_memory_utilization", 0.92))
         self.max_model_len = int(kw.get("max_model_len") or 4096)
-        kv_gib = round(gmu * 23.99 - 5.2 - 1.9, 2)
+        total = int(os.environ.get("FAKE_VLLM_GPU_TOTAL_BYTES") or 23.99 * GIB) / GIB
+        kv_gib = round(gmu * total - 5.2 - 1.9, 2)
         print(f"INFO 11-29 10:00:01 [gpu_model_runner.py:1] Model loading took 5.2 GiB "
               "memory and 3.100000 seconds", file=sys.stderr, flush=True)
         if kv_gib <= 0:

@@ -259,6 +259,59 @@ class Fit:
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "fits": self.fits}
 
+    def line(self, lang: str = "en") -> str:
+        """The arithmetic term by term, in one line."""
+        return budget_line(
+            self.budget_gib,
+            self.weights_gib,
+            self.activation_gib,
+            self.non_torch_gib,
+            self.kv_memory_gib,
+            self.kv_tokens,
+            self.max_concurrency,
+            self.max_model_len,
+            lang,
+        )
+
+
+def budget_line(
+    budget: float,
+    weights: float,
+    activation: float,
+    non_torch: float,
+    kv_gib: float,
+    tokens: int,
+    concurrency: float,
+    max_model_len: int,
+    lang: str = "en",
+) -> str:
+    """``budget - weights - activation - non-torch = KV`` and what the KV holds, in words."""
+    terms = f"{budget:.2f} - {weights:.2f} - {activation:.2f} - {non_torch:.2f} = {kv_gib:.2f} GiB"
+    if lang == "zh":
+        return (
+            f"预算 - 权重 - 激活峰值 - 非 torch = KV：{terms}，即 {tokens:,} 个 token，"
+            f"可同时容纳 {concurrency:.1f} 个 {max_model_len:,} token 的请求"
+        )
+    return (
+        f"budget - weights - activation peak - non-torch = KV: {terms}, i.e. {tokens:,} tokens, "
+        f"{concurrency:.1f} requests of {max_model_len:,} tokens at once"
+    )
+
+
+def logged_line(memory: dict[str, Any], facts: dict[str, Any], lang: str = "en") -> str:
+    """``budget_line`` from what vLLM logged (a ProbeRecord's ``memory`` and ``facts``)."""
+    return budget_line(
+        memory["requested_gib"],
+        memory["weights_memory_gib"],
+        memory["torch_peak_increase_gib"],
+        memory["non_torch_increase_gib"],
+        memory["available_kv_gib"],
+        facts["kv_cache_tokens"],
+        facts["max_concurrency"],
+        facts["concurrency_len"],
+        lang,
+    )
+
 
 def custom_gpu(total_gib: float, name: str | None = None) -> GPU:
     """A GPU known only by the total CUDA reports (``torch.cuda.mem_get_info()[1]`` in GiB,

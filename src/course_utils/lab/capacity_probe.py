@@ -234,13 +234,18 @@ def run_probe(
         )
         append_jsonl(store, rec)
         ran.append(rec)
-        kv = rec.facts.get("kv_cache_tokens")
-        print(
-            f"{name}: {rec.status} in {rec.wall_s} s; KV {kv} tokens; {rec.reason or ''}".rstrip(
-                "; "
-            )
-        )
+        print(f"{name}: {rec.status} in {rec.wall_s} s; " + (rec.reason or _vs_prediction(rec)))
+
     return ran
+
+
+def _vs_prediction(rec: ProbeRecord) -> str:
+    """vLLM's KV tokens against core.capacity's prediction (made without the log)."""
+    got = rec.facts.get("kv_cache_tokens")
+    fit = capacity.predict_case(rec.config, rec.gpu_total_bytes, rec.knobs, rec.entry)
+    if not got:
+        return f"no KV cache size logged (predicted {fit.kv_tokens:,} tokens)"
+    return f"KV {got:,} tokens, predicted {fit.kv_tokens:,} ({(fit.kv_tokens - got) / got:+.1%})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -294,12 +294,15 @@ def sweep_llm(
     base_knobs: Mapping[str, Any] | None = None,
     retry_failed: bool = False,
     progress: Callable[[str], None] | None = print,
+    as_run: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     **point_kw: Any,
 ) -> list[dict[str, Any]]:
     """Run ``knob`` over ``values``; append each record to ``out_dir/results.jsonl`` at once.
 
     Points whose key is already in the file are skipped (resume); failed ones too unless
-    ``retry_failed``. Returns this sweep's records in ``values`` order.
+    ``retry_failed``. Returns this sweep's records in ``values`` order. ``as_run`` maps a
+    point's knobs to the ones LLM(...) gets (a rehearsal: ``lab.rehearsal.as_run``); the
+    record keeps ``value`` as given and ``knobs`` as run.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -310,6 +313,7 @@ def sweep_llm(
     records = []
     for i, value in enumerate(values, 1):
         knobs = {**dict(base_knobs or {}), knob: value}
+        knobs = as_run(knobs) if as_run else knobs
         key = _key_for(knobs, point_kw)
         if key in done:
             rec = done[key]

@@ -13,13 +13,14 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from course_utils.core import capacity
 
-__all__ = ["TORCH_PYTHON_ENV", "apply", "cuda_total"]
+__all__ = ["TORCH_PYTHON_ENV", "apply", "as_run", "cuda_total", "load", "save"]
 
 # the Python with torch that reads the CUDA total (default: this one)
 TORCH_PYTHON_ENV = "COURSE_UTILS_TORCH_PYTHON"
@@ -70,3 +71,27 @@ def apply(
         for k, vals in (sweeps or {}).items()
     }
     return r, base, scaled
+
+
+def as_run(r: capacity.Rehearsal) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Knobs as the target would have them -> knobs for this GPU: the target's defaults
+    where unset, every gpu_memory_utilization scaled (lab 01: ``offline.sweep_llm``)."""
+
+    def run(knobs: dict[str, Any]) -> dict[str, Any]:
+        mine = {k: r.scale(v) if k == "gpu_memory_utilization" else v for k, v in knobs.items()}
+        return {**r.knobs(), **mine}
+
+    return run
+
+
+FILE = "rehearsal.json"
+
+
+def save(r: capacity.Rehearsal, out_dir: Path) -> None:
+    """The rehearsal next to a lab's results, so a replay can say what was rehearsed."""
+    (Path(out_dir) / FILE).write_text(json.dumps(asdict(r), indent=1))
+
+
+def load(results_dir: Path) -> capacity.Rehearsal | None:
+    p = Path(results_dir) / FILE
+    return capacity.Rehearsal(**json.loads(p.read_text())) if p.is_file() else None

@@ -92,12 +92,14 @@ def test_predict_terms_follow_vllm():
     assert f.weights_gib == pytest.approx(14.29, abs=0.005)  # "Model loading took 14.29 GiB"
     blocks = int(f.kv_memory_gib * capacity.GIB // (m.page_size_bytes() * m.layers))
     assert f.kv_tokens == blocks * 16 and f.max_concurrency == blocks / 256
-    # the LLM entry's 16,384-token budget doubles the forward pass's activations
+    # the LLM entry's 16,384-token budget: the forward pass is the peak, linear in tokens
     llm = capacity.predict(m, "h200", 0.92, 4096, entry="llm")
     assert llm.max_num_batched_tokens == 16384
-    assert llm.activation_gib == pytest.approx(2 * capacity.activation_gib(m, 8192, 64))
-    # a small token budget with many requests: the sampler pass is the peak
-    assert capacity.activation_gib(m, 2048, 1024) > 3 * capacity.activation_gib(m, 2048, 64)
+    assert llm.activation_gib == pytest.approx(capacity.activation_gib(m, 32768, 64) / 2)
+    # a small token budget: the profile floor is the peak, whatever max_num_seqs is
+    floor = capacity.TERMS["profile_floor_gib"].value
+    assert capacity.activation_gib(m, 2048, 1024) == capacity.activation_gib(m, 2048, 64)
+    assert floor < capacity.activation_gib(m, 2048, 64) < floor + 0.05
     # a max_model_len that is not a multiple of 16: vLLM's int(blocks / ceil(L/16) * L)
     odd = capacity.predict(m, "rtx4090", 0.92, 4000)
     assert odd.kv_tokens == int(odd.max_concurrency * 4000)

@@ -26,7 +26,7 @@ from typing import Any
 GIB = 1 << 30
 FAKE_BUFFERS = 100 << 20  # bytes a loaded model holds besides its parameters (fake)
 FORWARD = 1.02  # the fake's factor on the MLP's live activations
-LOGIT_BYTES = 7.05  # the fake sampler's bytes per logit
+PROFILE_FLOOR = int(1.01 * GIB)  # the profile run's peak below the forward pass (fake)
 NON_TORCH = int(0.22 * GIB)
 CONTEXT = int(0.51 * GIB)  # CUDA context + NCCL before vLLM's first snapshot
 QWEN = {
@@ -72,8 +72,8 @@ def account(
     requested = math.ceil(total * util)
     weights = _weights(c)
     forward = mbt * (3 * i + 3 * h) * 2 * FORWARD
-    sampler = min(mbt, seqs) * c["vocab_size"] * LOGIT_BYTES + mbt * h * 2
-    peak = int(max(forward, sampler))
+    floor = PROFILE_FLOOR + 2 * mbt * h * 2  # max_num_seqs does not move it (H200 logs)
+    peak = int(max(forward, floor))
     available = requested - (weights + peak + NON_TORCH)
     page = 2 * 16 * c["num_key_value_heads"] * hd * 2
     blocks = max(int(available // page // n), 0)

@@ -238,7 +238,8 @@ def serve(argv: list[str]) -> int:
         return 1
     children = [_engine_child(os.environ.get("FAKE_VLLM_STUBBORN") == "1") for _ in range(dp)]
     time.sleep(float(os.environ.get("FAKE_VLLM_STARTUP_S", "0")))
-    _startup_lines(dp, tp, kv_tokens, max_model_len, [c.pid for c in children])
+    if not total:  # memory mode printed vLLM's memory lines already (fake_memory.py)
+        _startup_lines(dp, tp, kv_tokens, max_model_len, [c.pid for c in children])
     print(f"INFO 11-29 10:00:09 [api_server.py:1] Starting vLLM API server 0 on "
           f"http://{host}:{port}", flush=True)
 

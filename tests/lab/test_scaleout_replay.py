@@ -104,3 +104,32 @@ def test_lab03_in_gpu_mode_against_the_fake(tmp_path: Path, fake_vllm: Path,
     text = _run({"backend": "replay", "replay_dir": str(out), "output_dir": str(tmp_path / "r")},
                 tmp_path)
     assert "replay re-derives what the run recorded: OK" in text
+
+
+def test_the_h200x2_run_supports_these_verdicts() -> None:
+    """The 2026-11-30 run on two H200s (dummy weights, lab 02's workload and SLO), decisions
+    re-derived from its windows: each knee as a range, a rate the repeats disagree on called
+    undecided, the replica prediction held against the DP=2 knee, DP=2 against TP=2."""
+    r = scaleout_replay.replay_scaleout(ROOT / "labs/results/h200x2-2026-11-30")
+    k = r.three_way.knees
+    assert (k["one"]["knee_rate"], k["one"]["overloaded_rate"]) == (55.0, 60.0)
+    assert (k["dp2"]["knee_rate"], k["dp2"]["overloaded_rate"]) == (100.0, 130.0)
+    assert k["dp2"]["undecided"] == [120.0]  # met on one server, missed on the repeat
+    assert (k["tp2"]["knee_rate"], k["tp2"]["overloaded_rate"]) == (80.0, 100.0)
+    assert r.three_way.predicted_dp2 == (110.0, 120.0)  # 2 x one GPU's 55-60
+    v = r.three_way.verdicts
+    assert v["dp_vs_prediction"]["key"] == "agrees"
+    assert v["dp_vs_tp"]["key"] == "dp"
+    assert v["tpot"]["key"] == "tp" and v["tpot"]["rate"] == "80"  # light load: TP is faster
+    # the warm-up coverage rule re-measured these windows on the warm server
+    remeasured = {
+        (run, c.config, rec["rate_key"])
+        for run, cfgs in [("", r.configs), *r.repeats.items()]
+        for c in cfgs.values()
+        for rec in c.records
+        if any(w["purpose"] == "remeasure" for w in rec["windows"])
+    }
+    assert remeasured == {("", "dp2", "130"), ("", "dp2", "140"),
+                          ("beside-capacity-probes", "one", "60"), ("dp2-bracket", "dp2", "130")}
+    assert set(r.repeats) == {"beside-capacity-probes", "dp2-bracket"}
+    assert r.problems() == []

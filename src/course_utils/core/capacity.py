@@ -324,16 +324,18 @@ def custom_gpu(total_gib: float, name: str | None = None) -> GPU:
 
 def activation_gib(shape: ModelShape, max_num_batched_tokens: int, max_num_seqs: int) -> float:
     """The torch peak of vLLM's profile run: the larger of the forward pass over the token
-    budget and the sampler pass over min(tokens, seqs) logits rows
-    (v1/worker/gpu/model_runner.py profile_run -> _dummy_run(max_num_tokens) then
-    _dummy_sampler_run; measured factors in core.capacity_terms)."""
+    budget and the profile floor (v1/worker/gpu/model_runner.py profile_run ->
+    _dummy_run(max_num_tokens) then _dummy_sampler_run; measured terms in
+    core.capacity_terms). ``max_num_seqs`` does not move it: 256 and 1024 requests gave the
+    same peak on the H200."""
+    del max_num_seqs  # measured not to matter (capacity_terms "profile_floor_gib")
     act = DTYPE_BYTES.get(shape.dtype) or 2
     per_token = (3 * shape.intermediate + 3 * shape.hidden) * act * TERMS["forward_factor"].value
-    forward = max_num_batched_tokens * per_token
-    rows = min(max_num_batched_tokens, max_num_seqs)
-    sampler = rows * shape.vocab * TERMS["logit_bytes"].value
-    sampler += max_num_batched_tokens * shape.hidden * act  # the forward's output, still held
-    return max(forward, sampler) / GIB
+    forward = max_num_batched_tokens * per_token / GIB
+    # the floor, plus two hidden-state copies of the token budget still held (the forward's
+    # output and the rows gathered for the sampler)
+    floor = TERMS["profile_floor_gib"].value + 2 * max_num_batched_tokens * shape.hidden * act / GIB
+    return max(forward, floor)
 
 
 def cudagraph_gib(max_num_seqs: int) -> float:

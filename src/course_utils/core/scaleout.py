@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ __all__ = [
     "config",
     "config_records",
     "markdown",
+    "merge_runs",
     "rate_rows",
     "summary",
     "three_way",
@@ -40,9 +41,8 @@ __all__ = [
 
 RUN_FILE = "scaleout.jsonl"
 # The recorded lab 03 run the book pages, lab 03's replay, the quiz and CI read (relative to
-# the repo root; a folder holding scaleout/<config>/). Until the 2-GPU run is collected this
-# is a run of the fake vLLM (tests/fakes/make_scaleout_fixture.py): code paths, not a GPU.
-RUN_DIR = "tests/fixtures/scaleout_fake"
+# the repo root; a folder holding scaleout/<config>/ and repeats/<name>/scaleout/<config>/).
+RUN_DIR = "labs/results/h200x2-2026-11-30"
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,7 @@ class RateRow:
     constraint: str | None  # the deciding window's (with DP: the busiest engine's)
     engines: dict[str, dict[str, Any]]  # engine -> {"constraint", "waiting_mean", ...}
     issues: list[str]
+    run: str = ""  # "": the config's main run; else the repeat run's name (a fresh server)
 
     @property
     def goodput_per_gpu(self) -> float | None:
@@ -138,7 +139,9 @@ class RateRow:
         return None if self.goodput is None else self.goodput / g
 
 
-def rate_rows(name: str, records: Sequence[ServedPoint | Mapping[str, Any]]) -> list[RateRow]:
+def rate_rows(
+    name: str, records: Sequence[ServedPoint | Mapping[str, Any]], run: str = ""
+) -> list[RateRow]:
     """The rows of one config's knee records, by rate (scores: the mean of valid windows)."""
     rows = []
     for p in sorted(map(as_point, records), key=lambda p: float(p.rate_key or 0)):
@@ -169,9 +172,34 @@ def rate_rows(name: str, records: Sequence[ServedPoint | Mapping[str, Any]]) -> 
                 constraint=p.diagnosis.get("constraint"),
                 engines=engines,
                 issues=p.validity_issues,
+                run=run,
             )
         )
     return rows
+
+
+def merge_runs(
+    main: Sequence[ServedPoint | Mapping[str, Any]],
+    *repeats: Sequence[ServedPoint | Mapping[str, Any]],
+) -> list[ServedPoint]:
+    """One config's rates over several runs, each on a fresh server: a rate measured in more
+    than one run holds all their windows (renumbered after the main run's, purpose
+    "repeat"), so ``pick_knee`` calls a rate whose runs disagree undecided."""
+    by_rate: dict[str, ServedPoint] = {}
+    for run in (main, *repeats):
+        for p in map(as_point, run):
+            key = str(p.rate_key)
+            if key not in by_rate:
+                by_rate[key] = ServedPoint.from_json(p.to_json())
+                continue
+            into = by_rate[key]
+            if into.status != "ok":  # a failed main record gives way to a measured repeat
+                by_rate[key] = ServedPoint.from_json(p.to_json())
+                continue
+            first = 1 + max((w.index for w in into.windows), default=-1)
+            for i, w in enumerate(p.windows):
+                into.windows.append(replace(w, index=first + i, purpose="repeat"))
+    return sorted(by_rate.values(), key=lambda p: float(p.rate_key or 0))
 
 
 @dataclass
@@ -212,8 +240,11 @@ class ThreeWay:
         )
         out = []
         for r in self.rows:
+            label = config(r.config).label[lang]
+            if r.run:
+                label += f"（重复：{r.run}）" if zh else f" (repeat: {r.run})"
             vals = (
-                config(r.config).label[lang],
+                label,
                 f"{r.rate:g}",
                 _f(r.done),
                 _f(r.goodput),
@@ -246,7 +277,12 @@ def summary(tw: ThreeWay, lang: str = "en") -> list[dict[str, str]]:
     out = []
     for name, k in tw.knees.items():
         rows = [r for r in tw.rows if r.config == name and r.valid]
-        met = [r.goodput for r in rows if r.meets_slo and r.goodput is not None]
+        top = k.get("knee_rate")  # an undecided rate above it does not count as met
+        met = [
+            r.goodput
+            for r in rows
+            if r.meets_slo and r.goodput is not None and top is not None and r.rate <= top
+        ]
         best = max(met) if met else None
         g = config(name).gpus
         low = min(rows, key=lambda r: r.rate) if rows else None
@@ -288,10 +324,28 @@ def _rng_text(lo: float | None, hi: float | None, lang: str = "en") -> str:
     return f"{lo:g}-{'?' if hi is None else f'{hi:g}'}"
 
 
-def three_way(records: Mapping[str, Sequence[ServedPoint | Mapping[str, Any]]]) -> ThreeWay:
-    """Knees, rows and verdicts from each config's knee records (configs may be missing)."""
-    knees = {n: pick_knee(list(recs)) for n, recs in records.items() if n in CONFIGS}
+def three_way(
+    records: Mapping[str, Sequence[ServedPoint | Mapping[str, Any]]],
+    repeats: Mapping[str, Mapping[str, Sequence[ServedPoint | Mapping[str, Any]]]] | None = None,
+) -> ThreeWay:
+    """Knees, rows and verdicts from each config's knee records (configs may be missing).
+    ``repeats``: run name -> config -> records of a repeat run on a fresh server; its windows
+    join the main run's in the knee (``merge_runs``) and its rows are listed after them."""
+    reps = repeats or {}
+    merged = {
+        n: merge_runs(recs, *(r[n] for r in reps.values() if n in r))
+        for n, recs in records.items()
+        if n in CONFIGS
+    }
+    knees = {n: pick_knee(list(recs)) for n, recs in merged.items()}
     rows = [r for n in CONFIGS if n in records for r in rate_rows(n, records[n])]
+    rows += [
+        r
+        for run, by_cfg in sorted(reps.items())
+        for n in CONFIGS
+        if n in by_cfg
+        for r in rate_rows(n, by_cfg[n], run)
+    ]
     pred = None
     one = knees.get("one")
     if one and one["knee_rate"] is not None:
@@ -386,7 +440,11 @@ def _tpot_at_shared_rate(rows: Sequence[RateRow]) -> dict[str, str] | None:
     """p99 TPOT of TP=2 and DP=2 at every rate both measured validly; the key is the winner
     at the lowest one (light load: the time per token of one step decides, which TP
     shortens; at high load DP's smaller batch per engine can win instead)."""
-    by = {(r.config, r.rate): r for r in rows if r.valid and r.p99_tpot_ms is not None}
+    by = {
+        (r.config, r.rate): r
+        for r in rows
+        if r.valid and r.p99_tpot_ms is not None and not r.run  # main runs only
+    }
     shared = sorted({r for c, r in by if c == "dp2"} & {r for c, r in by if c == "tp2"})
     if not shared:
         return None

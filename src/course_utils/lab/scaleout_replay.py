@@ -123,12 +123,14 @@ class ConfigReplay:
 class ScaleoutReplay:
     folder: Path
     configs: dict[str, ConfigReplay]
-    three_way: ThreeWay
+    three_way: ThreeWay  # knees over the main run and its repeats together
+    repeats: dict[str, dict[str, ConfigReplay]] = field(default_factory=dict)
 
     def problems(self) -> list[str]:
         """Where the replay disagrees with the run (empty: it re-derives what the run saw)."""
         out = []
-        for c in self.configs.values():
+        every = [*self.configs.values(), *(c for r in self.repeats.values() for c in r.values())]
+        for c in every:
             if c.knee_agrees is False:
                 assert c.run is not None
                 out.append(f"{c.config}: knee {c.knee['why']} != recorded {c.run.knee.get('why')}")
@@ -177,12 +179,10 @@ def _engine_checks(name: str, recs: Sequence[dict[str, Any]], folder: Path) -> l
     return out
 
 
-def replay_scaleout(path: str | Path | None = None) -> ScaleoutReplay:
-    """Every config recorded under ``path`` (default ``RUN_DIR``): records re-checked,
-    knees, per-engine diagnoses and the three-way verdicts re-derived."""
-    folder = run_dir(path)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder}: no recorded lab 03 run (scaleout/<config>/)")
+REPEATS = "repeats"  # <run>/repeats/<name>/scaleout/<config>/: a repeat run on fresh servers
+
+
+def _replay_configs(folder: Path) -> dict[str, ConfigReplay]:
     configs: dict[str, ConfigReplay] = {}
     for name in CONFIGS:
         recs, run = load_config(folder, name)
@@ -192,6 +192,27 @@ def replay_scaleout(path: str | Path | None = None) -> ScaleoutReplay:
         configs[name] = ConfigReplay(
             name, checked, run, pick_knee(checked), _engine_checks(name, checked, folder)
         )
+    return configs
+
+
+def replay_scaleout(path: str | Path | None = None) -> ScaleoutReplay:
+    """Every config recorded under ``path`` (default ``RUN_DIR``): records re-checked,
+    knees, per-engine diagnoses and the three-way verdicts re-derived. Repeat runs under
+    ``<run>/repeats/<name>/`` are replayed the same way, and their windows join the knees."""
+    folder = run_dir(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no recorded lab 03 run (scaleout/<config>/)")
+    configs = _replay_configs(folder)
     if not configs:
         raise FileNotFoundError(f"{folder}: no config recorded (one/, dp2/, tp2/)")
-    return ScaleoutReplay(folder, configs, three_way({n: c.records for n, c in configs.items()}))
+    reps_dir = _root_of(folder) / REPEATS
+    repeats = {
+        d.name: _replay_configs(d / "scaleout")
+        for d in (sorted(reps_dir.iterdir()) if reps_dir.is_dir() else [])
+        if (d / "scaleout").is_dir()
+    }
+    tw = three_way(
+        {n: c.records for n, c in configs.items()},
+        {run: {n: c.records for n, c in cfgs.items()} for run, cfgs in repeats.items()},
+    )
+    return ScaleoutReplay(folder, configs, tw, repeats)

@@ -38,7 +38,12 @@ from course_utils.core import knobs as knobs_mod
 from course_utils.core.records import Scores, ServedPoint, Window, bench_summary
 from course_utils.core.slo import SLO, BenchResult, score
 from course_utils.lab.gridbench import harness_path
-from course_utils.lab.sidebyside_evidence import RUN_FILE, SideBySideError, _experiment_dir
+from course_utils.lab.sidebyside_evidence import (
+    RUN_FILE,
+    SideBySideError,
+    _experiment_dir,
+    combo_params,
+)
 
 __all__ = [
     "DEFAULTS_NAME",
@@ -175,13 +180,7 @@ def read_grid_meta(grid_dir: str | Path) -> dict[str, Any] | None:
 def _params(dirname: str, raw: Mapping[str, Any]) -> dict[str, Any]:
     if raw.get("_benchmark_name") == DEFAULTS_NAME or dirname == f"SERVE--{DEFAULTS_NAME}":
         return {}
-    body = dirname.removeprefix("SERVE-").lstrip("-").split("-BENCH-")[0]
-    params: dict[str, Any] = {}
-    for part in re.split(r"-(?=[A-Za-z_][\w.-]*=)", body):
-        k, sep, v = part.partition("=")
-        if sep:
-            params[k] = raw.get(k, v)
-    return params
+    return combo_params(dirname, raw)
 
 
 def _window(run: Path, raw: dict[str, Any], slo: SLO, index: int) -> Window:

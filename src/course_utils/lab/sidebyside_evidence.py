@@ -417,7 +417,7 @@ def load_vllm_sweep(path: str | Path, slo: SLO) -> list[dict[str, Any]]:
             except (json.JSONDecodeError, BenchResultError) as exc:
                 raise SideBySideError(f"{f}: not a vLLM bench result ({exc})") from None
             # the sweep merges the serve overrides into the result (serve.py _update_run_data)
-            row["params"] = _combo_params(combo.name, raw)
+            row["params"] = combo_params(combo.name, raw)
             row["run_number"] = int(m.group(1))
             rows.append(row)
     if not rows:
@@ -427,7 +427,9 @@ def load_vllm_sweep(path: str | Path, slo: SLO) -> list[dict[str, Any]]:
     return rows
 
 
-def _combo_params(dirname: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+def combo_params(dirname: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A combo's serve parameters from its `vllm bench sweep serve` folder name
+    (``SERVE--k=v-k2=v2``), typed as its result JSON has them."""
     body = dirname.removeprefix("SERVE-").lstrip("-")
     body = body.split("-BENCH-")[0]
     params: dict[str, Any] = {}

@@ -4,7 +4,8 @@
     python tools/gpu/compress_results.py labs/results/h200-2026-11-29 [FOLDER ...]
 
 In each folder (recursively) every ``metrics*.jsonl`` (0.5 s samples of vLLM's /metrics)
-and every ``*.log`` over --min-log-kb becomes ``X.gz`` through core.records.gzip_file (mtime
+and every ``*.log`` over --min-log-kb (but ``commands.log``, the run's own short
+record) becomes ``X.gz`` through core.records.gzip_file (mtime
 0, no file name in the header: the same input gives the same bytes, so re-recording a run
 changes nothing). Readers find the twin through core.records.resolve_path ("the path, or
 its .gz twin"). tools/gpu/collect.py runs this on every run it records; a live run keeps
@@ -26,7 +27,8 @@ MIN_LOG_KB = 64
 def to_compress(folder: Path, min_log_kb: int = MIN_LOG_KB) -> list[Path]:
     """The plain files of ``folder`` that a recorded copy keeps gzipped."""
     series = folder.rglob("metrics*.jsonl")
-    logs = (p for p in folder.rglob("*.log") if p.stat().st_size > min_log_kb * 1024)
+    logs = (p for p in folder.rglob("*.log")
+            if p.name != "commands.log" and p.stat().st_size > min_log_kb * 1024)
     return sorted(p for p in (*series, *logs) if p.is_file())
 
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.records import GZ, is_present
+from course_utils.core.records import GZ, is_present, read_text
 from course_utils.quiz.engine import PKG_DIR, REPO_ROOT, QuizError, _fmt
 
 
@@ -268,7 +268,7 @@ def _logged(p: Mapping[str, Any]) -> tuple[dict[str, float], bool]:
         except QuizError:
             src = None
         if isinstance(src, Path):
-            f = vllm_logs.startup_facts(src.read_text(encoding="utf-8", errors="replace"))
+            f = vllm_logs.startup_facts(read_text(src, errors="replace"))
             if f.kv_cache_gib is not None:
                 facts = {"kv_memory_gib": f.kv_cache_gib}
                 if f.kv_cache_tokens is not None:

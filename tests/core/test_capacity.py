@@ -49,6 +49,7 @@ import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from course_utils.core import vllm_logs  # noqa: E402
+from course_utils.core.records import read_text  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[2] / "labs" / "results"
 H200 = capacity.GPUS["h200"]
@@ -58,8 +59,10 @@ def recorded_starts() -> list[tuple[str, dict, str, int]]:
     """(log, non-default args, entry, logged KV tokens) of every start in the recorded H200
     logs that reached the KV cache."""
     out = []
-    for f in sorted(RESULTS.glob("h200-*/**/*.log")):
-        text = f.read_text(errors="replace")
+    logs = [*RESULTS.glob("h200-*/**/*.log"), *RESULTS.glob("h200-*/**/*.log.gz")]
+    assert any(f.suffix == ".gz" for f in logs)  # recorded long logs are gzipped
+    for f in sorted(logs):
+        text = read_text(f, errors="replace")
         for part in re.split(r"(?=non-default args: )", text)[1:]:
             args = ast.literal_eval(re.match(r"non-default args: (\{[^\n]*\})", part).group(1))
             tokens = vllm_logs.startup_facts(part).kv_cache_tokens

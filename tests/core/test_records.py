@@ -9,11 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from course_utils.core.metrics import load_series, save_series
 from course_utils.core.records import (
     OfflinePoint,
     ServedPoint,
     append_jsonl,
+    gzip_file,
+    is_present,
     read_jsonl,
+    read_text,
+    resolve_path,
 )
 
 RESULTS = Path(__file__).resolve().parents[2] / "labs" / "results"
@@ -35,6 +40,39 @@ def test_store_writes_strict_json_only(tmp_path: Path) -> None:
     line = p.read_text().strip()
     json.loads(line, parse_constant=lambda c: pytest.fail(f"non-finite literal {c}"))
     assert json.loads(line) == {"gain": "inf", "nan": "nan", "nested": [{"x": "-inf"}]}
+
+
+def test_a_recorded_gz_twin_is_read_when_the_plain_file_is_absent(tmp_path: Path) -> None:
+    p = tmp_path / "x.jsonl"
+    append_jsonl(p, {"a": 1})
+    gz = gzip_file(p)
+    assert gz.name == "x.jsonl.gz" and not p.exists()
+    assert resolve_path(p) == gz and is_present(p)
+    assert read_jsonl(p) == [{"a": 1}] and read_text(p) == '{"a": 1}\n'
+    append_jsonl(p, {"plain": True})  # a live run writes plain: the plain file wins
+    assert resolve_path(p) == p and read_jsonl(p) == [{"plain": True}]
+    p.unlink()
+    gz.unlink()  # neither: as before
+    assert resolve_path(p) == p and not is_present(p) and read_jsonl(p) == []
+    with pytest.raises(FileNotFoundError):
+        read_text(p)
+
+
+def test_gzip_is_deterministic_and_a_series_reads_back(tmp_path: Path) -> None:
+    one, two = tmp_path / "1" / "metrics.jsonl", tmp_path / "2" / "metrics.jsonl"
+    for p in (one, two):
+        p.parent.mkdir()
+        p.write_text("é\n" * 1000, encoding="utf-8")
+    a, b = gzip_file(one).read_bytes(), gzip_file(two).read_bytes()
+    assert a == b and a[:2] == b"\x1f\x8b" and len(a) < 200
+    assert a[4:8] == b"\0\0\0\0" and not a[3] & 0x08  # no mtime, no file name
+    src = RESULTS.parent.parent / "src/course_utils/data/examples/comfortable/metrics.jsonl"
+    series = load_series(src)  # recorded gzipped
+    assert not src.exists() and len(series) > 50
+    again = save_series(series, tmp_path / "s.jsonl")
+    assert [s.to_dict() for s in load_series(gzip_file(again))] == [s.to_dict() for s in series]
+    with pytest.raises(FileNotFoundError):
+        load_series(tmp_path / "none.jsonl")
 
 
 @pytest.mark.parametrize("path", sorted(RESULTS.glob("*/*/points.jsonl"))

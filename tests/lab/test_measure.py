@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from course_utils.core import keep
-from course_utils.core.records import ServedPoint, Window, Workload
+from course_utils.core.records import ServedPoint, Window, Workload, read_text
 from course_utils.core.slo import SLO
 from course_utils.core.validity import jit_issue
 from course_utils.core.vllm_logs import parse_sweep_log
@@ -28,7 +28,7 @@ def _server_log(tmp_path: Path) -> tuple[Path, list[tuple[int, int]]]:
     out = tmp_path / "serve.log"
     spans, start, pos = [], None, 0
     with open(out, "wb") as fh:
-        for line in SWEEP_LOG.read_text().splitlines(keepends=True):
+        for line in read_text(SWEEP_LOG).splitlines(keepends=True):
             text = re.sub(r"^\d+\.\d+ ", "", line).encode()
             if "Starting main benchmark run..." in line:
                 start = pos
@@ -56,7 +56,7 @@ def test_a_real_window_with_a_topk_topp_jit_compile_is_invalid(tmp_path: Path) -
     assert not p.valid and keep.best_point([p]) is None
     assert keep.decide([p], 10.0).decision == "undecided"
     # the sweep log's own parse agrees: the compile fell inside the first measured window
-    first = parse_sweep_log(SWEEP_LOG.read_text())["servers"][0]["jit_windows"][0]
+    first = parse_sweep_log(read_text(SWEEP_LOG))["servers"][0]["jit_windows"][0]
     assert first["jit"] == ["_topk_topp_kernel"] and first["main_start"] is not None
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.core.records import ServedPoint, read_jsonl
+from course_utils.core.records import ServedPoint, read_jsonl, read_text
 from course_utils.lab import replay
 
 RUN = Path(__file__).resolve().parents[2] / "labs" / "results" / "h200-2026-11-30"
@@ -27,7 +27,7 @@ def test_every_compile_fell_in_a_warm_up_and_none_inside_a_window() -> None:
             assert [j["kernel"] for j in p.warmup.jit] == ["_topk_topp_kernel"]
             assert p.windows and all(w.jit == [] for w in p.windows)
             # the server log agrees: the one JIT line lies before the first window's bytes
-            log = (RUN / name / "points" / p.key / "serve.log").read_text(errors="replace")
+            log = read_text(RUN / name / "points" / p.key / "serve.log", errors="replace")
             assert log.count("JIT compilation during inference: _topk_topp_kernel") == 1
             assert p.warmup.jit[0]["offset"] < p.windows[0].log_span[0]
 

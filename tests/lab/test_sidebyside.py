@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from course_utils.core import knobs
-from course_utils.core.records import PointPaths
+from course_utils.core.records import PointPaths, read_text
 from course_utils.core.slo import SLO
 from course_utils.core.vllm_logs import parse_sweep_log
 from course_utils.lab.bench import Workload
@@ -349,8 +349,8 @@ def test_bench_cmd_cli_warms_up_like_our_harness(capsys: pytest.CaptureFixture[s
 
 
 def test_sweep_log_counts_jit_only_inside_measured_windows() -> None:
-    t1 = parse_sweep_log((H200_SBS / "sweep-1.log").read_text())
-    t2 = parse_sweep_log((H200_SBS / "sweep-2.log").read_text())
+    t1 = parse_sweep_log(read_text(H200_SBS / "sweep-1.log"))
+    t2 = parse_sweep_log(read_text(H200_SBS / "sweep-2.log"))
     # call 1: 64, 128, 256 measured (one compile each), 1024 cut before its benchmark
     assert [s["jit_in_benchmark"] for s in t1["servers"]] == [1, 1, 1, 0]
     assert t1["jit_in_benchmark"] == 3 and t1["jit_outside_benchmark"] == 0
@@ -470,7 +470,7 @@ C_TUNE = ROOT / "labs" / "results" / "h200-2026-11-29c" / "slo"
 
 
 def test_sweep_log_measured_window_starts_after_the_warm_up() -> None:
-    t = parse_sweep_log((C_SBS / "sweep-1.log").read_text())
+    t = parse_sweep_log(read_text(C_SBS / "sweep-1.log"))
     # each combo: "Warming up with 8 requests...", the Triton compile, then the main run
     assert [s["jit_in_benchmark"] for s in t["servers"]] == [0, 0, 0]
     assert [s["jit_in_warmup"] for s in t["servers"]] == [1, 1, 1]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core import metrics, validity, vllm_logs
-from course_utils.core.records import read_jsonl
+from course_utils.core.records import read_jsonl, read_text
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,7 +85,7 @@ def prefix_replay(q: Any, p: dict[str, Any]) -> None:
 
 
 def jit_window(q: Any, p: dict[str, Any]) -> None:
-    parsed = vllm_logs.parse_sweep_log((ROOT / p["log"]).read_text(errors="replace"))
+    parsed = vllm_logs.parse_sweep_log(read_text(ROOT / p["log"], errors="replace"))
     srv = next(s for s in parsed["servers"] if str(p["server"]) == s["overrides"])
     assert any(w["jit"] for w in srv["jit_windows"]) and srv["jit_in_benchmark"] >= 1
     assert _keys(q) == {"jit"}
@@ -94,7 +94,7 @@ def jit_window(q: Any, p: dict[str, Any]) -> None:
 def kv_preempt(q: Any, p: dict[str, Any]) -> None:
     root = ROOT / p["run"]
     rec = next(r for r in read_jsonl(root / "results.jsonl") if r["value"] == p["value"])
-    stats = vllm_logs.engine_stats((root / "points" / rec["key"] / "llm.log").read_text())
+    stats = vllm_logs.engine_stats(read_text(root / "points" / rec["key"] / "llm.log"))
     first_wait = next(s for s in stats if s.waiting > 0)
     assert stats[0].waiting == 0 and first_wait.kv_usage >= 0.95  # waits start at a full cache
     assert first_wait.running < stats[0].running  # running requests went back to waiting

@@ -8,7 +8,9 @@ what is large: in a `vllm bench serve` result JSON, the per-request lists (`ttft
 `output_lens`, `start_times`, ... written by --save-detailed) larger than --max-list-kb are
 replaced by their summary (n, min, max, mean over all numbers); logs longer than
 --max-log-kb keep their head and tail. Replay reads points.jsonl, tune.jsonl, knee.jsonl, results.jsonl,
-params.json and the metrics series, which are never shrunk.
+params.json and the metrics series, which are never shrunk. Last, every metrics*.jsonl and
+every log over --min-log-kb is gzipped (tools/gpu/compress_results.py: deterministic bytes;
+readers find X.gz when X is absent through core.records.resolve_path).
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ def shrink_bench(path: Path, max_kb: int) -> bool:
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from course_utils.core.vllm_logs import MEMORY_LINE_MARKS  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compress_results import MIN_LOG_KB, compress  # noqa: E402
+
 # vLLM lines kept from the cut middle of a long log: the JIT monitor's compiles (the
 # validity gate's evidence), the periodic engine stats and the start-up memory accounting
 # (a DEBUG capacity-probe log is long)
@@ -79,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("dest", type=Path, help="labs/results/<gpu>-<date>")
     ap.add_argument("--max-list-kb", type=int, default=16)
     ap.add_argument("--max-log-kb", type=int, default=256)
+    ap.add_argument("--min-log-kb", type=int, default=MIN_LOG_KB,
+                    help="gzip logs larger than this (metrics series always)")
     args = ap.parse_args(argv)
     if not args.src.is_dir():
         ap.error(f"{args.src} is not a folder")
@@ -93,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
             shrunk += shrink_bench(p, args.max_list_kb)
     for p in args.dest.rglob("*.log"):
         shrunk += shrink_log(p, args.max_log_kb)
+    gzipped = compress(args.dest, args.min_log_kb)
     total = sum(p.stat().st_size for p in args.dest.rglob("*") if p.is_file())
-    print(f"{args.dest}: {total / 1e6:.1f} MB, {shrunk} file(s) shrunk")
+    print(f"{args.dest}: {total / 1e6:.1f} MB, {shrunk} file(s) shrunk, {len(gzipped)} gzipped")
     return 0
 
 

@@ -30,6 +30,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from course_utils.core import records
+
 # Gauges
 WAITING = "vllm:num_requests_waiting"
 RUNNING = "vllm:num_requests_running"
@@ -306,7 +308,8 @@ def save_series(samples: Iterable[Snapshot], path: str | Path) -> Path:
 
 
 def load_series(path: str | Path) -> list[Snapshot]:
-    lines = Path(path).read_text().splitlines()
+    """The series at ``path`` (or its recorded ``.gz`` twin, records.read_text)."""
+    lines = records.read_text(path).splitlines()
     return [Snapshot.from_dict(json.loads(line)) for line in lines if line.strip()]
 
 

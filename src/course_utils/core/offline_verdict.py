@@ -12,6 +12,7 @@ from typing import Any
 
 from course_utils.core import knobs as knobs_mod
 from course_utils.core.capacity import BLOCK_SIZE, get_gpu
+from course_utils.core.records import is_present, read_text
 from course_utils.core.vllm_logs import EngineStatsLine, engine_stats
 
 __all__ = [
@@ -51,7 +52,7 @@ def point_log(results_dir: str | Path, record: Mapping[str, Any]) -> Path | None
         Path(results_dir) / "points" / str(record.get("key")) / "llm.log",
         Path(str(record.get("log") or "")),
     ):
-        if cand.name == "llm.log" and cand.is_file():
+        if cand.name == "llm.log" and is_present(cand):
             return cand
     return None
 
@@ -80,7 +81,7 @@ def same_batch_gap(
     for r in records:
         log = point_log(results_dir, r) if r.get("status") == "ok" else None
         if log is not None:
-            stats[r["value"]] = engine_stats(log.read_text(errors="replace"))
+            stats[r["value"]] = engine_stats(read_text(log, errors="replace"))
             lines[r["value"]] = kv_timeline(stats[r["value"]])
     if baseline not in stats:
         return None

@@ -5,10 +5,16 @@ Every record a lab writes or a page reads is a dataclass here with ``to_json()``
 mid-line never glues onto the next record; non-finite floats are written as strings, so
 every line is strict JSON) and ``read_jsonl`` the one reader (a torn last line is ignored).
 ``PointPaths`` is the folder layout of a served point.
+
+A recorded run (labs/results/, package examples) keeps its metric series and long logs
+gzipped (tools/gpu/compress_results.py, ``gzip_file``); a live run writes them plain.
+``resolve_path`` is the one rule every reader follows: the path, or its ``.gz`` twin when
+only that exists; ``is_present`` and ``read_text`` build on it.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -21,14 +27,57 @@ from typing import Any
 from course_utils.core.cost import PointCost
 
 __all__ = [
+    "GZ",
     "KNEE_FILE",
     "PointPaths",
     "ProbeRecord",
     "Workload",
     "append_jsonl",
+    "gzip_file",
+    "is_present",
     "jsonable",
     "read_jsonl",
+    "read_text",
+    "resolve_path",
 ]
+
+GZ = ".gz"
+
+
+def resolve_path(path: str | Path) -> Path:
+    """The path, or its ``.gz`` twin when only that exists (the plain file wins); the
+    path itself when neither exists, so a caller's "missing" handling is unchanged."""
+    p = Path(path)
+    if p.suffix == GZ or p.is_file():
+        return p
+    twin = p.with_name(p.name + GZ)
+    return twin if twin.is_file() else p
+
+
+def is_present(path: str | Path) -> bool:
+    """Whether the file or its ``.gz`` twin exists."""
+    return resolve_path(path).is_file()
+
+
+def read_text(path: str | Path, errors: str = "strict") -> str:
+    """The UTF-8 text of the file or of its gzipped twin; FileNotFoundError when neither."""
+    p = resolve_path(path)
+    if p.suffix == GZ:
+        return gzip.decompress(p.read_bytes()).decode("utf-8", errors=errors)
+    return p.read_text(encoding="utf-8", errors=errors)
+
+
+def gzip_file(path: str | Path) -> Path:
+    """Replace ``path`` by ``path.gz``: deterministic bytes (mtime 0, no file name in the
+    header, OS byte "unknown"), so recording a run twice gives identical files."""
+    p = Path(path)
+    data = gzip.compress(p.read_bytes(), compresslevel=9, mtime=0)
+    # byte 9 of the header names the OS; fix it so the bytes do not depend on the platform
+    data = data[:9] + b"\xff" + data[10:]
+    out = p.with_name(p.name + GZ)
+    out.write_bytes(data)
+    p.unlink()
+    return out
 
 
 def jsonable(v: Any) -> Any:
@@ -61,12 +110,12 @@ def append_jsonl(path: str | Path, record: Any) -> None:
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a JSONL file; [] when it is missing; torn or blank lines are skipped."""
-    p = Path(path)
-    if not p.is_file():
+    """The records of a JSONL file (or its ``.gz`` twin); [] when it is missing; torn or
+    blank lines are skipped."""
+    if not is_present(path):
         return []
     out: list[dict[str, Any]] = []
-    for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in read_text(path, errors="replace").splitlines():
         if not line.strip():
             continue
         try:

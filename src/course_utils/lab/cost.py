@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core.cost import PointCost, cost_summary, point_cost
-from course_utils.core.records import PointPaths, ServedPoint, read_jsonl
+from course_utils.core.records import PointPaths, ServedPoint, read_jsonl, read_text
 from course_utils.core.vllm_logs import log_stamps, stamp_datetime
 
 __all__ = ["bench_startup_s", "bench_startups", "recorded_costs", "run_cost"]
@@ -40,7 +40,7 @@ def bench_startup_s(log: Path, started_at: float, year: int, utc_offset_s: float
     """Seconds from a bench call's start (Unix time) to the first vLLM log stamp in its log
     (local time of the recording host, ``utc_offset_s`` ahead of UTC)."""
     try:
-        stamps = log_stamps(log.read_text(errors="replace"))
+        stamps = log_stamps(read_text(log, errors="replace"))
     except OSError:
         return None
     if not stamps:

@@ -269,6 +269,7 @@ def _jit_from_sweep_logs(exp: Path, points: Sequence[ServedPoint]) -> None:
     that finished a benchmark holds its runs (an earlier one was cut by a time budget)."""
     import ast
 
+    from course_utils.core.records import read_text
     from course_utils.core.validity import jit_issue
     from course_utils.core.vllm_logs import parse_sweep_log
     from course_utils.lab.sidebyside_evidence import _find_sweep_logs
@@ -276,7 +277,7 @@ def _jit_from_sweep_logs(exp: Path, points: Sequence[ServedPoint]) -> None:
     logs = _find_sweep_logs([exp.parent, exp.parent.parent])
     last: dict[str, list[dict[str, Any]]] = {}
     for f in logs:
-        for srv in parse_sweep_log(f.read_text(errors="replace"))["servers"]:
+        for srv in parse_sweep_log(read_text(f, errors="replace"))["servers"]:
             try:
                 over = ast.literal_eval(srv["overrides"] or "{}")
             except (ValueError, SyntaxError):

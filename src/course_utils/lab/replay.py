@@ -25,7 +25,7 @@ from typing import Any
 
 from course_utils.core.keep import as_point, decide, next_knob, objective_value
 from course_utils.core.metrics import load_series
-from course_utils.core.records import PointPaths, ServedPoint, Workload
+from course_utils.core.records import PointPaths, ServedPoint, Workload, is_present
 from course_utils.core.records import read_jsonl as load_jsonl
 from course_utils.core.validity import (
     prefix_cache_hit_rate,
@@ -99,7 +99,7 @@ def _recheck_window(
     if cover:
         issues.append(cover)
     hit = w.get("prefix_cache_hit_rate")
-    if series.is_file():
+    if is_present(series):
         hit = prefix_cache_hit_rate(load_series(series))
     why = prefix_cache_issue(hit, wl) if wl else None
     if why:

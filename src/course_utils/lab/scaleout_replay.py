@@ -16,7 +16,7 @@ from typing import Any
 from course_utils.core.diagnose import diagnose_engines
 from course_utils.core.keep import pick_knee
 from course_utils.core.metrics import load_series
-from course_utils.core.records import PointPaths, ServedPoint, read_jsonl
+from course_utils.core.records import PointPaths, ServedPoint, is_present, read_jsonl
 from course_utils.core.scaleout import (
     CONFIGS,
     RUN_DIR,
@@ -153,7 +153,7 @@ def _engine_checks(name: str, recs: Sequence[dict[str, Any]], folder: Path) -> l
         slo = SLO.parse(p.slo)
         for w in p.windows:
             series, bench = paths.metrics(w.index), paths.bench_json(w.index)
-            if not (w.ok and w.engines and series.is_file() and bench.is_file()):
+            if not (w.ok and w.engines and is_present(series) and bench.is_file()):
                 continue
             ev = w.diagnosis.get("evidence") or {}
             mns, mnbt = ev.get("max_num_seqs"), ev.get("max_num_batched_tokens")

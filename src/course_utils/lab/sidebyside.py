@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core import knobs as knobs_mod
+from course_utils.core.records import is_present, read_text
 from course_utils.core.slo import SLO
 from course_utils.core.vllm_logs import parse_sweep_log
 from course_utils.lab.bench import Workload, bench_args
@@ -468,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     elif a.cmd == "timing":
-        log = Path(a.log).read_text(errors="replace") if Path(a.log).exists() else ""
+        log = read_text(a.log, errors="replace") if is_present(a.log) else ""
         tim = _add_call(Path(a.out), log, a.call_wall_s, a.rc)
         print(
             f"timing: {tim['server_starts']} server start(s), {tim['wall_s']:.0f} s wall "

@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core import knobs as knobs_mod
+from course_utils.core.records import GZ, is_present
+from course_utils.core.records import read_text as read_recorded
 from course_utils.core.slo import SLO, BenchResult, BenchResultError, score
 from course_utils.core.vllm_logs import JIT_LINE, engine_init_times, parse_sweep_log
 from course_utils.core.vllm_logs import log_stamps as _stamps
 
 BENCH_CMD_FILE = "bench_cmd.txt"
-SWEEP_LOG = re.compile(r"^sweep-(\d+)\.log$")
+SWEEP_LOG = re.compile(r"^sweep-(\d+)\.log(?:\.gz)?$")  # a recorded copy gzips long logs
 
 
 class SideBySideError(ValueError):
@@ -56,7 +58,7 @@ def _local_file(
     for cand in ([d / "points" / key / name] if key else []) + (
         [Path(recorded)] if recorded else []
     ):
-        if cand.is_file():
+        if is_present(cand):
             return cand
     return None
 
@@ -121,7 +123,7 @@ def sweep_log_evidence(logs: Sequence[str | Path]) -> dict[str, Any]:
     per: dict[str, dict[str, Any]] = {}
     total = outside = warm = 0
     for f in logs:
-        t = parse_sweep_log(Path(f).read_text(errors="replace"))
+        t = parse_sweep_log(read_recorded(f, errors="replace"))
         total += t["jit_in_benchmark"]
         warm += t["jit_in_warmup"]
         outside += t["jit_outside_benchmark"]
@@ -152,7 +154,7 @@ def _find_sweep_logs(dirs: Sequence[Path]) -> list[Path]:
     """side_by_side.sh's sweep-<call>.log files of the first folder that has any, by call."""
     for d in dirs:
         logs = {
-            int(m.group(1)): f
+            int(m.group(1)): f.with_name(f.name.removesuffix(GZ))
             for f in d.iterdir()
             if f.is_file() and (m := SWEEP_LOG.match(f.name))
         }
@@ -205,11 +207,13 @@ def _our_jit(d: Path, points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         bench = _local_file(d, files.get("bench_log"), key, "bench.log")
         if serve is None or bench is None:
             continue
-        start = _stamps(bench.read_text(errors="replace"))
+        start = _stamps(read_recorded(bench, errors="replace"))
         if not start:
             continue
         # "MM-DD HH:MM:SS" sorts as text (within one year)
-        jit = [line for line in serve.read_text(errors="replace").splitlines() if JIT_LINE in line]
+        jit = [
+            line for line in read_recorded(serve, errors="replace").splitlines() if JIT_LINE in line
+        ]
         per[str(key)] = sum(1 for line in jit if any(st >= start[0] for st in _stamps(line)))
         warm += len(jit) - per[str(key)]
     return {
@@ -511,7 +515,7 @@ def engine_init(logs: Sequence[str | Path]) -> dict[str, Any]:
     """Engine start-ups logged in `logs` (vLLM's "init engine ... took X s (compilation:
     Y s)"): how many, and their seconds summed. Part of each side's GPU minutes that depends
     on the torch.compile cache (cold or warm), not on the tool."""
-    times = [t for f in logs for t in engine_init_times(Path(f).read_text(errors="replace"))]
+    times = [t for f in logs for t in engine_init_times(read_recorded(f, errors="replace"))]
     return {
         "starts": len(times),
         "init_s": round(sum(t for t, _ in times), 2),

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from course_utils.core.records import GZ, is_present, read_text
 from course_utils.quiz.engine import PKG_DIR, REPO_ROOT, QuizError, _fmt
 
 
@@ -15,17 +16,19 @@ def resolve_path(p: str | Path) -> Path:
     """A data path from YAML: absolute, relative to the repo root, or to the package data.
 
     A glob (``labs/results/h200-*/metrics.jsonl``) picks the last match in sorted order, so
-    the newest recorded run wins once it lands.
+    the newest recorded run wins once it lands. A file recorded gzipped (``X.jsonl.gz``) is
+    found as ``X.jsonl`` (core.records.resolve_path reads it).
     """
     text = str(p)
     bases = [Path("/")] if Path(text).is_absolute() else [REPO_ROOT, PKG_DIR / "data"]
     for base in bases:
         rel = text.lstrip("/") if base == Path("/") else text
         if any(ch in rel for ch in "*?["):
-            hits = sorted(base.glob(rel))
+            found = {h.with_name(h.name.removesuffix(GZ)) for h in base.glob(rel + GZ)}
+            hits = sorted(found | set(base.glob(rel)))
             if hits:
                 return hits[-1]
-        elif (base / rel).exists():
+        elif (base / rel).exists() or is_present(base / rel):
             return base / rel
     raise QuizError(f"data file {text!r} not found (looked in the repo and package data)")
 
@@ -85,7 +88,7 @@ def recorded_point(p: Mapping[str, Any]) -> dict[str, Any] | None:
         knobs_ = rec.get("knobs") or {}
         if rec.get("key") and all(knobs_.get(k) == v for k, v in want.items()):
             d = root / "points" / rec["key"]
-            if (d / "bench.json").is_file() and (d / "metrics.jsonl").is_file():
+            if (d / "bench.json").is_file() and is_present(d / "metrics.jsonl"):
                 found = {
                     "bench": d / "bench.json",
                     "series": d / "metrics.jsonl",
@@ -265,7 +268,7 @@ def _logged(p: Mapping[str, Any]) -> tuple[dict[str, float], bool]:
         except QuizError:
             src = None
         if isinstance(src, Path):
-            f = vllm_logs.startup_facts(src.read_text(encoding="utf-8", errors="replace"))
+            f = vllm_logs.startup_facts(read_text(src, errors="replace"))
             if f.kv_cache_gib is not None:
                 facts = {"kv_memory_gib": f.kv_cache_gib}
                 if f.kv_cache_tokens is not None:

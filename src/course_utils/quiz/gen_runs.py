@@ -396,9 +396,10 @@ def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: log (a `vllm bench sweep serve` log), result (that server's run=0.json),
     server (its overrides). Answer: the window held a JIT compile (core.vllm_logs)."""
     from course_utils.core import vllm_logs
+    from course_utils.core.records import read_text
 
     log = resolve_path(p["log"])
-    parsed = vllm_logs.parse_sweep_log(log.read_text(encoding="utf-8", errors="replace"))
+    parsed = vllm_logs.parse_sweep_log(read_text(log, errors="replace"))
     want = dict(p["server"])
     srv = next((s for s in parsed["servers"] if _overrides(s["overrides"]) == want), None)
     if srv is None:
@@ -479,7 +480,7 @@ def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: run (a recorded lab 01 folder), value (the knob value). Answer: preemption,
     read from vLLM's 10 s stats lines (core.vllm_logs.engine_stats)."""
     from course_utils.core import vllm_logs
-    from course_utils.core.records import read_jsonl
+    from course_utils.core.records import read_jsonl, read_text
 
     root = resolve_path(p["run"])
     rec = next(
@@ -493,7 +494,7 @@ def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
     if rec is None:
         raise QuizError(f"kv_preempt: no point {p.get('value')} in {root}")
     log = root / "points" / str(rec["key"]) / "llm.log"
-    stats = vllm_logs.engine_stats(log.read_text(encoding="utf-8", errors="replace"))
+    stats = vllm_logs.engine_stats(read_text(log, errors="replace"))
     full = next((s for s in stats if s.waiting > 0), None)
     peak = max(stats, key=lambda s: s.waiting) if stats else None
     if full is None or peak is None or stats[0].waiting or full.kv_usage < 0.95:

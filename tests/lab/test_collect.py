@@ -1,0 +1,85 @@
+"""tools/gpu/collect.py and compress_results.py: a recorded run keeps its metric series and
+long logs gzipped, byte for byte the same each time, and every reader still finds them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from course_utils.core.metrics import load_series
+from course_utils.core.records import is_present, read_text
+
+ROOT = Path(__file__).resolve().parents[2]
+COLLECT = ROOT / "tools" / "gpu" / "collect.py"
+COMPRESS = ROOT / "tools" / "gpu" / "compress_results.py"
+SERIES = '{"t":1.0,"values":{"vllm:num_requests_running":2.0}}\n'
+
+
+def _fetched(run: Path) -> Path:
+    pt = run / "slo" / "points" / "abc"
+    pt.mkdir(parents=True)
+    (pt / "metrics.jsonl").write_text(SERIES * 50)
+    (pt / "metrics-w1.jsonl").write_text(SERIES * 60)
+    (pt / "serve.log").write_text("INFO engine line\n" * 6000)  # ~100 KB
+    (pt / "bench.log").write_text("short\n")
+    (pt / "bench.json").write_text('{"completed": 1}')
+    (run / "commands.log").write_text("lab 01\n")
+    for p in run.rglob("*"):
+        if p.is_file():
+            p.chmod(0o444)  # fetched files are read-only
+    return run
+
+
+def _collect(src: Path, dest: Path) -> dict[str, bytes]:
+    subprocess.run([sys.executable, str(COLLECT), str(src), str(dest)], check=True,
+                   capture_output=True, text=True)
+    return {str(p.relative_to(dest)): p.read_bytes() for p in dest.rglob("*") if p.is_file()}
+
+
+def test_collect_gzips_series_and_long_logs_the_same_way_each_time(tmp_path: Path) -> None:
+    src = _fetched(tmp_path / "labrun")
+    a = _collect(src, tmp_path / "a")
+    assert sorted(a) == [
+        "commands.log",
+        "slo/points/abc/bench.json",
+        "slo/points/abc/bench.log",
+        "slo/points/abc/metrics-w1.jsonl.gz",
+        "slo/points/abc/metrics.jsonl.gz",
+        "slo/points/abc/serve.log.gz",
+    ]
+    assert all(v[:2] == b"\x1f\x8b" for k, v in a.items() if k.endswith(".gz"))
+    assert _collect(src, tmp_path / "b") == a  # another folder, another time: same bytes
+    assert _collect(src, tmp_path / "a") == a  # recorded again over itself
+    pt = tmp_path / "a" / "slo" / "points" / "abc"
+    assert len(load_series(pt / "metrics.jsonl")) == 50
+    assert len(load_series(pt / "metrics-w1.jsonl")) == 60
+    assert is_present(pt / "serve.log")
+    assert read_text(pt / "serve.log") == (src / "slo/points/abc/serve.log").read_text()
+
+
+def test_compress_results_leaves_small_logs_and_gzipped_files(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(SERIES)
+    (run / "sweep-1.log").write_text("x" * 1000)
+    subprocess.run([sys.executable, str(COMPRESS), str(run)], check=True, capture_output=True)
+    first = (run / "metrics.jsonl.gz").read_bytes()
+    out = subprocess.run([sys.executable, str(COMPRESS), str(run), "--min-log-kb", "0"],
+                         check=True, capture_output=True, text=True).stdout
+    assert "1 file(s) gzipped" in out  # only the log: the .gz is not gzipped again
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl.gz", "sweep-1.log.gz"]
+    assert (run / "metrics.jsonl.gz").read_bytes() == first
+    bad = subprocess.run([sys.executable, str(COMPRESS), str(tmp_path / "nope")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "is not a folder" in bad.stderr
+
+
+def test_recorded_runs_keep_series_and_long_logs_gzipped() -> None:
+    sys.path.insert(0, str(COMPRESS.parent))
+    from compress_results import to_compress
+
+    folders = [*sorted((ROOT / "labs" / "results").iterdir()),
+               ROOT / "src" / "course_utils" / "data" / "examples"]
+    plain = [p.relative_to(ROOT) for d in folders if d.is_dir() for p in to_compress(d)]
+    assert not plain, f"run tools/gpu/compress_results.py on these: {plain}"

@@ -206,7 +206,8 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
         workload=workload,
         slo=slo,
         out_dir=a.out,
-        base_knobs=a.base_knobs,
+        # the rehearsed knobs when --rehearse-gpu set them, else --base as given
+        base_knobs=getattr(a, "base_knobs", None) or _parse_assign(a.base, False),
         resume=a.resume,
         patience=a.patience,
         server_kwargs=server_kwargs,

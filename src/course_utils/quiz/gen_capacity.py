@@ -206,36 +206,84 @@ def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _same_batch_points(
+    src: Any, base: Any, cand: Any
+) -> tuple[dict[Any, dict[str, Any]], dict[str, str]]:
+    """same_batch_spread's points {value: {tok_s, gen_before_full}, "window": {from_s, to_s}}
+    and the (en, zh) note naming the recorded run ("" for inline data)."""
+    from course_utils.core import keep
+    from course_utils.core.records import read_jsonl
+
+    if not isinstance(src, Path):
+        pts = {(k if k == "window" else float(k)): dict(v) for k, v in src.items()}
+        return pts, {"en": "", "zh": ""}
+    recs = read_jsonl(src / "results.jsonl")
+    spread = keep.same_batch_gap(src, recs, baseline=base)
+    if spread is None:
+        raise QuizError(f"same_batch_spread: no engine stats for {base!r} in {src}")
+    tok = {r["value"]: r["output_tok_s"] for r in recs if r.get("status") == "ok"}
+    sm = spread["shared_means"][cand]
+    lo, hi = spread["windows_s"][cand]
+    pts = {
+        base: {"tok_s": tok[base], "gen_before_full": sm["baseline"]},
+        cand: {"tok_s": tok[cand], "gen_before_full": sm["value"]},
+        "window": {"from_s": lo, "to_s": hi},
+    }
+    where = {
+        "en": f" (the recorded run {src.parent.name})",
+        "zh": f"（已录制的实测 {src.parent.name}）",
+    }
+    return pts, where
+
+
+def _same_batch_choices(base: Any, cand: Any, gap: float, overall: float) -> list[dict[str, Any]]:
+    """The four choices of same_batch_spread (the first is right)."""
+    return _opts(
+        [
+            (
+                {
+                    "en": f"No verdict: a {gap:+.0%} gap before the caches filled exceeds the effect",
+                    "zh": f"下不了结论：cache 填满前就有 {gap:+.0%} 的差距，比效应还大",
+                },
+                True,
+                "spread",
+            ),
+            (
+                {
+                    "en": f"Keep {base}: the smaller KV pool is {-overall:.0%} faster over the pass",
+                    "zh": f"保留 {base}：整轮来看，KV 池小一些反而快 {-overall:.0%}",
+                },
+                False,
+                "keep-base",
+            ),
+            (
+                {
+                    "en": f"Revert to {base}: {cand} preempts more because its pool is larger",
+                    "zh": f"退回 {base}：{cand} 的池子更大，所以抢占更多",
+                },
+                False,
+                "preempt",
+            ),
+            (
+                {
+                    "en": "Ignore the knob: the KV cache did not bind, so it could not matter",
+                    "zh": "不必理会这个旋钮：KV cache 没成为瓶颈，它不可能起作用",
+                },
+                False,
+                "no-bind",
+            ),
+        ]
+    )
+
+
 @generator("same_batch_spread")
 def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: run (a recorded lab 01 knobs folder, or inline {value: {tok_s,
     gen_before_full, kv_full_at_s}}), baseline, candidate, min_gain. Answer: the gap before
     the KV cache filled is larger than the effect, so the run cannot judge the knob."""
-    from course_utils.core import keep
-    from course_utils.core.records import read_jsonl
-
     src = _data(p, "run")
     base, cand = p["baseline"], p["candidate"]
-    where = {"en": "", "zh": ""}
-    if isinstance(src, Path):
-        recs = read_jsonl(src / "results.jsonl")
-        spread = keep.same_batch_gap(src, recs, baseline=base)
-        if spread is None:
-            raise QuizError(f"same_batch_spread: no engine stats for {base!r} in {src}")
-        tok = {r["value"]: r["output_tok_s"] for r in recs if r.get("status") == "ok"}
-        sm = spread["shared_means"][cand]
-        lo, hi = spread["windows_s"][cand]
-        pts = {
-            base: {"tok_s": tok[base], "gen_before_full": sm["baseline"]},
-            cand: {"tok_s": tok[cand], "gen_before_full": sm["value"]},
-            "window": {"from_s": lo, "to_s": hi},
-        }
-        where = {
-            "en": f" (the recorded run {src.parent.name})",
-            "zh": f"（已录制的实测 {src.parent.name}）",
-        }
-    else:
-        pts = {(k if k == "window" else float(k)): dict(v) for k, v in src.items()}
+    pts, where = _same_batch_points(src, base, cand)
     b, c = pts[base], pts[cand]
     overall = c["tok_s"] / b["tok_s"] - 1.0
     gap = c["gen_before_full"] / b["gen_before_full"] - 1.0
@@ -258,42 +306,7 @@ def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
             f"{_fmt(round(b['gen_before_full']))} 对 {_fmt(round(c['gen_before_full']))} tok/s。"
             "结论是什么？",
         },
-        "choices": _opts(
-            [
-                (
-                    {
-                        "en": f"No verdict: a {gap:+.0%} gap before the caches filled exceeds the effect",
-                        "zh": f"下不了结论：cache 填满前就有 {gap:+.0%} 的差距，比效应还大",
-                    },
-                    True,
-                    "spread",
-                ),
-                (
-                    {
-                        "en": f"Keep {base}: the smaller KV pool is {-overall:.0%} faster over the pass",
-                        "zh": f"保留 {base}：整轮来看，KV 池小一些反而快 {-overall:.0%}",
-                    },
-                    False,
-                    "keep-base",
-                ),
-                (
-                    {
-                        "en": f"Revert to {base}: {cand} preempts more because its pool is larger",
-                        "zh": f"退回 {base}：{cand} 的池子更大，所以抢占更多",
-                    },
-                    False,
-                    "preempt",
-                ),
-                (
-                    {
-                        "en": "Ignore the knob: the KV cache did not bind, so it could not matter",
-                        "zh": "不必理会这个旋钮：KV cache 没成为瓶颈，它不可能起作用",
-                    },
-                    False,
-                    "no-bind",
-                ),
-            ]
-        ),
+        "choices": _same_batch_choices(base, cand, gap, overall),
         "explain": {
             "en": f"Until a cache fills, every value of a capacity knob runs the same batch, so "
             f"the {gap:+.0%} gap there cannot come from the knob. This run does not say "

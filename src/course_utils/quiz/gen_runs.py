@@ -289,13 +289,11 @@ def _g_ttft_split(p: Mapping[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------- can you trust it?
 
 
-@generator("prefix_replay")
-def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: knee (a recorded knee-scan dir with rate-*/{bench.json, metrics.jsonl}).
-    Answer: the rates whose prefix-cache hit rate (core.validity) marks them replayed."""
+def _replay_rows(root: Path) -> list[dict[str, float]]:
+    """prefix_replay's rows {rate, p99 (TTFT ms), hit (prefix-cache hit rate)} of a recorded
+    knee scan, by rate."""
     from course_utils.core import metrics, validity
 
-    root = resolve_path(p["knee"])
     rows = []
     for d in sorted(root.glob("rate-*"), key=lambda x: float(x.name.split("-", 1)[1])):
         b = json.loads((d / "bench.json").read_text(encoding="utf-8"))
@@ -303,22 +301,13 @@ def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
         rows.append(
             {"rate": float(d.name.split("-", 1)[1]), "p99": b["p99_ttft_ms"], "hit": hit or 0.0}
         )
-    bad = [r for r in rows if r["hit"] > validity.REPLAY_HIT_RATE]
-    if not bad or len(bad) == len(rows):
-        raise QuizError("prefix_replay: needs both replayed and fresh rates")
-    where = run_name(root)
-    listing = {
-        "en": "; ".join(
-            f"{_fmt(r['rate'])} req/s: p99 TTFT {r['p99']:.0f} ms, hits {r['hit']:.1%}"
-            for r in rows
-        )
-        + ".",
-        "zh": "；".join(
-            f"{_fmt(r['rate'])} req/s：p99 TTFT {r['p99']:.0f} ms，命中率 {r['hit']:.1%}"
-            for r in rows
-        )
-        + "。",
-    }
+    return rows
+
+
+def _replay_choices(
+    rows: list[dict[str, float]], bad: list[dict[str, float]]
+) -> list[dict[str, Any]]:
+    """The four choices of prefix_replay (the first is right)."""
     bad_rates = "/".join(_fmt(r["rate"]) for r in bad)
     opts = [
         (
@@ -354,6 +343,33 @@ def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
             "cold",
         ),
     ]
+    return _opts(opts)
+
+
+@generator("prefix_replay")
+def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: knee (a recorded knee-scan dir with rate-*/{bench.json, metrics.jsonl}).
+    Answer: the rates whose prefix-cache hit rate (core.validity) marks them replayed."""
+    from course_utils.core import validity
+
+    root = resolve_path(p["knee"])
+    rows = _replay_rows(root)
+    bad = [r for r in rows if r["hit"] > validity.REPLAY_HIT_RATE]
+    if not bad or len(bad) == len(rows):
+        raise QuizError("prefix_replay: needs both replayed and fresh rates")
+    where = run_name(root)
+    listing = {
+        "en": "; ".join(
+            f"{_fmt(r['rate'])} req/s: p99 TTFT {r['p99']:.0f} ms, hits {r['hit']:.1%}"
+            for r in rows
+        )
+        + ".",
+        "zh": "；".join(
+            f"{_fmt(r['rate'])} req/s：p99 TTFT {r['p99']:.0f} ms，命中率 {r['hit']:.1%}"
+            for r in rows
+        )
+        + "。",
+    }
     return {
         "type": "single",
         "prompt": {
@@ -364,7 +380,7 @@ def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
             f"在同一个服务器上、用同一个 `--seed`。每段的 prefix cache 命中 / 查询："
             f"{listing['zh']}这个拐点可信吗？",
         },
-        "choices": _opts(opts),
+        "choices": _replay_choices(rows, bad),
         "explain": {
             "en": "The same seed sent the same random prompts at every rate, and the server "
             "kept their KV from the previous rate: at a hit rate above "
@@ -391,25 +407,8 @@ def _overrides(text: Any) -> Any:
         return None
 
 
-@generator("jit_window")
-def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: log (a `vllm bench sweep serve` log), result (that server's run=0.json),
-    server (its overrides). Answer: the window held a JIT compile (core.vllm_logs)."""
-    from course_utils.core import vllm_logs
-    from course_utils.core.records import read_text
-
-    log = resolve_path(p["log"])
-    parsed = vllm_logs.parse_sweep_log(read_text(log, errors="replace"))
-    want = dict(p["server"])
-    srv = next((s for s in parsed["servers"] if _overrides(s["overrides"]) == want), None)
-    if srv is None:
-        raise QuizError(f"jit_window: no server {want} in {log}")
-    kernels = sorted({k for w in srv["jit_windows"] for k in w["jit"]})
-    if not kernels:
-        raise QuizError("jit_window: that server's measured windows hold no JIT compile")
-    res = json.loads(resolve_path(p["result"]).read_text(encoding="utf-8"))
-    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in want.items())
-    k = kernels[0]
+def _jit_choices() -> list[dict[str, Any]]:
+    """The four choices of jit_window (the first is right)."""
     opts = [
         (
             {
@@ -444,6 +443,28 @@ def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
             "cap",
         ),
     ]
+    return _opts(opts)
+
+
+@generator("jit_window")
+def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: log (a `vllm bench sweep serve` log), result (that server's run=0.json),
+    server (its overrides). Answer: the window held a JIT compile (core.vllm_logs)."""
+    from course_utils.core import vllm_logs
+    from course_utils.core.records import read_text
+
+    log = resolve_path(p["log"])
+    parsed = vllm_logs.parse_sweep_log(read_text(log, errors="replace"))
+    want = dict(p["server"])
+    srv = next((s for s in parsed["servers"] if _overrides(s["overrides"]) == want), None)
+    if srv is None:
+        raise QuizError(f"jit_window: no server {want} in {log}")
+    kernels = sorted({k for w in srv["jit_windows"] for k in w["jit"]})
+    if not kernels:
+        raise QuizError("jit_window: that server's measured windows hold no JIT compile")
+    res = json.loads(resolve_path(p["result"]).read_text(encoding="utf-8"))
+    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in want.items())
+    k = kernels[0]
     return {
         "type": "single",
         "prompt": {
@@ -459,7 +480,7 @@ def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
             f"during inference: {k}`。这次报告 p99 TTFT {_fmt(round(res['p99_ttft_ms']))} ms。"
             "这个数能拿去和别的配置比吗？",
         },
-        "choices": _opts(opts),
+        "choices": _jit_choices(),
         "explain": {
             "en": f"vLLM compiles `{k}` the first time a sampling batch needs it, once per "
             "process (vllm/utils/jit_monitor.py warns about it), so a run without warm-up "
@@ -475,36 +496,33 @@ def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-@generator("kv_preempt")
-def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: run (a recorded lab 01 folder), value (the knob value). Answer: preemption,
-    read from vLLM's 10 s stats lines (core.vllm_logs.engine_stats)."""
+def _preempt_stats(root: Path, value: Any) -> tuple[dict[str, Any], list[Any], Any, Any]:
+    """kv_preempt's recorded point at `value`, its 10 s stats lines,
+    the first line with a queue (KV full) and the one with the longest queue."""
     from course_utils.core import vllm_logs
     from course_utils.core.records import read_jsonl, read_text
 
-    root = resolve_path(p["run"])
     rec = next(
         (
             r
             for r in read_jsonl(root / "results.jsonl")
-            if r.get("value") == p["value"] and r.get("status") == "ok"
+            if r.get("value") == value and r.get("status") == "ok"
         ),
         None,
     )
     if rec is None:
-        raise QuizError(f"kv_preempt: no point {p.get('value')} in {root}")
+        raise QuizError(f"kv_preempt: no point {value} in {root}")
     log = root / "points" / str(rec["key"]) / "llm.log"
     stats = vllm_logs.engine_stats(read_text(log, errors="replace"))
     full = next((s for s in stats if s.waiting > 0), None)
     peak = max(stats, key=lambda s: s.waiting) if stats else None
     if full is None or peak is None or stats[0].waiting or full.kv_usage < 0.95:
         raise QuizError("kv_preempt: the stats show no wait that starts with a full KV cache")
-    first = stats[0]
-    n = rec.get("load_prompts")
-    rows = "; ".join(
-        f"t={s.t_s} s: Running {s.running}, Waiting {s.waiting}, KV {s.kv_usage:.1%}"
-        for s in (first, full, peak)
-    )
+    return rec, stats, full, peak
+
+
+def _preempt_choices() -> list[dict[str, Any]]:
+    """The four choices of kv_preempt (the first is right)."""
     opts = [
         (
             {
@@ -539,6 +557,21 @@ def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
             "budget",
         ),
     ]
+    return _opts(opts)
+
+
+@generator("kv_preempt")
+def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: run (a recorded lab 01 folder), value (the knob value). Answer: preemption,
+    read from vLLM's 10 s stats lines (core.vllm_logs.engine_stats)."""
+    root = resolve_path(p["run"])
+    rec, stats, full, peak = _preempt_stats(root, p["value"])
+    first = stats[0]
+    n = rec.get("load_prompts")
+    rows = "; ".join(
+        f"t={s.t_s} s: Running {s.running}, Waiting {s.waiting}, KV {s.kv_usage:.1%}"
+        for s in (first, full, peak)
+    )
     return {
         "type": "single",
         "prompt": {
@@ -549,7 +582,7 @@ def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
             f"{p['value']}`：{n} 个请求一次性提交，之后不再有新请求。vLLM 每 10 秒的统计行："
             f"{rows}。为什么会有请求在等？",
         },
-        "choices": _opts(opts),
+        "choices": _preempt_choices(),
         "explain": {
             "en": f"Nothing new arrived, and the running count fell below its start of "
             f"{first.running}, so neither arrivals nor the cap explain the queue. It starts "

@@ -87,6 +87,31 @@ def _percentiles(values: Sequence[float]) -> tuple[float | None, float | None]:
 # --------------------------------------------------------------------------------------
 
 
+def _load_convos(convos: Sequence[Any], n: int) -> list[Any]:
+    """The speed pass's n chats: the eval chats cycled, each prompt made unique."""
+    load_convos = []
+    for i in range(n):
+        msgs = [dict(m) for m in convos[i % len(convos)]]
+        msgs[-1]["content"] = f"({i}) {msgs[-1]['content']}"  # no two prompts identical
+        load_convos.append(msgs)
+    return load_convos
+
+
+def _request_times(louts: Iterable[Any]) -> tuple[list[float], list[float]]:
+    """Per-request latency and TTFT (s) from vLLM's RequestOutput.metrics timestamps;
+    requests without them are skipped."""
+    lat: list[float] = []
+    ttft: list[float] = []
+    for o in louts:
+        m = getattr(o, "metrics", None)
+        if m is None or not getattr(m, "queued_ts", 0) or not getattr(m, "last_token_ts", 0):
+            continue
+        lat.append(m.last_token_ts - m.queued_ts)
+        if getattr(m, "first_token_ts", 0):
+            ttft.append(m.first_token_ts - m.queued_ts)
+    return lat, ttft
+
+
 def _child(spec: Mapping[str, Any]) -> dict[str, Any]:
     from vllm import LLM, SamplingParams
 
@@ -122,11 +147,7 @@ def _child(spec: Mapping[str, Any]) -> dict[str, Any]:
 
     # 2) speed: a fixed batch, every request generates exactly load_max_tokens
     n = int(spec.get("load_prompts", 256))
-    load_convos = []
-    for i in range(n):
-        msgs = [dict(m) for m in convos[i % len(convos)]]
-        msgs[-1]["content"] = f"({i}) {msgs[-1]['content']}"  # no two prompts identical
-        load_convos.append(msgs)
+    load_convos = _load_convos(convos, n)
     sp_load = SamplingParams(
         temperature=temperature,
         max_tokens=int(spec.get("load_max_tokens") or max_tokens),
@@ -138,14 +159,7 @@ def _child(spec: Mapping[str, Any]) -> dict[str, Any]:
     load_s = time.monotonic() - t2
     gen = sum(len(o.outputs[0].token_ids) for o in louts)
     prompt_lens = [len(o.prompt_token_ids or ()) for o in louts]
-    lat, ttft = [], []
-    for o in louts:
-        m = getattr(o, "metrics", None)
-        if m is None or not getattr(m, "queued_ts", 0) or not getattr(m, "last_token_ts", 0):
-            continue
-        lat.append(m.last_token_ts - m.queued_ts)
-        if getattr(m, "first_token_ts", 0):
-            ttft.append(m.first_token_ts - m.queued_ts)
+    lat, ttft = _request_times(louts)
     p50, p99 = _percentiles(lat)
     t50, t99 = _percentiles(ttft)
 

@@ -390,7 +390,7 @@ def _non_negative(s: str) -> int:
     return n
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m course_utils.lab.sidebyside", description=__doc__.split("\n\n")[0]
     )
@@ -437,7 +437,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the sweep's --bench-cmd file (default: bench_cmd.txt next to VLLM_SWEEP_DIR)",
     )
     c.add_argument("--json", help="also write compare()'s dict here")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def _print_bench_cmd(a: argparse.Namespace) -> None:
+    if a.num_warmups is None:
+        a.num_warmups = our_warmup_default()
+    w = Workload(
+        input_len=a.input_len,
+        output_len=a.output_len,
+        num_prompts=a.num_prompts,
+        request_rate=a.rate,
+        seed=a.seed,
+        ignore_eos=True,
+    )
+    print(
+        shlex.join(
+            sweep_bench_cmd(
+                a.model,
+                w,
+                SLO.parse(a.slo),
+                base_url=a.base_url,
+                tokenizer=a.tokenizer,
+                vllm_cmd=shlex.split(a.vllm_cmd),
+                num_warmups=a.num_warmups,
+            )
+        )
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
     if a.cmd == "params":
         recs = serve_params(
             a.knob, _values(a.values), couple=not a.no_couple, gpu_memory_gib=a.gpu_memory_gib
@@ -445,29 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(a.out).write_text(json.dumps(recs, indent=1))
         print(json.dumps(recs))
     elif a.cmd == "bench-cmd":
-        if a.num_warmups is None:
-            a.num_warmups = our_warmup_default()
-        w = Workload(
-            input_len=a.input_len,
-            output_len=a.output_len,
-            num_prompts=a.num_prompts,
-            request_rate=a.rate,
-            seed=a.seed,
-            ignore_eos=True,
-        )
-        print(
-            shlex.join(
-                sweep_bench_cmd(
-                    a.model,
-                    w,
-                    SLO.parse(a.slo),
-                    base_url=a.base_url,
-                    tokenizer=a.tokenizer,
-                    vllm_cmd=shlex.split(a.vllm_cmd),
-                    num_warmups=a.num_warmups,
-                )
-            )
-        )
+        _print_bench_cmd(a)
     elif a.cmd == "timing":
         log = read_text(a.log, errors="replace") if is_present(a.log) else ""
         tim = _add_call(Path(a.out), log, a.call_wall_s, a.rc)

@@ -293,6 +293,18 @@ def _bench_mode(calls: Sequence[Mapping[str, Any]]) -> str | None:
 # --------------------------------------------------------------------------------------
 
 
+def _done_points(points_path: Path, cfg: SweepConfig) -> dict[str, dict[str, Any]]:
+    """The records on disk to resume from, by key (none without cfg.resume; failed ones
+    left out with cfg.retry_failed)."""
+    if not cfg.resume:
+        return {}
+    return {
+        r["key"]: r
+        for r in load_points(points_path)
+        if not (cfg.retry_failed and r.get("status") == "failed")
+    }
+
+
 def sweep(
     model: str,
     knob: str,
@@ -335,13 +347,7 @@ def sweep(
     )
     planned = check_values(name, values, base, cfg.couple, gpu_gib, cfg.prevalidate)
     points_path = cfg.out_dir / POINTS_FILE
-    done: dict[str, dict[str, Any]] = {}
-    if cfg.resume:
-        done = {
-            r["key"]: r
-            for r in load_points(points_path)
-            if not (cfg.retry_failed and r.get("status") == "failed")
-        }
+    done = _done_points(points_path, cfg)
     records: list[dict[str, Any]] = []
     bar = progress_bar(len(planned), f"sweep {name}", progress)
     try:

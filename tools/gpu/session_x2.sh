@@ -8,7 +8,7 @@
 # C  lab 03 `tp2` (--tensor-parallel-size 2 over both GPUs).
 # Every `vllm bench serve` call runs in one bench worker per process (vLLM imported once).
 # Results: /tmp/labrun (scaleout/, cap0/capacity/, cap1/capacity/, commands.log), packed into
-# $OUT/labrun-STEP.tgz (only 8 files, 2 folders deep come back from a call).
+# $OUT/STEP-<folder>.tgz, one per top-level folder (at most 8 files of 16 MiB come back).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 STEP=${1:?usage: session_x2.sh A|B|C}
@@ -40,5 +40,11 @@ echo "step $STEP wall $(( $(date +%s) - t0 )) s"
 bash tools/gpu/cleanup_gpu.sh
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader
 if [ -n "$OUTDIR" ]; then
-  tar czf "$OUTDIR/labrun-$STEP.tgz" -C /tmp labrun && ls -la "$OUTDIR"
+  # one archive per top-level folder: a single archive of a whole run passed the 16 MiB a
+  # returned file may have (2026-11-30, call D), and at most 8 files come back
+  for d in "$RUN"/*/; do
+    tar czf "$OUTDIR/$STEP-$(basename "$d").tgz" -C /tmp "labrun/$(basename "$d")"
+  done
+  cp "$RUN/commands.log" "$OUTDIR/$STEP-commands.log" 2>/dev/null
+  ls -la "$OUTDIR"
 fi

@@ -400,14 +400,17 @@ def test_knee_scan_sends_fresh_prompts_at_every_rate(tmp_path: Path, fake_vllm: 
     assert len(_starts(tmp_path)) == 1  # one server for every rate
     seeds = [_flag(a, "--seed") for a in argvs]
     assert len(seeds) == len(set(seeds))  # no prompt set is ever sent twice to the server
-    # each rate: a warm-up at that rate, then its window 0 with the rate's own seed
-    assert [(_flag(a, "--request-rate"), _flag(a, "--seed")) for a in argvs[:6]] == [
-        ("50", "100007"), ("50", "7"), ("100", "100008"), ("100", "8"),
-        ("200", "100009"), ("200", "9")]
+    # each rate: a warm-up at that rate, then its window 0 with the rate's own seed; a window
+    # the gate rejects on a loaded CPU is measured once more on fresh prompts (seed + 1000 i)
+    pairs = [(_flag(a, "--request-rate"), _flag(a, "--seed")) for a in argvs]
+    assert [r for r, _ in pairs if r != "inf"] == sorted(
+        (r for r, _ in pairs if r != "inf"), key=float)  # the rates in order
+    for rate, seed in (("50", 7), ("100", 8), ("200", 9)):
+        mine = [s for r, s in pairs if r == rate]
+        assert mine[:2] == [str(100000 + seed), str(seed)], rate
+        assert all(int(s) % 1000 == seed for s in mine[2:]), rate
     # every rate met the SLO: the knee is above 200, so 200 is measured again, then batch 1
-    # (a window the gate rejects on this shared CPU is measured once more: seeds 2009, ...)
-    tail = [(_flag(a, "--request-rate"), _flag(a, "--seed")) for a in argvs[6:]]
-    assert tail[0] == ("200", "1009") and tail[-1] == ("inf", "10")
+    assert ("200", "1009") in pairs and pairs[-1] == ("inf", "10")
     assert [r["workload"]["seed"] for r in recs] == [7, 8, 9]
     assert [w["valid"] for w in recs[2]["windows"]].count(True) == 2
     for r in recs:
@@ -429,13 +432,13 @@ def test_a_replayed_knee_rate_is_remeasured_on_fresh_prompts(
     out = tmp_path / "k"
     first, second = knee.knee_scan("fake-model", [50, 100], workload=KNEE_W, slo=SLO_LOOSE,
                                    out_dir=out, bracket_repeats=0, **KNEE_FAST)
-    assert first["valid"] is True and len(first["windows"]) == 1
-    w0, w1 = second["windows"]
+    assert first["valid"] is True  # (a loaded CPU may have re-measured it: timing, not prompts)
+    w0, w1 = second["windows"][:2]
     assert (w0["seed"], w0["purpose"], w0["valid"]) == (7, "measure", False)
     pct = f"{w0['prefix_cache_hit_rate']:.0%}"
-    assert w0["validity_issues"] == [
+    assert (
         f"prefix cache hit rate {pct} on a workload without a shared prefix: prompts were "
-        "replayed, results are inflated"]
+        "replayed, results are inflated") in w0["validity_issues"]
     assert (w1["seed"], w1["purpose"], w1["valid"]) == (1007, "remeasure", True)
     assert second["valid"] is True and second["invalid_windows"] == [0]
     assert second["prefix_cache_hit_rate"] == w1["prefix_cache_hit_rate"] < 0.1
@@ -448,7 +451,8 @@ def test_a_replayed_knee_rate_is_remeasured_on_fresh_prompts(
     (out / "knee.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     again = labtools.load_knee(out)
     assert [w["valid"] for w in again[1]["windows"]] == [False, True]
-    assert again[1]["windows"][0]["validity_issues"] == w0["validity_issues"]
+    assert [i for i in w0["validity_issues"] if i.startswith("prefix cache")] == [
+        i for i in again[1]["windows"][0]["validity_issues"] if i.startswith("prefix cache")]
     assert keep.pick_knee(again)["knee_rate"] == 100
 
 

@@ -179,6 +179,22 @@ def _apply_preset(a: argparse.Namespace, *, tune: bool) -> None:
         raise SystemExit("give --slo (or --preset)")
 
 
+def process_kwargs(a: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``VllmServer`` and ``run_bench`` keyword arguments of the process flags
+    (--vllm-cmd, --startup-timeout, --port, --load-format, --bench-timeout, --tokenizer):
+    the server and its client run the same vllm."""
+    vllm_cmd = shlex.split(a.vllm_cmd)
+    server: dict[str, Any] = {"vllm_cmd": vllm_cmd, "startup_timeout_s": a.startup_timeout}
+    if a.port:
+        server["port"] = a.port
+    if a.load_format:
+        server["load_format"] = a.load_format
+    bench: dict[str, Any] = {"timeout_s": a.bench_timeout, "vllm_cmd": vllm_cmd}
+    if a.tokenizer:
+        bench["tokenizer"] = a.tokenizer
+    return server, bench
+
+
 def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
     from course_utils.core.slo import SLO
 
@@ -192,15 +208,7 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
         ignore_eos=a.ignore_eos,
         max_concurrency=a.max_concurrency,
     )
-    vllm_cmd = shlex.split(a.vllm_cmd)
-    server_kwargs: dict[str, Any] = {"vllm_cmd": vllm_cmd, "startup_timeout_s": a.startup_timeout}
-    if a.port:
-        server_kwargs["port"] = a.port
-    if a.load_format:
-        server_kwargs["load_format"] = a.load_format
-    bench_kwargs: dict[str, Any] = {"timeout_s": a.bench_timeout}
-    if a.tokenizer:
-        bench_kwargs["tokenizer"] = a.tokenizer
+    server_kwargs, bench_kwargs = process_kwargs(a)
     slo = SLO.parse(a.slo, rate=None if math.isinf(a.rate) else a.rate)
     return dict(
         workload=workload,

@@ -34,6 +34,7 @@ from course_utils.core.records import Workload, append_jsonl, read_jsonl
 from course_utils.core.scaleout import CONFIGS, RUN_FILE, ScaleoutRun, config, config_records
 from course_utils.core.slo import SLO
 from course_utils.core.vllm_logs import startup_by_process
+from course_utils.lab.cli import process_kwargs
 from course_utils.lab.knee import KNEE_FILE, knee_scan, latest_by_rate, rate_key
 from course_utils.lab.measure import MeasureConfig
 
@@ -216,17 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    skw: dict[str, Any] = {
-        "vllm_cmd": shlex.split(a.vllm_cmd),
-        "startup_timeout_s": a.startup_timeout,
-    }
-    if a.port:
-        skw["port"] = a.port
-    if a.load_format:
-        skw["load_format"] = a.load_format
-    bkw: dict[str, Any] = {"timeout_s": a.bench_timeout, "vllm_cmd": shlex.split(a.vllm_cmd)}
-    if a.tokenizer:
-        bkw["tokenizer"] = a.tokenizer
+    skw, bkw = process_kwargs(a)
     run = run_config(
         a.config,
         a.model,

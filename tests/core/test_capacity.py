@@ -21,11 +21,11 @@ def test_fp8_kv_doubles_tokens_and_awq_shrinks_weights():
 
 
 def test_fit_on_a_4090_and_roofline():
-    f = capacity.fit("qwen2.5-7b-instruct-awq", "rtx4090", 0.92, 4096)
+    f = capacity.predict("qwen2.5-7b-instruct-awq", "rtx4090", 0.92, 4096)
     assert f.fits and f.max_concurrency > 30
-    bf16 = capacity.fit("qwen2.5-7b-instruct", "rtx4090", 0.92, 4096)
+    bf16 = capacity.predict("qwen2.5-7b-instruct", "rtx4090", 0.92, 4096)
     assert bf16.kv_tokens < f.kv_tokens
-    low = capacity.fit("qwen2.5-7b-instruct", "rtx4090", 0.5, 4096)
+    low = capacity.predict("qwen2.5-7b-instruct", "rtx4090", 0.5, 4096)
     assert not low.fits
     # batch-1 TPOT floor: weight bytes / bandwidth
     h = capacity.tpot_floor_ms("qwen2.5-7b-instruct", "h200")

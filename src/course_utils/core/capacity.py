@@ -420,27 +420,6 @@ def predict(
     )
 
 
-def fit(
-    model: str | ModelShape,
-    gpu: str | GPU,
-    gpu_memory_utilization: float = 0.92,
-    max_model_len: int = 4096,
-    kv_dtype: str = "auto",
-    overhead_gib: float | None = None,
-    **kw: Any,
-) -> Fit:
-    """``predict`` under its older name (pages and labs call it)."""
-    return predict(
-        model,
-        gpu,
-        gpu_memory_utilization,
-        max_model_len,
-        kv_dtype,
-        overhead_gib=overhead_gib,
-        **kw,
-    )
-
-
 def tpot_floor_ms(
     model: str | ModelShape,
     gpu: str | GPU,

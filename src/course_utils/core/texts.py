@@ -269,6 +269,10 @@ _LVG: dict[str, dict[str, str]] = {
         "undecided": "No valid combo in the grid: nothing to compare.",
         "none": "none",
         "invalid": "{n} grid run(s) failed the validity gate: {why}",
+        "partial": "The grid measured {done} of its {want} combos (not measured: {left}); "
+        "its best is the best of those.",
+        "cross": "The same configuration measured by both sides, each on its own server: "
+        "{rows} apart ((max - min) / mean).",
     },
     "zh": {
         "starts": "测过的配置（服务器启动次数）",
@@ -285,6 +289,9 @@ _LVG: dict[str, dict[str, str]] = {
         "undecided": "网格里没有有效的配置，无从比较。",
         "none": "无",
         "invalid": "网格中有 {n} 次测量没通过有效性检查：{why}",
+        "partial": "网格只测完了 {want} 个组合中的 {done} 个（未测：{left}），"
+        "“网格最佳”只是这几个里的最好者。",
+        "cross": "同一配置两边各在自己的服务器上测一次，相差 {rows}（(最大 - 最小) / 平均）。",
     },
 }
 _OBJ = {
@@ -348,6 +355,17 @@ def loop_vs_grid(cmp: Mapping[str, Any], lang: str = "en") -> str:
         "",
         t[v["decision"]].format(**fill),
     ]
+    want = g.get("combos_planned") or []
+    done = {c["label"] for c in g["combos"]}
+    if want and len(done) < len(want):
+        left = ", ".join(_label(w, lang) for w in want if w not in done)
+        lines.append(t["partial"].format(done=len(done), want=len(want), left=left))
+    cross = cmp.get("cross_spread") or {}
+    if cross:
+        rows_ = ("；" if lang == "zh" else "; ").join(
+            f"{_label(k, lang)} {float(x):.1%}" for k, x in cross.items()
+        )
+        lines.append(t["cross"].format(rows=rows_))
     warm = (g.get("warmup") or {}).get("kind")
     if warm:
         lines.append(t["warm"].format(warm=_WARM_ZH.get(warm, warm) if lang == "zh" else warm))

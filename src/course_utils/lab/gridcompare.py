@@ -6,9 +6,12 @@ from its recorded points with today's validity rules (lab.replay.replay_tune). T
 uses the keep rule of the loop itself (core.keep.decide): the grid's best "beats" the loop's
 pick only if it is higher by more than the plateau and the measured run-to-run spread (of
 the pick and the best in the grid when they ran more than once, and of the loop's own final
-point); a smaller gain is a tie. The pick is measured twice: by the loop on its own servers,
-and by the grid on the grid's server for the same knobs; the ratio in the grid's own
-measurements is the one that compares the choices.
+point), and the spread between the two sides: every configuration both measured, each on its
+own server (``cross_spread``: (max - min) / mean over both sides' valid measurements; with one
+run per combo in the grid it is the only measured spread of the grid's numbers); a smaller
+gain is a tie. The pick is measured twice: by the loop on its own servers, and by the grid on
+the grid's server for the same knobs; the ratio in the grid's own measurements is the one
+that compares the choices.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 from course_utils.core.keep import best_point, decide, objective_value
 from course_utils.core.records import ServedPoint
 from course_utils.core.slo import SLO
-from course_utils.lab.grid import grid_points, read_grid_meta
+from course_utils.lab.grid import combo_label, grid_points, read_grid_meta
 
 __all__ = ["compare", "grid_best", "table"]
 
@@ -61,6 +64,30 @@ def _timing(grid_dir: Path) -> dict[str, Any] | None:
     return None
 
 
+def cross_spreads(
+    grid: Sequence[ServedPoint], loop: Sequence[ServedPoint], objective: str
+) -> dict[str, float]:
+    """Per configuration both sides measured validly (label -> (max - min) / mean over the
+    grid's and the loop's valid measurements of it): the spread between servers."""
+    out: dict[str, float] = {}
+    for g in grid:
+        mine = next((p for p in loop if p.knobs == g.knobs), None)
+        if mine is None:
+            continue
+        vals = [
+            w.score.objective(objective)
+            for p in (g, mine)
+            for w in p.valid_windows
+            if w.score is not None
+        ]
+        vals = [v for v in vals if v is not None]
+        if len(vals) < 2 or not g.valid_windows or not mine.valid_windows:
+            continue
+        mean = sum(vals) / len(vals)
+        out[g.knob] = round((max(vals) - min(vals)) / mean, 4) if mean > 0 else 0.0
+    return out
+
+
 def _loop(tune_dir: Path, slo: SLO, objective: str, plateau: float) -> dict[str, Any]:
     from course_utils.lab.replay import load_points_checked, replay_tune
     from course_utils.lab.sidebyside_evidence import load_tune_dir
@@ -70,6 +97,7 @@ def _loop(tune_dir: Path, slo: SLO, objective: str, plateau: float) -> dict[str,
     points = [ServedPoint.from_json(r) for r in load_points_checked(tune_dir)]
     final = next((p for p in points if p.valid and p.knobs == rep["knobs"]), None)
     return {
+        "points": points,
         "dir": str(tune_dir),
         "knobs": rep["knobs"],
         "score": rep["score"],
@@ -96,6 +124,7 @@ def compare(
     meta = read_grid_meta(gdir) or {}
     best = grid_best(points, objective)
     loop = _loop(Path(tune_dir), slo_, objective, plateau)
+    cross = cross_spreads(points, loop.pop("points"), objective)
     pick = next((p for p in points if p.knobs == loop["knobs"]), None)
     loop["label"] = pick.knob if pick is not None else None
     tim = _timing(gdir)
@@ -109,10 +138,11 @@ def compare(
         if tim and tim.get("wall_clock_s")
         else None,
         "warmup": meta.get("warmup"),
+        "combos_planned": [combo_label(c) for c in meta.get("combos") or []],
     }
     pick_score = objective_value(pick, objective) if pick is not None and pick.valid else None
     best_score = objective_value(best, objective) if best is not None else None
-    verdict = _verdict(pick, best, loop, objective, plateau)
+    verdict = _verdict(pick, best, loop, objective, plateau, cross)
     return {
         "slo": str(slo_),
         "objective": objective,
@@ -120,6 +150,7 @@ def compare(
         "grid": grid_side,
         "loop": loop,
         "loop_pick_in_grid": None if pick is None else _combo(pick, objective),
+        "cross_spread": cross,
         "ratios": {
             "loop_over_grid_best": _ratio(loop["score"], best_score),
             "pick_in_grid_over_grid_best": _ratio(pick_score, best_score),
@@ -138,6 +169,7 @@ def _verdict(
     loop: dict[str, Any],
     objective: str,
     plateau: float,
+    cross: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """ "same" (the loop picked the grid's best), "tie", "grid_better" or "undecided"."""
     if best is None:
@@ -154,6 +186,7 @@ def _verdict(
     else:
         current, where = float(loop["score"] or 0.0), "the loop's own measurement"
         spreads = [loop["spread"]] if loop.get("spread") is not None else []
+    spreads += list((cross or {}).values())
     d = decide(
         [best],
         current,

@@ -227,7 +227,12 @@ def _from_args(a: Any) -> tuple[GridSpec, Workload, SLO, dict[str, Any]]:
     w = Workload(**wk, seed=a.seed)
     slo = SLO.parse(a.slo or (pre.slo if pre else ""))
     base = {**(dict(pre.base) if pre else {}), **_parse_assign(a.base, False)}
-    spec = parse_grid(a.grid or (pre.grid_spec() if pre else ""))
+    # a preset's candidates are what the loop tries from vLLM's defaults: the defaults too
+    spec = (
+        parse_grid(a.grid)
+        if a.grid
+        else parse_grid(pre.grid_spec() if pre else "", with_defaults=True if pre else None)
+    )
     return spec, w, slo, base
 
 

@@ -18,6 +18,7 @@ from course_utils.core import capacity, diagnose, knobs, metrics, replicas, slo
 from course_utils.lab import cli as lab_cli
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
 
 def _print(data: Any, fmt: str, text: Callable[[], str]) -> None:
@@ -256,6 +257,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in str(e).splitlines() or [""]:  # a PreflightError: one line per check
             print(f"error: {line}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # Ctrl-C, or `timeout --signal=INT` around a GPU call
+        out = getattr(a, "out", None)
+        where = f" in {out}/points.jsonl" if out else ""
+        print(
+            f"interrupted: finished points stay{where}; the same command resumes from them "
+            "(the point in progress is measured again)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     return int(rc or 0)
 
 

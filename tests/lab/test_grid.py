@@ -192,6 +192,17 @@ def test_a_jit_compile_inside_a_grid_run_makes_it_invalid(
     assert h["valid"] is True
 
 
+@pytest.mark.parametrize("name", ["prefix", "knee", "prefill"])
+def test_a_presets_grid_starts_where_the_loop_starts(tmp_path: Path, name: str) -> None:
+    """Every preset's grid includes vLLM's defaults (the loop's baseline), one knob or two."""
+    pre = presets.get(name, "h200")
+    assert gridrun.main(["prepare", str(tmp_path), "--model", "m", "--port", "1",
+                         "--preset", name, "--gpu", "h200"]) == 0
+    params = json.loads((tmp_path / "serve_params.json").read_text())
+    assert params[0] == {"_benchmark_name": "defaults"}
+    assert len(params) == 1 + sum(len(v) for v in pre.candidates.values())
+
+
 def test_prepare_fails_in_one_line_without_a_workload(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit, match="give --preset"):

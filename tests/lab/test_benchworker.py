@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -272,3 +274,63 @@ def test_gridbench_runs_a_call_again_as_the_cli_when_the_worker_fails(
     assert h["warmup"]["status"] == "ok" and json.loads(
         (tmp_path / "c" / "run=0.json").read_text())["completed"] == W.num_prompts
     assert "broken entry" in (tmp_path / "c" / "run=0.bench.log").read_text()
+
+
+# ---------------------------------------------------------------------------- a sweep's worker
+
+
+def _socket_worker(tmp_path: Path, entry: str) -> tuple[subprocess.Popen[str], str]:
+    """`python -m course_utils.lab.benchworker --socket` as side_by_side.sh starts it."""
+    sock = str(tmp_path / "w.sock")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    p = subprocess.Popen([sys.executable, "-m", "course_utils.lab.benchworker", "--entry",
+                          entry, "--socket", sock], stdout=subprocess.PIPE, text=True, env=env,
+                         start_new_session=True)
+    assert p.stdout is not None
+    hello = json.loads(p.stdout.readline())  # printed once it listens
+    assert hello["ready"] and hello["socket"] == sock and hello["pid"] == p.pid
+    return p, sock
+
+
+def test_gridbench_processes_attach_to_one_socket_worker(
+        tmp_path: Path, server: VllmServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two clients in turn (two combos' gridbench processes): one import, before either."""
+    imports = _imports(tmp_path, monkeypatch)
+    p, sock = _socket_worker(tmp_path, ENTRY)
+    try:
+        assert len(_lines(imports)) == 1  # imported before any client came
+        pids = set()
+        for i in range(2):
+            w = benchworker.BenchWorker(ENTRY, socket_path=sock)
+            rc, timed_out = w.run(["bench", "serve", "--base-url", server.base_url, "--model",
+                                   "fake-model", "--dataset-name", "random", "--num-prompts",
+                                   "4", "--random-input-len", "16", "--random-output-len",
+                                   "4"], tmp_path / f"a{i}.log", 60)
+            assert (rc, timed_out) == (0, False), (tmp_path / f"a{i}.log").read_text()
+            assert w.attached and w.import_s == 0.0 and w.pid == p.pid
+            assert "Successful requests:" in (tmp_path / f"a{i}.log").read_text()
+            pids.add(w.pid)
+            w.close()  # the client goes; the shared worker stays
+            assert p.poll() is None
+        assert pids == {p.pid} and len(_lines(imports)) == 1
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_timed_out_call_stops_the_socket_worker_and_the_next_client_starts_its_own(
+        tmp_path: Path) -> None:
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time\n\ndef main(argv):\n    time.sleep(60)\n    return 0\n")
+    p, sock = _socket_worker(tmp_path, f"{slow}:main")
+    try:
+        w = benchworker.BenchWorker(f"{slow}:main", socket_path=sock)
+        assert w.run(["bench"], tmp_path / "x.log", 1.0) == (None, True)
+        assert p.wait(timeout=10) != 0  # killed: it may still have been running the call
+        w2 = benchworker.BenchWorker(f"{slow}:main", socket_path=sock)
+        w2.start()  # nobody listens any more: its own process
+        assert not w2.attached and w2.proc is not None and w2.pid == w2.proc.pid
+        w2.close()
+    finally:
+        if p.poll() is None:
+            p.kill()

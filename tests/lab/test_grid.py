@@ -111,11 +111,27 @@ def test_grid_decode_on_two_gpus_merges_compares_and_resumes(
         tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path, dummy_model: Path,
         server_starts) -> None:
     run = tmp_path / "run"
-    env = _env(tmp_path, fake_vllm, dummy_model)
+    imports = tmp_path / "imports.txt"
+    env = _env(tmp_path, fake_vllm, dummy_model, FAKE_VLLM_IMPORTS=str(imports))
     p = _run("grid_decode.sh", run, env)
     assert p.returncode == 0, p.stdout + p.stderr
     assert server_starts() == 5
     merged = run / "grid-decode"
+    # each half's sweep has one bench worker (vLLM imported once per sweep): the combos'
+    # gridbench processes attach to it; no worker outlives its sweep
+    pids = []
+    for log in sorted((merged / "vllm_sweep" / "grid").glob("*/run=0.warmup.log")):
+        line = next(x for x in log.read_text().splitlines() if "bench worker pid" in x)
+        assert "a sweep's shared worker" in line, line
+        pids.append(int(line.split("pid ")[1].split()[0]))
+    assert len(pids) == 5 and len(set(pids)) == 2
+    imported = imports.read_text().split()  # servers and sweepers import the fake too
+    assert all(imported.count(str(pid)) == 1 for pid in set(pids))
+    for i in range(2):
+        assert not (run / f"grid-decode-gpu{i}" / "bench-worker.sock").exists()
+        for pid in set(pids):  # gone, or killed and not yet reaped by its new parent
+            st = Path(f"/proc/{pid}/stat")
+            assert not st.exists() or st.read_text().split(") ")[1][0] == "Z", st.read_text()
     pts = grid.grid_points(merged / "vllm_sweep", "ttft:2000 tpot:15")
     assert [x.knob for x in pts] == [
         "defaults", "max_num_batched_tokens=2048", "max_num_batched_tokens=4096",

@@ -19,7 +19,9 @@
 #   NAME          the folder under RUN_DIR (sidebyside)
 #   WARMUP (load) load: lab.measure's warm-up at the load's rate (WARMUP_SHARE of its prompts,
 #                 default lab.measure's 0.5); num:N: vLLM's own `--num-warmups N` instead
-#   BENCH_WORKER (1) the warm-up and the run in one process (vLLM imported once per combo)
+#   BENCH_WORKER (1) the warm-up and the run in one process; SHARED_WORKER (1): one such
+#                 process for the whole sweep, started with the first server (vLLM imported
+#                 once per sweep, not once per combo)
 #   NUM_RUNS (1)  runs per combo (2+: each combo's own run-to-run spread)
 #   BUDGET_S (540) the sweep's time in this call; READY_TIMEOUT_S (420)
 #   TUNE_DIR      a tune() folder measured on the same workload: compare.md
@@ -84,6 +86,17 @@ $PY -m course_utils.lab.gridrun prepare "$SBS" --model "$MODEL" --port "$PORT" \
   --serve-vllm "$SERVE_VLLM" --python "$PY" "${ARGS[@]}" || exit 2
 SERVE_CMD=$(cat "$SBS/serve_cmd.txt")
 BENCH_CMD=$(cat "$SBS/bench_cmd.txt")
+
+# one bench worker for the whole sweep (BENCH_WORKER=1, WARMUP=load): it imports vLLM while
+# the first server starts, and every combo's gridbench attaches to it instead of importing
+# vLLM itself (lab.benchworker --socket); stopped when this script ends
+if [ "$BENCH_WORKER" = 1 ] && [ "$WARMUP" = load ] && [ "${SHARED_WORKER:-1}" = 1 ]; then
+  export COURSE_UTILS_BENCH_WORKER_SOCKET="$SBS/bench-worker.sock"
+  setsid $PY -m course_utils.lab.benchworker --entry "${COURSE_UTILS_BENCH_WORKER_ENTRY:-vllm}" \
+    --socket "$COURSE_UTILS_BENCH_WORKER_SOCKET" > "$SBS/bench-worker.log" 2>&1 &
+  WORKER_PID=$!
+  trap 'kill -9 -- -$WORKER_PID 2>/dev/null; rm -f "$COURSE_UTILS_BENCH_WORKER_SOCKET"' EXIT
+fi
 
 RESUME=()
 [ -d "$OUTDIR/$EXP" ] && RESUME=(--resume)   # an earlier call started it: vLLM's own resume

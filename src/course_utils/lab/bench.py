@@ -233,7 +233,8 @@ def run_argv(
             w.start()
             with open(log, "ab") as fh:  # the same first line as run_logged writes
                 fh.write(f"$ {list(argv)}\n".encode())
-                fh.write(f"# in-process: course_utils bench worker pid {w.pid}\n".encode())
+                shared = " (a sweep's shared worker: vLLM imported before)" if w.attached else ""
+                fh.write(f"# in-process: course_utils bench worker pid {w.pid}{shared}\n".encode())
             rc, timed_out = w.run(argv[n_cmd:], log, timeout_s, env=env)
             return rc, timed_out, "worker"
         except benchworker.WorkerCrash as exc:

@@ -23,10 +23,15 @@ with the traceback in the log for an exception, as the CLI process would exit. v
 unfreezes it after each call so one call's objects do not outlive it.
 
 The parent (``BenchWorker``, used by lab.bench.run_bench) talks JSON lines over the worker's
-stdin/stdout. A worker that dies during a call (EOF) is a crash: run_bench runs that call
+stdin/stdout. A sweep (tools/gpu/side_by_side.sh) starts one worker for all its combos
+instead: ``--socket PATH`` imports vLLM while the first server starts and serves one client
+at a time on that Unix socket; each combo's gridbench process attaches to it
+(COURSE_UTILS_BENCH_WORKER_SOCKET) rather than importing vLLM once more (20-31 s per combo
+on the H200 host, labs/results/h200-2026-12-01). A worker that dies during a call (EOF) is a crash: run_bench runs that call
 again as the CLI subprocess; a call past its timeout stops the worker's process group.
 
     python -m course_utils.lab.benchworker --entry vllm     (started by BenchWorker)
+    python -m course_utils.lab.benchworker --socket PATH    (a sweep's shared worker)
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ import importlib.util
 import json
 import os
 import select
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -53,6 +60,7 @@ from course_utils.core.vllm_logs import one_line
 __all__ = [
     "ENV_ENABLE",
     "ENV_ENTRY",
+    "ENV_SOCKET",
     "BenchWorker",
     "WorkerCrash",
     "close_all",
@@ -64,6 +72,7 @@ __all__ = [
 
 ENV_ENABLE = "COURSE_UTILS_BENCH_WORKER"
 ENV_ENTRY = "COURSE_UTILS_BENCH_WORKER_ENTRY"
+ENV_SOCKET = "COURSE_UTILS_BENCH_WORKER_SOCKET"  # a running `--socket` worker to attach to
 VLLM_ENTRY = "vllm"
 MAX_CRASHES = 2  # then the CLI for the rest of this process
 
@@ -214,31 +223,66 @@ def _call(entry: Callable[[list[str]], int], req: Mapping[str, Any]) -> int:
     return rc
 
 
-def serve_forever(entry_spec: str, proto_in: IO[str], proto_out: IO[str]) -> int:
-    """The worker's loop: import the entry, say ready, then one answer per request line."""
+def _hello(entry_spec: str) -> tuple[Callable[[list[str]], int] | None, dict[str, Any]]:
+    """Import the entry once: (entry, the hello line) or (None, the error line)."""
     t0 = time.monotonic()
     try:
         entry = load_entry(entry_spec)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, one line
-        proto_out.write(json.dumps({"ready": False, "error": one_line(repr(exc))}) + "\n")
-        proto_out.flush()
-        return 1
-    ready = {"ready": True, "pid": os.getpid(), "import_s": round(time.monotonic() - t0, 2)}
-    proto_out.write(json.dumps(ready) + "\n")
-    proto_out.flush()
+        return None, {"ready": False, "error": one_line(repr(exc))}
+    return entry, {"ready": True, "pid": os.getpid(), "import_s": round(time.monotonic() - t0, 2)}
+
+
+def _answer(entry: Callable[[list[str]], int], proto_in: IO[str], proto_out: IO[str]) -> None:
     for line in proto_in:
         if not line.strip():
             continue
         rc = _call(entry, json.loads(line))
         proto_out.write(json.dumps({"rc": rc}) + "\n")
         proto_out.flush()
+
+
+def serve_forever(entry_spec: str, proto_in: IO[str], proto_out: IO[str]) -> int:
+    """The worker's loop: import the entry, say ready, then one answer per request line."""
+    entry, hello = _hello(entry_spec)
+    proto_out.write(json.dumps(hello) + "\n")
+    proto_out.flush()
+    if entry is None:
+        return 1
+    _answer(entry, proto_in, proto_out)
     return 0
+
+
+def serve_socket(entry_spec: str, path: str) -> int:
+    """The shared worker of a whole sweep: import the entry once (while the first server
+    starts), then serve one client at a time on the Unix socket ``path`` (each gridbench
+    process of `vllm bench sweep serve` attaches instead of importing vLLM itself)."""
+    entry, hello = _hello(entry_spec)
+    if entry is None:
+        print(json.dumps(hello), file=sys.stderr, flush=True)
+        return 1
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(4)
+    print(json.dumps({**hello, "socket": path}), flush=True)
+    while True:
+        conn, _ = srv.accept()
+        with conn, conn.makefile("r") as rx, conn.makefile("w", buffering=1) as tx:
+            tx.write(json.dumps(hello) + "\n")
+            tx.flush()
+            with contextlib.suppress(OSError, ValueError):
+                _answer(entry, rx, tx)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m course_utils.lab.benchworker")
     ap.add_argument("--entry", default=VLLM_ENTRY)
+    ap.add_argument("--socket", help="serve every client on this Unix socket (a sweep's worker)")
     a = ap.parse_args(argv)
+    if a.socket:
+        return serve_socket(a.entry, a.socket)
     # the protocol keeps the original stdout; fd 1 itself goes to /dev/null between calls
     proto_out = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -253,8 +297,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 class BenchWorker:
-    """One worker process (started on the first call). ``run`` returns (rc, timed_out) like
-    lab.proc.run_logged, or raises WorkerCrash (the caller falls back to the CLI)."""
+    """One worker (started on the first call): its own process, or, with ``socket_path``
+    naming a running ``--socket`` worker, that one (vLLM already imported). ``run`` returns
+    (rc, timed_out) like lab.proc.run_logged, or raises WorkerCrash (the caller falls back to
+    the CLI)."""
 
     def __init__(
         self,
@@ -262,11 +308,18 @@ class BenchWorker:
         *,
         python: str | None = None,
         start_timeout_s: float = 300.0,
+        socket_path: str | None = None,
     ) -> None:
         self.entry = entry
         self.python = python or sys.executable
         self.start_timeout_s = start_timeout_s
+        self.socket_path = socket_path
         self.proc: subprocess.Popen[bytes] | None = None
+        self.sock: socket.socket | None = None
+        self._rx: IO[bytes] | None = None
+        self._tx: IO[bytes] | None = None
+        self._pid: int | None = None
+        self.attached = False  # the last start attached to a shared socket worker
         self.import_s: float | None = None
         self.starts = 0
         self.crashes = 0
@@ -278,30 +331,47 @@ class BenchWorker:
 
     @property
     def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
+        return self._pid if self._rx is not None else None
+
+    def _alive(self) -> bool:
+        if self._rx is None:
+            return False
+        return self.sock is not None or (self.proc is not None and self.proc.poll() is None)
 
     def _read(self, timeout_s: float) -> dict[str, Any] | None:
         """One answer line; None on a timeout; WorkerCrash on EOF."""
-        assert self.proc is not None and self.proc.stdout is not None
+        assert self._rx is not None
         end = time.monotonic() + timeout_s
         while True:
             left = end - time.monotonic()
             if left <= 0:
                 return None
-            ready, _, _ = select.select([self.proc.stdout], [], [], min(left, 1.0))
+            ready, _, _ = select.select([self._rx], [], [], min(left, 1.0))
             if not ready:
                 continue
-            line = self.proc.stdout.readline()
+            line = self._rx.readline()
             if not line:
-                rc = self.proc.wait(timeout=10)
-                self.proc = None
-                raise WorkerCrash(f"the bench worker exited (rc {rc})")
+                why = "closed its socket" if self.sock is not None else "exited"
+                rc = self.proc.wait(timeout=10) if self.proc is not None else None
+                self._drop()
+                raise WorkerCrash(f"the bench worker {why}" + (f" (rc {rc})" if rc else ""))
             if line.strip():
                 return dict(json.loads(line))
 
-    def start(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            return
+    def _attach(self) -> bool:
+        """Connect to the shared socket worker; False when there is none to connect to."""
+        if not self.socket_path or not os.path.exists(self.socket_path):
+            return False
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            return False
+        self.sock, self._rx, self._tx = sock, sock.makefile("rb"), sock.makefile("wb")
+        return True
+
+    def _spawn(self) -> None:
         src = str(Path(__file__).resolve().parents[2])  # course_utils importable there too
         path = os.environ.get("PYTHONPATH", "")
         env = {
@@ -317,6 +387,15 @@ class BenchWorker:
             start_new_session=True,
             env=env,
         )
+        self._rx, self._tx = self.proc.stdout, self.proc.stdin
+
+    def start(self) -> None:
+        if self._alive():
+            return
+        self._drop()
+        self.attached = self._attach()
+        if not self.attached:
+            self._spawn()
         self.starts += 1
         try:
             hello = self._read(self.start_timeout_s)
@@ -328,7 +407,8 @@ class BenchWorker:
             self.crashes = MAX_CRASHES
             why = "no answer" if hello is None else hello.get("error")
             raise WorkerCrash(f"the bench worker did not start: {why}")
-        self.import_s = hello.get("import_s")
+        self._pid = hello.get("pid")
+        self.import_s = 0.0 if self.attached else hello.get("import_s")
 
     def run(
         self,
@@ -339,42 +419,58 @@ class BenchWorker:
     ) -> tuple[int | None, bool]:
         """Run one call (argv after the executable) with its output appended to log_path."""
         self.start()
-        assert self.proc is not None and self.proc.stdin is not None
+        assert self._tx is not None
         req = {"argv": [str(a) for a in argv], "log": str(log_path), "env": dict(env or {})}
         try:
-            self.proc.stdin.write((json.dumps(req) + "\n").encode())
-            self.proc.stdin.flush()
+            self._tx.write((json.dumps(req) + "\n").encode())
+            self._tx.flush()
             ans = self._read(timeout_s)
         except WorkerCrash:
             self.crashes += 1
             raise
         except (BrokenPipeError, OSError) as exc:
             self.crashes += 1
-            self.close()
+            self.close(kill=True)
             raise WorkerCrash(f"the bench worker is gone ({exc})") from None
         except BaseException:
-            self.close()  # KeyboardInterrupt and the like: never leave the worker running
+            self.close(kill=True)  # KeyboardInterrupt and the like: never leave it running
             raise
         self.calls += 1
         if ans is None:
-            self.close()
+            self.close(kill=True)
             return None, True
         return int(ans["rc"]), False
 
-    def close(self) -> None:
+    def _drop(self) -> None:
+        for f in (self._tx, self._rx):
+            if f is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    f.close()
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.close()
+        self._rx = self._tx = self.sock = None
+
+    def close(self, kill: bool = False) -> None:
+        """Let go of the worker. Its own process stops; a shared socket worker stays for the
+        next client unless ``kill`` (a call that timed out or was interrupted: it may still
+        be running, so it is stopped and later clients start their own)."""
         from course_utils.lab.proc import stop_group
 
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.stdin is not None:
+        attached_pid = self._pid if self.sock is not None else None
+        if proc is not None and proc.stdin is not None:
             with contextlib.suppress(OSError):
                 proc.stdin.close()
+        self._drop()
+        if attached_pid and kill:
+            with contextlib.suppress(OSError):
+                os.kill(attached_pid, signal.SIGKILL)
+        if proc is None:
+            return
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=2)
         stop_group(proc, grace_s=2.0)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 _SHARED: dict[tuple[str, str], BenchWorker] = {}
@@ -386,7 +482,7 @@ def shared(entry: str | None = None, python: str | None = None) -> BenchWorker:
     spec = entry or os.environ.get(ENV_ENTRY) or VLLM_ENTRY
     key = (spec, python or sys.executable)
     if key not in _SHARED:
-        _SHARED[key] = BenchWorker(spec, python=python)
+        _SHARED[key] = BenchWorker(spec, python=python, socket_path=os.environ.get(ENV_SOCKET))
     return _SHARED[key]
 
 

@@ -334,3 +334,30 @@ def test_a_timed_out_call_stops_the_socket_worker_and_the_next_client_starts_its
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_the_loops_worker_imports_vllm_while_the_first_server_starts(
+        tmp_path: Path, fake_vllm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entry that takes 3 s to import, a server that takes 4 s to start: the warm-up call
+    does not wait for the import (it happened during the start)."""
+    slow = tmp_path / "slow_import.py"
+    slow.write_text(f"import time\ntime.sleep(3)\nfrom importlib import util\n"
+                    f"_s = util.spec_from_file_location('fv', {str(FAKES / 'fake_vllm.py')!r})\n"
+                    "_m = util.module_from_spec(_s)\n_s.loader.exec_module(_m)\nmain = _m.main\n")
+    monkeypatch.setenv("FAKE_VLLM_STARTUP_S", "4")
+    from course_utils.lab.measure import MeasureConfig
+    from course_utils.lab.sweep import SweepConfig
+
+    cfg = SweepConfig.make(out_dir=tmp_path / "o", workload=W, slo=SLO_,
+                           server_kwargs={"startup_timeout_s": 30},
+                           bench_kwargs={"timeout_s": 60, "worker_entry": f"{slow}:main"},
+                           warmup_prompts=4, metrics_interval_s=0.05, gpu_memory_gib=24.0)
+    cfg.measure = MeasureConfig(**{**cfg.measure.__dict__, "bench_worker": True})
+    sweep("fake-model", "max_num_seqs", [8], config=cfg, progress=False)
+    (rec,) = load_points(tmp_path / "o")
+    c = ServedPoint.from_json(rec).cost
+    assert c is not None and c.bench_mode == "worker"
+    assert c.server_start_s is not None and c.server_start_s >= 4
+    assert c.warmup_s is not None and c.warmup_load_s is not None
+    assert c.warmup_s - c.warmup_load_s < 2.0  # the 3 s import is not in the warm-up call
+    assert benchworker.shared(f"{slow}:main").starts == 1

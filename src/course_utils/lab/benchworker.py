@@ -49,6 +49,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -65,6 +66,7 @@ __all__ = [
     "WorkerCrash",
     "close_all",
     "load_entry",
+    "prestart",
     "shared",
     "vllm_bench_entry",
     "worker_enabled",
@@ -484,6 +486,23 @@ def shared(entry: str | None = None, python: str | None = None) -> BenchWorker:
     if key not in _SHARED:
         _SHARED[key] = BenchWorker(spec, python=python, socket_path=os.environ.get(ENV_SOCKET))
     return _SHARED[key]
+
+
+def prestart(entry: str | None = None) -> Callable[[], None]:
+    """Start the process's shared worker in the background, so its vLLM import overlaps a
+    server's start; the returned function waits for it (call it before the first bench). A
+    worker that cannot start is left to run_bench, which falls back to the CLI."""
+    w = shared(entry)
+    if not w.usable or w._alive():
+        return lambda: None
+
+    def _start() -> None:
+        with contextlib.suppress(WorkerCrash):
+            w.start()
+
+    t = threading.Thread(target=_start, name="bench-worker-prestart", daemon=True)
+    t.start()
+    return t.join
 
 
 @atexit.register

@@ -36,6 +36,7 @@ from course_utils.core.records import (
     read_jsonl,
 )
 from course_utils.core.slo import SLO
+from course_utils.lab import benchworker
 from course_utils.lab.cost import bench_startups
 from course_utils.lab.measure import MeasureConfig, measure
 from course_utils.lab.server import ServerStartError, VllmServer, gpu_memory_gib
@@ -249,8 +250,16 @@ def run_point(
         "calls": calls,
     }
     mcfg = MeasureConfig(**{**cfg.measure.__dict__, "bench_kwargs": bench_kw})
+    # the bench worker imports vLLM while the server starts (once per process)
+    worker_ready = (
+        benchworker.prestart(bench_kw.get("worker_entry"))
+        if benchworker.worker_enabled(mcfg.bench().get("worker"))
+        else None
+    )
     try:
         with srv:
+            if worker_ready is not None:
+                worker_ready()
             point.startup_s = round(srv.startup_s or 0.0, 2)
             point.warmup, point.windows = measure(
                 srv,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ __all__ = [
     "jsonable",
     "read_jsonl",
     "read_text",
+    "relative_spread",
     "resolve_path",
 ]
 
@@ -272,6 +273,16 @@ class Warmup:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
+def relative_spread(values: Sequence[float | None]) -> float | None:
+    """(max - min) / mean of the values that are not None: the run-to-run spread of repeated
+    measurements; None with fewer than two."""
+    vals = [float(v) for v in values if v is not None]
+    if len(vals) < 2:
+        return None
+    mean = sum(vals) / len(vals)
+    return (max(vals) - min(vals)) / mean if mean > 0 else 0.0
+
+
 @dataclass
 class ServedPoint:
     """One configuration served by a fresh `vllm serve` and measured in windows.
@@ -333,11 +344,9 @@ class ServedPoint:
 
     def spread(self, objective: str) -> float | None:
         """(max - min) / mean over the valid windows; None with fewer than two."""
-        vals = [w.score.objective(objective) for w in self.valid_windows if w.score]
-        if len(vals) < 2:
-            return None
-        mean = sum(vals) / len(vals)
-        return (max(vals) - min(vals)) / mean if mean > 0 else 0.0
+        return relative_spread(
+            [w.score.objective(objective) for w in self.valid_windows if w.score]
+        )
 
     @property
     def meets_slo(self) -> bool:

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core.keep import best_point, decide, objective_value
-from course_utils.core.records import ServedPoint
+from course_utils.core.records import ServedPoint, relative_spread
 from course_utils.core.slo import SLO
 from course_utils.lab.grid import combo_label, grid_points, read_grid_meta
 
-__all__ = ["compare", "grid_best", "table"]
+__all__ = ["compare", "cross_spreads", "grid_best", "table"]
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -72,23 +72,19 @@ def cross_spreads(
     out: dict[str, float] = {}
     for g in grid:
         mine = next((p for p in loop if p.knobs == g.knobs), None)
-        if mine is None:
+        if mine is None or not g.valid_windows or not mine.valid_windows:
             continue
-        vals = [
-            w.score.objective(objective)
-            for p in (g, mine)
-            for w in p.valid_windows
-            if w.score is not None
-        ]
-        vals = [v for v in vals if v is not None]
-        if len(vals) < 2 or not g.valid_windows or not mine.valid_windows:
-            continue
-        mean = sum(vals) / len(vals)
-        out[g.knob] = round((max(vals) - min(vals)) / mean, 4) if mean > 0 else 0.0
+        spread = relative_spread(
+            [w.score.objective(objective) for p in (g, mine) for w in p.valid_windows if w.score]
+        )
+        if spread is not None:
+            out[g.knob] = round(spread, 4)
     return out
 
 
-def _loop(tune_dir: Path, slo: SLO, objective: str, plateau: float) -> dict[str, Any]:
+def _loop(
+    tune_dir: Path, slo: SLO, objective: str, plateau: float
+) -> tuple[dict[str, Any], list[ServedPoint]]:
     from course_utils.lab.replay import load_points_checked, replay_tune
     from course_utils.lab.sidebyside_evidence import load_tune_dir
 
@@ -96,8 +92,7 @@ def _loop(tune_dir: Path, slo: SLO, objective: str, plateau: float) -> dict[str,
     side = load_tune_dir(tune_dir, slo)
     points = [ServedPoint.from_json(r) for r in load_points_checked(tune_dir)]
     final = next((p for p in points if p.valid and p.knobs == rep["knobs"]), None)
-    return {
-        "points": points,
+    summary = {
         "dir": str(tune_dir),
         "knobs": rep["knobs"],
         "score": rep["score"],
@@ -107,6 +102,7 @@ def _loop(tune_dir: Path, slo: SLO, objective: str, plateau: float) -> dict[str,
         "stop_reason": (side["summary"] or {}).get("stop_reason"),
         "score_as_run": (side["summary"] or {}).get("score"),
     }
+    return summary, points
 
 
 def compare(
@@ -123,8 +119,8 @@ def compare(
     points = grid_points(gdir, slo_)
     meta = read_grid_meta(gdir) or {}
     best = grid_best(points, objective)
-    loop = _loop(Path(tune_dir), slo_, objective, plateau)
-    cross = cross_spreads(points, loop.pop("points"), objective)
+    loop, loop_points = _loop(Path(tune_dir), slo_, objective, plateau)
+    cross = cross_spreads(points, loop_points, objective)
     pick = next((p for p in points if p.knobs == loop["knobs"]), None)
     loop["label"] = pick.knob if pick is not None else None
     tim = _timing(gdir)

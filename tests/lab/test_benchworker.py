@@ -160,7 +160,7 @@ def test_a_call_past_its_timeout_stops_the_worker(tmp_path: Path) -> None:
 
 def test_a_point_records_its_cost_and_bench_mode(tmp_path: Path, fake_vllm: Path) -> None:
     common = dict(workload=W, slo=SLO_, server_kwargs={"startup_timeout_s": 20},
-                  bench_kwargs={"timeout_s": 60, "worker_entry": ENTRY}, warmup_prompts=4,
+                  bench_kwargs={"timeout_s": 60, "worker_entry": ENTRY}, warmup_prompts=10,
                   metrics_interval_s=0.05, gpu_memory_gib=24.0, progress=False)
     for mode in ("worker", "cli"):
         out = tmp_path / mode
@@ -175,12 +175,17 @@ def test_a_point_records_its_cost_and_bench_mode(tmp_path: Path, fake_vllm: Path
         (rec,) = load_points(out)
         p = ServedPoint.from_json(rec)
         c = p.cost
-        assert c is not None and c.bench_mode == mode and c.bench_calls == 3
+        # one call for the warm-up, one per window (a confounded window on a loaded host is
+        # re-measured, so the count follows the windows, at least the two asked for)
+        assert c is not None and c.bench_mode == mode
+        assert len(p.windows) >= 2 and c.bench_calls == 1 + len(p.windows)
         assert c.total_s == p.elapsed_s and c.server_start_s == p.startup_s
         assert c.warmup_load_s is not None and c.warmup_load_s > 0
         assert c.other_s is not None and c.other_s >= 0
-        # each call's start-up read from its log (the fake logs vLLM's first bench line)
-        assert len(c.bench_startup_s) == 3 and all(x is not None for x in c.bench_startup_s)
+        # each call's start-up read from its log (the fake logs vLLM's first bench line);
+        # vLLM's stamps are whole seconds, so a value reads up to 1 s low, never lower
+        ups = c.bench_startup_s
+        assert len(ups) == c.bench_calls and all(x is not None and x > -1.0 for x in ups)
         paths = PointPaths.of(out, p.key)
         assert paths.warmup_log.is_file() and paths.bench_log(1).is_file()
     assert os.environ.get("COURSE_UTILS_BENCH_WORKER") is None

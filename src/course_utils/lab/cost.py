@@ -3,8 +3,9 @@
 ``core.cost.point_cost`` does the arithmetic; this module adds what lives in files: the
 warm-up's load (vLLM's ``duration`` in warmup.json) for runs that did not record it, and
 each bench call's start-up, from the call's start to vLLM's first log line in its log
-(importing vLLM, parsing the arguments, loading the tokenizer: vLLM's stamps have a 1 s
-resolution, so each value is good to about a second). The first window starts right after
+(importing vLLM, parsing the arguments, loading the tokenizer). vLLM stamps its log in whole
+seconds, cut down, so each value reads up to 1 s low, and a call that starts in well under a
+second (a worker that imported vLLM before) can read slightly negative. The first window starts right after
 the warm-up ends, so the warm-up's start is the first window's start less its wall time.
 
     python -m course_utils.lab.cost RUN_DIR [RUN_DIR ...]     (a table and the summary)

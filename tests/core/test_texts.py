@@ -125,3 +125,36 @@ def test_unknown_issue_and_decision() -> None:
     assert texts.issue("something new", "zh") == "something new"
     with pytest.raises(ValueError, match="unknown decision"):
         texts.decision_word("maybe")
+
+
+@pytest.mark.parametrize(
+    ("reason", "meets", "outcome"),
+    [
+        ("plateau: no knob the diagnosis names (max_num_seqs) has candidates left", False,
+         "past_knee"),
+        ("diagnosis 'queue_replicas' (queue) names no engine knob: add replicas", False,
+         "past_knee"),
+        ("diagnosis 'none' (none) names no engine knob: at the limit", True, "meets_slo"),
+        ("GPU budget: 1.0 min left < 3.0 min per point", False, "unfinished"),
+        ("max_steps (6) reached", False, "unfinished"),
+        ("GPU budget: 1.0 min left < 3.0 min per point", True, "meets_slo"),
+        ("baseline failed: server exited", None, "no_result"),
+    ],
+)
+def test_loop_outcome_in_both_languages(reason: str, meets: bool | None, outcome: str) -> None:
+    o = keep.loop_outcome(reason, meets, 1.6, 12.0, ["max_num_seqs", "max_num_batched_tokens"])
+    assert o["outcome"] == outcome
+    assert texts.loop_outcome(o, "en") == o["why"]
+    zh = texts.loop_outcome(o, "zh")
+    assert CJK.search(zh) and zh != o["why"]
+    if outcome in ("past_knee", "unfinished"):
+        assert o["goodput_share"] == pytest.approx(1.6 / 12.0, abs=1e-4)
+        assert "13%" in o["why"] and "13%" in zh
+    if outcome == "past_knee":
+        assert "max_num_seqs, max_num_batched_tokens" in o["why"]
+        assert "max_num_seqs、max_num_batched_tokens" in zh
+
+
+def test_loop_outcome_without_a_finite_rate_has_no_share() -> None:
+    o = keep.loop_outcome("plateau: x", False, 3.0, float("inf"))
+    assert o["goodput_share"] is None and "offered rate" not in o["why"]

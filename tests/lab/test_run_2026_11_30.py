@@ -40,6 +40,7 @@ def test_at_6_req_s_nothing_binds_and_the_loop_stops_at_once() -> None:
     s = replay.tune_summary(RUN / "decode")
     assert s is not None and s["knobs"] == {"max_model_len": 4096}
     assert s["stop_reason"].startswith("diagnosis 'none' (none) names no engine knob")
+    assert replay.replay_tune(RUN / "decode")["outcome"]["outcome"] == "meets_slo"
 
 
 def test_at_12_req_s_decode_binds_and_no_candidate_beats_the_defaults() -> None:
@@ -72,6 +73,12 @@ def test_at_12_req_s_decode_binds_and_no_candidate_beats_the_defaults() -> None:
     s = replay.tune_summary(RUN / "decode12")
     assert s is not None and r["knobs"] == s["knobs"] == {"max_model_len": 4096}
     assert s["stop_reason"].startswith("plateau")
+    # no knob met the SLO: the loop's conclusion is that 12 req/s is past this server's
+    # knee for TPOT 15 ms, with 13 % of the offered rate as goodput
+    o = r["outcome"]
+    assert o["outcome"] == "past_knee"
+    assert o["tried"] == ["max_num_seqs", "max_num_batched_tokens"]
+    assert 0.10 < o["goodput_share"] < 0.16
 
 
 def test_preflight_passed_in_under_two_seconds_before_every_call() -> None:

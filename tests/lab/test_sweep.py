@@ -13,7 +13,7 @@ from course_utils.core.keep import best_point, choose, objective_value
 from course_utils.core.keep import early_stop_reason as _early_stop
 from course_utils.core.records import PointPaths
 from course_utils.core.slo import SLO
-from course_utils.lab import knee
+from course_utils.lab import knee, replay
 from course_utils.lab.bench import Workload
 from course_utils.lab.cli import add_cli
 from course_utils.lab.server import group_pids
@@ -482,3 +482,29 @@ def test_prefix_cache_check_needs_no_shared_prefix(tmp_path: Path) -> None:
         "prefix cache hit rate 97%")
     assert prefix_cache_hit_rate(series[:1]) is None
     assert prefix_cache_hit_rate([Snapshot(t=0), Snapshot(t=1)]) is None  # caching off
+
+
+def test_tune_that_no_knob_rescues_says_the_rate_is_past_the_knee(
+    tmp_path: Path, fake_vllm: Path
+) -> None:
+    # a TPOT target the fake cannot meet at any batch width: the loop tries the knob the
+    # diagnosis names, keeps nothing, and concludes "past the knee", not "done"
+    w = Workload(input_len=16, output_len=24, num_prompts=16)
+    slo = SLO.parse("ttft:5000 tpot:0.001")
+    summary = tune("fake-model", {"max_num_seqs": [2, 16]}, workload=w, slo=slo,
+                   out_dir=tmp_path / "t", base_knobs={"max_num_seqs": 4}, max_steps=3, **FAST)
+    assert summary["meets_slo"] is False
+    assert summary["stop_reason"].startswith("plateau"), summary["stop_reason"]
+    o = summary["outcome"]
+    assert o["outcome"] == "past_knee" and o["tried"] == ["max_num_seqs"]
+    assert "past this server's knee" in o["why"]
+    # the replay re-derives the same conclusion from the records
+    assert replay.replay_tune(tmp_path / "t")["outcome"]["outcome"] == "past_knee"
+
+
+def test_tune_that_meets_the_slo_says_so(tmp_path: Path, fake_vllm: Path) -> None:
+    w = Workload(input_len=16, output_len=24, num_prompts=16)
+    summary = tune("fake-model", {"max_num_seqs": [1, 16]}, workload=w,
+                   slo=SLO.parse("ttft:300 tpot:200"), out_dir=tmp_path / "t",
+                   base_knobs={"max_num_seqs": 1}, max_steps=2, **FAST)
+    assert summary["meets_slo"] is True and summary["outcome"]["outcome"] == "meets_slo"

@@ -4,6 +4,7 @@
 - keep or revert a value: only on valid windows, and only when the gain is larger than
   the plateau and the measured run-to-run spread; a gain inside the spread is a tie;
 - the knee of an offered-rate scan, as the range its valid data supports;
+- what a finished SLO loop concluded (met, past the knee, unfinished);
 - lab 01's verdict for an offline sweep (the triple, the KV check, the same-batch spread).
 """
 
@@ -42,6 +43,7 @@ __all__ = [
     "kv_demand",
     "kv_timeline",
     "latest_by_rate",
+    "loop_outcome",
     "next_knob",
     "objective_value",
     "pick_knee",
@@ -379,3 +381,57 @@ def _knee_why(
         f"knee between {knee:g} req/s (the highest valid rate that met the SLO) and "
         f"{over:g} req/s ({over_by}){evidence}{mixed}{repeated}"
     )
+
+
+LOOP_OUTCOMES = ("meets_slo", "past_knee", "unfinished", "no_result")
+
+
+def loop_outcome(
+    stop_reason: str,
+    meets_slo: bool | None,
+    request_goodput: float | None = None,
+    offered_rate: float | None = None,
+    tried: Sequence[str] = (),
+) -> dict[str, Any]:
+    """What a finished loop concluded, from why it stopped and whether its kept
+    configuration meets the SLO:
+
+    - ``meets_slo``: the kept configuration meets the SLO at the offered rate;
+    - ``past_knee``: it stopped on a plateau (or on a diagnosis that names no engine knob)
+      with the SLO still missed. Every knob the diagnoses named was tried and none met it,
+      so this rate is past this server's knee for this SLO: lower the rate or add replicas;
+    - ``unfinished``: the budget or ``max_steps`` stopped it with the SLO still missed;
+    - ``no_result``: no valid baseline.
+    """
+    goodput_share = (
+        request_goodput / offered_rate
+        if request_goodput is not None and offered_rate and not math.isinf(offered_rate)
+        else None
+    )
+    reason = stop_reason or ""
+    if reason.startswith(("baseline", "no valid")) or meets_slo is None:
+        outcome = "no_result"
+    elif meets_slo:
+        outcome = "meets_slo"
+    elif reason.startswith(("GPU budget", "max_steps")):
+        outcome = "unfinished"
+    else:
+        outcome = "past_knee"
+    share = "" if goodput_share is None else f" ({goodput_share:.0%} of the offered rate)"
+    knobs = ", ".join(tried) or "none"
+    why = {
+        "meets_slo": "the kept configuration meets the SLO at this rate",
+        "past_knee": (
+            f"no setting tried met the SLO{share}; knobs tried: {knobs}. This rate is past "
+            "this server's knee for this SLO: lower the rate to the knee or add replicas"
+        ),
+        "unfinished": f"stopped before a plateau with the SLO missed{share}: resume with "
+        "more budget",
+        "no_result": f"no result: {reason or 'the loop did not run'}",
+    }[outcome]
+    return {
+        "outcome": outcome,
+        "goodput_share": None if goodput_share is None else round(goodput_share, 4),
+        "tried": list(tried),
+        "why": why,
+    }

@@ -4,6 +4,9 @@
   result, which holds it under "verdict");
 - ``knee``: the knee of an offered-rate scan (the dict of ``keep.pick_knee``);
 - ``stop_reason``: why ``sweep.tune`` stopped (its summary, or the ``stop_reason`` string);
+- ``loop_outcome``: what the finished loop concluded (``keep.loop_outcome``);
+- ``constraint_table``: the loop against vLLM's grid, one row per constraint
+  (``lab.loopvsgrid``);
 - ``issue``: one validity issue (``validity``), used by the two above.
 
 English reuses the ``why`` the rules wrote; Chinese is built from the structured fields (and
@@ -18,7 +21,17 @@ from typing import Any
 
 from course_utils.core import diagnose
 
-__all__ = ["LANGS", "decision_word", "issue", "knee", "loop_vs_grid", "stop_reason", "verdict"]
+__all__ = [
+    "LANGS",
+    "decision_word",
+    "issue",
+    "knee",
+    "constraint_table",
+    "loop_outcome",
+    "loop_vs_grid",
+    "stop_reason",
+    "verdict",
+]
 
 LANGS = ("en", "zh")
 DECISIONS = {
@@ -247,6 +260,24 @@ def stop_reason(summary: Mapping[str, Any] | str, lang: str = "en") -> str:
     return reason
 
 
+def loop_outcome(o: Mapping[str, Any], lang: str = "en") -> str:
+    """What a finished loop concluded (``keep.loop_outcome``'s dict) in `lang`."""
+    if _lang(lang) == "en":
+        return str(o.get("why") or "")
+    share = o.get("goodput_share")
+    share_zh = "" if share is None else f"（goodput 只有压测速率的 {float(share):.0%}）"
+    knobs = "、".join(o.get("tried") or []) or "无"
+    return {
+        "meets_slo": "保留的配置在这个速率下满足 SLO",
+        "past_knee": (
+            f"试过的设置都没能满足 SLO{share_zh}；试过的旋钮：{knobs}。对这个 SLO 来说，"
+            "这个速率已经超过这台服务器的拐点：把速率降到拐点，或者加副本"
+        ),
+        "unfinished": f"还没到平台期就停了，SLO 仍未满足{share_zh}：加预算后续跑",
+        "no_result": "没有结果：基线没有有效的测量",
+    }.get(str(o.get("outcome")), str(o.get("why") or ""))
+
+
 # ---- the loop against vLLM's grid (lab.gridcompare.compare) -------------------------------
 
 _LVG_HEAD = {
@@ -376,3 +407,163 @@ def loop_vs_grid(cmp: Mapping[str, Any], lang: str = "en") -> str:
         )
         lines.append(t["invalid"].format(n=sum(c["runs"] - c["valid_runs"] for c in bad), why=why))
     return "\n".join(lines)
+
+
+# ---- the loop against vLLM's grid, one row per constraint (lab.loopvsgrid) ---------------
+
+_CASE = {
+    "prefill": {
+        "en": "prefill (long prompts, tight TTFT)",
+        "zh": "prefill（长 prompt，TTFT 目标紧）",
+    },
+    "decode": {"en": "decode (tight TPOT)", "zh": "decode（TPOT 目标紧）"},
+    "kv": {"en": "KV capacity", "zh": "KV 容量"},
+    "knee": {"en": "queue past the knee", "zh": "过了拐点的排队"},
+    "prefix": {"en": "shared prefix", "zh": "共享前缀"},
+    "queue_cap": {"en": "queue: batch-width cap", "zh": "排队：批宽上限"},
+}
+_CT_HEAD = {
+    "en": [
+        "constraint",
+        "workload · SLO",
+        "vLLM's defaults (grid)",
+        "the loop's final",
+        "the grid's best",
+        "loop ÷ grid best",
+        "servers loop : grid",
+        "verdict",
+        "the loop ended",
+    ],
+    "zh": [
+        "约束",
+        "负载 · SLO",
+        "vLLM 默认配置（网格）",
+        "闭环最终",
+        "网格最佳",
+        "闭环 ÷ 网格最佳",
+        "服务器启动 闭环 : 网格",
+        "结论",
+        "闭环的结局",
+    ],
+}
+_CT: dict[str, dict[str, Any]] = {
+    "en": {
+        "not_run": "not run yet",
+        "partial": "partial: the grid measured {m} of {n} combos",
+        "no_loop": "; the loop not recorded",
+        "handicap": " (from {start}, a handicap)",
+        "cross": " (one config {x} apart on two servers)",
+        "wl": "{i}→{o} tokens{pre}, {r} req/s; {slo}",
+        "pre": " ({p} shared)",
+        "unit": "{v} req/s",
+        "note": "**{case}**: {note}",
+        "sep": "; ",
+        "label": " (`{x}`)",
+        "verdict": {
+            "same": "the same pick",
+            "tie": "tie",
+            "grid_better": "the grid is better",
+            "undecided": "undecided",
+        },
+        "outcome": {
+            "meets_slo": "meets the SLO",
+            "past_knee": "past the knee",
+            "unfinished": "unfinished",
+            "no_result": "no result",
+        },
+    },
+    "zh": {
+        "not_run": "尚未运行",
+        "partial": "不完整：网格测了 {n} 个组合中的 {m} 个",
+        "no_loop": "；闭环没有记录",
+        "handicap": "（从 {start} 起步，人为设障）",
+        "cross": "（同一配置在两台服务器上差 {x}）",
+        "wl": "输入 {i} / 输出 {o} token{pre}，{r} req/s；{slo}",
+        "pre": "（其中 {p} 共享）",
+        "unit": "{v} req/s",
+        "note": "**{case}**：{note}",
+        "sep": "；",
+        "label": "（`{x}`）",
+        "verdict": {
+            "same": "选的相同",
+            "tie": "打平",
+            "grid_better": "网格更好",
+            "undecided": "无法判断",
+        },
+        "outcome": {
+            "meets_slo": "满足 SLO",
+            "past_knee": "已过拐点",
+            "unfinished": "没跑完",
+            "no_result": "无结果",
+        },
+    },
+}
+
+
+def _gp(x: Any, t: Mapping[str, Any]) -> str:
+    return "—" if x is None else str(t["unit"]).format(v=f"{float(x):.2f}")
+
+
+def _ct_row(r: Mapping[str, Any], lang: str) -> list[str]:
+    t = _CT[lang]
+    case = _CASE.get(str(r["case"]), {}).get(lang, str(r["case"]))
+    if r.get("handicapped_start"):
+        case += str(t["handicap"]).format(start=f"`{r['handicapped_start']}`")
+    w = r.get("workload") or {}
+    wl = "—"
+    if w:
+        pre = str(t["pre"]).format(p=w["prefix_len"]) if w.get("prefix_len") else ""
+        wl = str(t["wl"]).format(
+            i=w["input_len"],
+            o=w["output_len"],
+            pre=pre,
+            r=f"{float(w['request_rate']):g}",
+            slo=f"`{r.get('slo')}`",
+        )
+    if r["status"] == "not_run":
+        return [case, wl, *[str(t["not_run"])] + ["—"] * 6]
+    verdict = t["verdict"].get(r.get("verdict"), "—") if r.get("verdict") else "—"
+    if r.get("cross_spread") is not None and r.get("verdict") == "tie":
+        verdict += str(t["cross"]).format(x=f"{float(r['cross_spread']):.0%}")
+    if r["status"] == "partial":
+        verdict = str(t["partial"]).format(m=r["combos_measured"], n=r["combos_planned"]) + (
+            str(t["no_loop"]) if r.get("loop") is None else f"{t['sep']}{verdict}"
+        )
+    ratio = r.get("loop_over_grid_best")
+    best = _gp(r.get("grid_best"), t)
+    if r.get("grid_best_label"):
+        best += str(t["label"]).format(x=r["grid_best_label"])
+    starts = "—"
+    if r.get("restarts_grid") is not None:
+        starts = f"{r.get('restarts_loop') if r.get('restarts_loop') is not None else '—'} : "
+        starts += str(r["restarts_grid"])
+    return [
+        case,
+        wl,
+        _gp(r.get("defaults"), t),
+        _gp(r.get("loop"), t),
+        best,
+        "—" if ratio is None else f"{float(ratio):.2f}",
+        starts,
+        verdict,
+        t["outcome"].get(r.get("outcome"), "—") if r.get("outcome") else "—",
+    ]
+
+
+def constraint_table(rows: list[Mapping[str, Any]], lang: str = "en") -> str:
+    """The loop against vLLM's grid, one row per constraint (``lab.loopvsgrid.CaseRow``
+    dicts), then each row's note, in `lang`."""
+    lang = _lang(lang)
+    head = _CT_HEAD[lang]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += [
+        "| " + " | ".join(c.replace("|", "\\|") for c in _ct_row(r, lang)) + " |" for r in rows
+    ]
+    notes = [
+        str(_CT[lang]["note"]).format(
+            case=_CASE.get(str(r["case"]), {}).get(lang, r["case"]), note=r["note"][lang]
+        )
+        for r in rows
+        if (r.get("note") or {}).get(lang)
+    ]
+    return "\n".join(lines + ([""] + [f"- {n}" for n in notes] if notes else []))

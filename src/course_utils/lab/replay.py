@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.keep import as_point, decide, next_knob, objective_value
+from course_utils.core.keep import as_point, decide, loop_outcome, next_knob, objective_value
 from course_utils.core.metrics import load_series
 from course_utils.core.records import PointPaths, ServedPoint, Workload, is_present
 from course_utils.core.records import read_jsonl as load_jsonl
@@ -234,7 +234,9 @@ def replay_tune(
     reverted there, so the run's later steps were measured from other knobs): the replay
     stops there and says so in ``diverged``. Returns {"objective", "plateau", "knobs",
     "score", "gate_goodput", "request_goodput", "diagnosis", "next_knob", "diverged",
-    "steps"}; each step has its "decision" (keep, tie, revert, undecided).
+    "outcome", "steps"}; each step has its "decision" (keep, tie, revert, undecided);
+    "outcome" is ``keep.loop_outcome`` with the recorded stop reason (no_result when the
+    replay diverged or the run recorded no summary).
     """
     d = Path(results_dir)
     points = [as_point(r) for r in load_points_checked(d)]
@@ -289,16 +291,27 @@ def replay_tune(
             }
         )
     diag = kept.diagnosis
+    scores = _scores(kept, objective)
+    summary = tune_summary(d) or {}
+    rate = kept.workload.get("request_rate")
+    outcome = loop_outcome(
+        str(summary.get("stop_reason") or ""),
+        kept.meets_slo if diverged is None and summary else None,
+        scores["request_goodput"],
+        None if rate is None else float(rate),
+        [str(s["knob"]) for s in steps[1 : len(trail)]],
+    )
     return {
         "objective": objective,
         "plateau": plateau,
         "knobs": dict(kept.knobs),
-        **_scores(kept, objective),
+        **scores,
         "diagnosis": {
             k: diag.get(k) for k in ("constraint", "leaf", "knobs", "moves", "why_en", "why_zh")
         },
         "next_knob": next_knob(diag),
         "diverged": diverged,
+        "outcome": outcome,
         "steps": trail,
     }
 

@@ -22,6 +22,7 @@ from course_utils.core.keep import (
     as_point,
     check_objective,
     decide,
+    loop_outcome,
     next_knob,
     objective_label,
     objective_value,
@@ -425,5 +426,17 @@ def _summary(
         "serve_command": shlex.join(ship.ship_argv()),
         "label": objective_label(cfg.objective),
     }
+    meets = state.kept.meets_slo if state else None
+    tried = list(
+        dict.fromkeys(
+            str(r["knob"])
+            for r in read_jsonl(tune_path)
+            if r.get("kind") == "sweep" and r.get("knob")
+        )
+    )
+    summary["meets_slo"] = meets
+    summary["outcome"] = loop_outcome(
+        stop_reason, meets, sc.request_goodput if sc else None, cfg.workload.request_rate, tried
+    )
     append_jsonl(tune_path, summary)
     return summary

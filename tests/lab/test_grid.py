@@ -4,6 +4,7 @@ grid (tests/fixtures/grid_decode_fake, see its README)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -15,7 +16,7 @@ import pytest
 
 from course_utils.core import knobs, presets
 from course_utils.core.slo import SLO
-from course_utils.lab import grid, gridrun
+from course_utils.lab import cli, grid, gridrun, rehearsal
 from course_utils.lab.gridcompare import compare, grid_best
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -212,11 +213,47 @@ def test_a_jit_compile_inside_a_grid_run_makes_it_invalid(
 def test_a_presets_grid_starts_where_the_loop_starts(tmp_path: Path, name: str) -> None:
     """Every preset's grid includes vLLM's defaults (the loop's baseline), one knob or two."""
     pre = presets.get(name, "h200")
+    (tmp_path / "gpu.json").write_text(json.dumps(H200_CUDA))  # a rehearsal reads no GPU here
     assert gridrun.main(["prepare", str(tmp_path), "--model", "m", "--port", "1",
                          "--preset", name, "--gpu", "h200"]) == 0
     params = json.loads((tmp_path / "serve_params.json").read_text())
     assert params[0] == {"_benchmark_name": "defaults"}
     assert len(params) == 1 + sum(len(v) for v in pre.candidates.values())
+    assert (tmp_path / "rehearsal.json").is_file() == bool(pre.rehearse)
+
+
+H200_CUDA = {"total": int(139.8 * 2**30), "free": int(139.0 * 2**30), "name": "NVIDIA H200"}
+
+
+def test_a_rehearsed_presets_grid_runs_the_targets_budget_like_the_loop(tmp_path: Path) -> None:
+    """The kv preset rehearses a 4090 on the H200: the grid's base is the 4090's budget and
+    serve defaults, and its swept utilisation is scaled, exactly as the loop's
+    ``--rehearse-gpu`` does (one rule, lab.rehearsal)."""
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "gpu.json").write_text(json.dumps(H200_CUDA))
+    assert gridrun.main(["prepare", str(tmp_path / "g"), "--model", "m", "--port", "1",
+                         "--preset", "kv", "--gpu", "h200"]) == 0
+    r = rehearsal.load(tmp_path / "g")
+    assert r is not None and r.target == "RTX 4090" and r.max_num_seqs == 256
+    params = json.loads((tmp_path / "g" / "serve_params.json").read_text())
+    serve = (tmp_path / "g" / "serve_cmd.txt").read_text()
+    assert f"--gpu-memory-utilization {r.util_here}" in serve
+    assert "--max-num-seqs 256" in serve and "--max-num-batched-tokens 2048" in serve
+    assert {"gpu_memory_utilization": r.scale(0.95)} in params
+    assert {"kv_cache_dtype": "fp8"} in params
+    # the loop's side of the same preset
+    ap = argparse.ArgumentParser()
+    cli.add_cli(ap.add_subparsers(dest="cmd"))
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "gpu.json").write_text(json.dumps(H200_CUDA))
+    a = ap.parse_args(["tune", "--model", "m", "--out", str(tmp_path / "t"), "--preset", "kv",
+                       "--gpu-size", "h200"])
+    cli._apply_preset(a, tune=True)
+    assert a.rehearse_gpu == "rtx4090"
+    base, cand = cli._rehearse(a, cli._parse_assign(a.base, False),
+                               cli._parse_assign(a.candidate, True))
+    assert base["gpu_memory_utilization"] == r.util_here and base["max_num_seqs"] == 256
+    assert cand["gpu_memory_utilization"] == [r.scale(0.95)]
 
 
 def test_prepare_fails_in_one_line_without_a_workload(tmp_path: Path,

@@ -39,6 +39,9 @@ class Preset:
     candidates: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     expect: str = ""
     recorded: str | None = None  # labs/results/<run>/<folder> that measured this preset
+    rehearse: str | None = None
+    """Run at this GPU's memory budget and `vllm serve` defaults (lab.rehearsal), so that a
+    bigger GPU reproduces the smaller one's KV pool instead of a handicapped baseline."""
 
     def workload_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of core.records.Workload (seed 0, ignore_eos)."""
@@ -146,18 +149,24 @@ PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType(
                 candidates={"kv_cache_dtype": ("fp8",), "max_num_seqs": (64, 128)},
                 expect="the KV pool binds (preemptions); fp8 KV or fewer sequences may keep",
             ),
+            # on an H200, vLLM's defaults hold 2.1 M tokens of KV (113 GiB, lab 03's log):
+            # more than 1024 sequences of 1536 tokens need, so that pool cannot fill. The
+            # case rehearses a 4090 (its budget and defaults, not a pool shrunk for the
+            # exercise) at a rate that fills the 4090's pool
             _p(
                 name="kv",
                 gpu="h200",
                 constraint="kv",
                 input_len=512,
                 output_len=1024,
-                num_prompts=300,
-                rate=20,
+                num_prompts=200,
+                rate=10,
                 slo="ttft:1000 tpot:30",
-                base={**_LONG, "gpu_memory_utilization": 0.2},
-                candidates={"gpu_memory_utilization": (0.3, 0.4), "kv_cache_dtype": ("fp8",)},
-                expect="the KV pool binds (preemptions); a larger pool or fp8 KV keeps",
+                base=_LONG,
+                candidates={"gpu_memory_utilization": (0.95,), "kv_cache_dtype": ("fp8",)},
+                expect="the 4090's KV pool binds (a queue with the pool full); a larger pool "
+                "or fp8 KV keeps",
+                rehearse="rtx4090",
             ),
             # ---- knee: a rate past the knee: not a tuning problem ------------------------
             _p(
@@ -171,9 +180,13 @@ PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType(
                 slo="ttft:300 tpot:50",
                 base=_LONG,
                 candidates={"max_num_seqs": (128, 384)},
-                expect="a queue: the loop stops with 'not a tuning problem'",
+                expect="past the knee: no knob meets the SLO; the loop ends 'past the knee'",
             ),
             _p(
+                # one H200's knee here is 55-60 req/s (lab 03). vLLM's defaults admit every
+                # request (1024 sequences, 113 GiB of KV), so the overload shows as TTFT
+                # (prefill), not as a queue: the loop tries prefill's knob, and none meets
+                # the SLO
                 name="knee",
                 gpu="h200",
                 constraint="queue",
@@ -183,8 +196,8 @@ PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType(
                 rate=80,
                 slo="ttft:300 tpot:50",
                 base=_LONG,
-                candidates={"max_num_seqs": (256, 2048)},
-                expect="a queue: the loop stops with 'not a tuning problem'",
+                candidates={"max_num_batched_tokens": (16384, 32768)},
+                expect="past the knee: no knob meets the SLO; the loop ends 'past the knee'",
             ),
             # ---- prefix: a shared prefix, prefix caching on (vLLM's default) vs off -----
             _p(
@@ -239,12 +252,15 @@ LAB02_SECOND = {"max_num_seqs": "max_num_batched_tokens"}  # a second knob with 
 
 def lab02_params(p: Preset) -> dict[str, Any]:
     """Lab 02's parameters for a preset: the workload, SLO, base knobs and the first and
-    second knob's candidates (a one-knob preset leaves the second knob without values)."""
+    second knob's candidates (a one-knob preset leaves the second knob without values), and
+    ``rehearse_gpu`` when the preset rehearses a smaller GPU."""
     knobs_ = list(p.candidates)
     first = knobs_[0]
     second = knobs_[1] if len(knobs_) > 1 else LAB02_SECOND.get(first, "max_num_seqs")
     base = dict(p.base)
+    rehearse = {"rehearse_gpu": p.rehearse} if p.rehearse else {}
     return {
+        **rehearse,
         "input_len": p.input_len,
         "output_len": p.output_len,
         "prefix_len": p.prefix_len,

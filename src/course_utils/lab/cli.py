@@ -166,6 +166,8 @@ def _apply_preset(a: argparse.Namespace, *, tune: bool) -> None:
             if getattr(a, k) is None:
                 setattr(a, k, v)
         a.slo = a.slo or pre.slo
+        if pre.rehearse and not getattr(a, "rehearse_gpu", None):
+            a.rehearse_gpu = pre.rehearse
         a.base = [f"{k}={v}" for k, v in pre.base.items()] + list(a.base or [])
         a.ignore_eos = True
         if tune and not a.candidate:

@@ -236,6 +236,28 @@ def _from_args(a: Any) -> tuple[GridSpec, Workload, SLO, dict[str, Any]]:
     return spec, w, slo, base
 
 
+def _rehearsed(
+    a: Any, spec: GridSpec, w: Workload, slo: SLO, base: dict[str, Any]
+) -> tuple[GridSpec, Workload, SLO, dict[str, Any]]:
+    """--rehearse-gpu (or the preset's): the target's budget and defaults in the base knobs
+    and every gpu_memory_utilization scaled, as the loop's ``--rehearse-gpu`` does
+    (lab.rehearsal); the rehearsal is saved next to the grid."""
+    from course_utils.core import presets
+    from course_utils.lab import rehearsal
+
+    target = a.rehearse_gpu or (presets.get(a.preset, a.gpu).rehearse if a.preset else None)
+    if not target:
+        return spec, w, slo, base
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sweeps = {k: list(vals) for k, vals in spec.axes}
+    r, base, scaled = rehearsal.apply(target, "serve", base, sweeps, cache=out / "gpu.json")
+    rehearsal.save(r, out)
+    a.gpu_memory_gib = r.target_total_gib
+    axes = tuple((k, tuple(scaled[k])) for k, _ in spec.axes)
+    return GridSpec(axes, spec.mode, spec.with_defaults), w, slo, base
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
     import sys
@@ -264,6 +286,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--warmup-share", type=float, default=None)
     p.add_argument("--bench-worker", action="store_true")
+    p.add_argument(
+        "--rehearse-gpu",
+        help="run at this GPU's memory budget and serve defaults (default: the preset's)",
+    )
     m = sub.add_parser("merge", help="one grid folder from parts run on several GPUs")
     m.add_argument("out")
     m.add_argument("parts", nargs="+")
@@ -287,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(a: Any) -> int:
     if a.cmd == "prepare":
-        spec, w, slo, base = _from_args(a)
+        spec, w, slo, base = _rehearsed(a, *_from_args(a))
         i, _, n = a.part.partition("/")
         meta = prepare(
             a.out,

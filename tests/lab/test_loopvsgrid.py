@@ -1,0 +1,120 @@
+"""lab.loopvsgrid: the loop against vLLM's grid, one row per constraint, re-derived from the
+recorded folders that labs/results/loop_vs_grid.json names."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from course_utils.core import presets, texts
+from course_utils.lab import loopvsgrid
+
+RESULTS = loopvsgrid.RESULTS
+
+
+@pytest.fixture(scope="module")
+def rows() -> dict[str, loopvsgrid.CaseRow]:
+    return {r.case: r for r in loopvsgrid.rows()}
+
+
+def test_every_preset_has_a_row_and_every_row_a_start(rows: dict[str, loopvsgrid.CaseRow]) -> None:
+    index = json.loads(loopvsgrid.INDEX.read_text())["cases"]
+    assert {c["preset"] for c in index if c.get("preset")} == set(presets.names())
+    for c in index:  # a row without a preset is one whose start was handicapped, and says so
+        assert c.get("preset") or rows[c["case"]].handicapped_start
+
+
+def test_decode_row_is_the_recorded_partial_grid_and_a_tie(
+    rows: dict[str, loopvsgrid.CaseRow],
+) -> None:
+    r = rows["decode"]
+    assert r.status == "partial" and (r.combos_measured, r.combos_planned) == (3, 5)
+    # the grid's numbers are vLLM's own request_goodput of each combo's run file
+    sweep = RESULTS / "h200-2026-12-01/grid-decode/vllm_sweep/grid"
+    raw = {
+        d.name: json.loads((d / "run=0.json").read_text())["request_goodput"]
+        for d in sweep.iterdir()
+        if (d / "run=0.json").is_file()
+    }
+    assert r.defaults == pytest.approx(raw["SERVE--defaults"], abs=1e-9)
+    assert r.grid_best == pytest.approx(max(raw.values()), abs=1e-9)
+    assert r.grid_best_label == "max_num_batched_tokens=2048"
+    assert r.loop == pytest.approx(1.606, abs=0.01) and r.loop_knobs == {"max_model_len": 4096}
+    # the loop's own measurement is higher, but one config differs by 34 % between servers
+    assert r.loop_over_grid_best == pytest.approx(1.159, abs=0.001)
+    assert r.cross_spread == pytest.approx(0.344, abs=0.001)
+    assert r.verdict == "tie" and r.outcome == "past_knee"
+
+
+def test_handicapped_row_is_marked_and_gains_nothing_against_the_defaults(
+    rows: dict[str, loopvsgrid.CaseRow],
+) -> None:
+    r = rows["queue_cap"]
+    assert r.status == "measured" and r.handicapped_start == "max_num_seqs=64"
+    assert r.defaults is not None and r.loop is not None
+    assert abs(r.loop / r.defaults - 1) < 0.01  # against vLLM's defaults: nothing
+    assert r.verdict == "tie" and r.outcome == "meets_slo"
+    en = loopvsgrid.table([r], "en")
+    assert "a handicap" in en and "proves no constraint" in en
+
+
+def test_rows_without_a_recorded_side_carry_no_numbers(
+    rows: dict[str, loopvsgrid.CaseRow],
+) -> None:
+    for name in ("prefill", "kv", "knee"):
+        r = rows[name]
+        assert r.status == "not_run" and r.workload is not None
+        assert (r.defaults, r.loop, r.grid_best, r.verdict, r.outcome) == (None,) * 5
+    p = rows["prefix"]
+    assert p.status == "partial" and p.loop is None and p.outcome is None
+    assert (p.combos_measured, p.combos_planned) == (1, 2) and p.grid_best_label == "defaults"
+
+
+def test_a_grid_that_loses_a_combo_turns_its_row_partial(tmp_path: Path) -> None:
+    """The status is read from the folders: the same case with one combo removed is partial."""
+    res = tmp_path / "results"
+    shutil.copytree(RESULTS / "h200-2026-11-29c", res / "h200-2026-11-29c")
+    index = tmp_path / "index.json"
+    case = next(
+        c for c in json.loads(loopvsgrid.INDEX.read_text())["cases"] if c["case"] == "queue_cap"
+    )
+    index.write_text(json.dumps({"cases": [case]}))
+    assert loopvsgrid.rows(index, res)[0].status == "measured"
+    grid = res / "h200-2026-11-29c/sidebyside/vllm_sweep"
+    combo = next(d for d in grid.rglob("SERVE-*") if "max_num_seqs=64" in str(d) and d.is_dir())
+    shutil.rmtree(combo)
+    (r,) = loopvsgrid.rows(index, res)
+    assert r.status == "partial" and r.combos_measured == 2
+
+
+def test_table_in_both_languages(rows: dict[str, loopvsgrid.CaseRow]) -> None:
+    rs = list(rows.values())
+    en, zh = loopvsgrid.table(rs, "en"), loopvsgrid.table(rs, "zh")
+    assert en.count("\n| ") == zh.count("\n| ") == len(rs)  # after the header
+    assert "not run yet" in en and "尚未运行" in zh and "not run" not in zh
+    # zh cells hold Chinese, code and numbers, not English prose
+    body = re.sub(r"`[^`]*`", "", zh)
+    assert not re.search(r"\b(?:the|loop|grid|tie|partial|measured)\b", body)
+    with pytest.raises(ValueError, match="lang"):
+        texts.constraint_table([], "fr")
+
+
+def test_cli_prints_the_table_and_fails_in_one_line_on_a_missing_folder(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert loopvsgrid.main([]) == 0
+    assert "| decode (tight TPOT) |" in capsys.readouterr().out
+    bad = tmp_path / "index.json"
+    bad.write_text(
+        json.dumps(
+            {"cases": [{"case": "decode", "preset": "decode", "grid": "nowhere/vllm_sweep"}]}
+        )
+    )
+    assert loopvsgrid.main(["--index", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "nowhere" in err[0]

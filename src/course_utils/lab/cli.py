@@ -197,19 +197,34 @@ def process_kwargs(a: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any
     return server, bench
 
 
+# command-line flag -> Workload field (the flags every workload-taking command shares)
+_WORKLOAD_FLAGS = (
+    ("input_len", "input_len"),
+    ("output_len", "output_len"),
+    ("num_prompts", "num_prompts"),
+    ("rate", "request_rate"),
+    ("prefix_len", "prefix_len"),
+    ("seed", "seed"),
+    ("ignore_eos", "ignore_eos"),
+    ("max_concurrency", "max_concurrency"),
+)
+
+
+def workload_from_args(a: Any, base: dict[str, Any] | None = None) -> Workload:
+    """The workload of a command line: ``base`` (a preset's ``workload_kwargs()``), then
+    every workload flag the command has and was given (None: not given)."""
+    kw = dict(base or {})
+    for flag, name in _WORKLOAD_FLAGS:
+        value = getattr(a, flag, None)
+        if value is not None:
+            kw[name] = value
+    return Workload(**kw)
+
+
 def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
     from course_utils.core.slo import SLO
 
-    workload = Workload(
-        input_len=a.input_len,
-        output_len=a.output_len,
-        num_prompts=a.num_prompts,
-        request_rate=a.rate,
-        prefix_len=a.prefix_len,
-        seed=a.seed,
-        ignore_eos=a.ignore_eos,
-        max_concurrency=a.max_concurrency,
-    )
+    workload = workload_from_args(a)
     server_kwargs, bench_kwargs = process_kwargs(a)
     slo = SLO.parse(a.slo, rate=None if math.isinf(a.rate) else a.rate)
     return dict(

@@ -41,8 +41,8 @@ from course_utils.lab.gridbench import harness_path
 from course_utils.lab.sidebyside_evidence import (
     RUN_FILE,
     SideBySideError,
-    _experiment_dir,
     combo_params,
+    experiment_dir,
 )
 
 __all__ = [
@@ -220,7 +220,7 @@ def grid_points(grid_dir: str | Path, slo: SLO | str) -> list[ServedPoint]:
     (a run without one is taken as valid: ``load["harness"]`` is False). In grid.json's
     combo order when known, else by folder."""
     slo_ = SLO.parse(slo) if isinstance(slo, str) else slo
-    exp = _experiment_dir(Path(grid_dir))
+    exp = experiment_dir(Path(grid_dir))
     meta = read_grid_meta(exp) or {}
     base = dict(meta.get("base") or {})
     order = [combo_label(c) for c in meta.get("combos") or []]

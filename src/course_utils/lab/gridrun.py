@@ -206,25 +206,15 @@ def _workload_args(p: Any) -> None:
 def _from_args(a: Any) -> tuple[GridSpec, Workload, SLO, dict[str, Any]]:
     """Explicit flags over the preset's values."""
     from course_utils.core import presets
-    from course_utils.lab.cli import _parse_assign
+    from course_utils.lab.cli import _parse_assign, workload_from_args
 
     pre = presets.get(a.preset, a.gpu) if a.preset else None
-    wk = pre.workload_kwargs() if pre else {"ignore_eos": True}
-    for k, f in (
-        ("input_len", a.input_len),
-        ("output_len", a.output_len),
-        ("prefix_len", a.prefix_len),
-        ("num_prompts", a.num_prompts),
-        ("request_rate", a.rate),
-    ):
-        if f is not None:
-            wk[k] = f
-    missing = [k for k in ("input_len", "output_len", "num_prompts", "request_rate") if k not in wk]
-    if missing or not (a.slo or pre) or not (a.grid or pre):
+    given = pre is not None or None not in (a.input_len, a.output_len, a.num_prompts, a.rate)
+    if not given or not (a.slo or pre) or not (a.grid or pre):
         raise SystemExit(
             "give --preset, or --input-len --output-len --num-prompts --rate --slo --grid"
         )
-    w = Workload(**wk, seed=a.seed)
+    w = workload_from_args(a, pre.workload_kwargs() if pre else {"ignore_eos": True})
     slo = SLO.parse(a.slo or (pre.slo if pre else ""))
     base = {**(dict(pre.base) if pre else {}), **_parse_assign(a.base, False)}
     # a preset's candidates are what the loop tries from vLLM's defaults: the defaults too

@@ -443,14 +443,9 @@ def _parser() -> argparse.ArgumentParser:
 def _print_bench_cmd(a: argparse.Namespace) -> None:
     if a.num_warmups is None:
         a.num_warmups = our_warmup_default()
-    w = Workload(
-        input_len=a.input_len,
-        output_len=a.output_len,
-        num_prompts=a.num_prompts,
-        request_rate=a.rate,
-        seed=a.seed,
-        ignore_eos=True,
-    )
+    from course_utils.lab.cli import workload_from_args
+
+    w = workload_from_args(a, {"ignore_eos": True})
     print(
         shlex.join(
             sweep_bench_cmd(

@@ -28,7 +28,7 @@ class SideBySideError(ValueError):
     """A folder that is not what compare() needs (one line)."""
 
 
-def _experiment_dir(path: Path) -> Path:
+def experiment_dir(path: Path) -> Path:
     """`-o DIR` or `DIR/EXPERIMENT`: the folder whose children are the SERVE-* combos."""
     if not path.is_dir():
         raise SideBySideError(f"{path}: no such folder")
@@ -79,7 +79,7 @@ def bench_cmd_warmups(cmd: str | Sequence[str]) -> int:
 def _search_dirs(vdir: Path, timing_path: Path | None) -> list[Path]:
     """Where side_by_side.sh leaves bench_cmd.txt and sweep-N.log: next to the `-o` folder
     (or in the folder of timing.json)."""
-    exp = _experiment_dir(vdir)
+    exp = experiment_dir(vdir)
     cands = ([timing_path.parent] if timing_path else []) + [
         vdir,
         vdir.parent,
@@ -408,7 +408,7 @@ def _row(raw: Mapping[str, Any], slo: SLO, params: Mapping[str, Any], file: str)
 
 def load_vllm_sweep(path: str | Path, slo: SLO) -> list[dict[str, Any]]:
     """One scored row per `run=N.json` of a `vllm bench sweep serve` output."""
-    exp = _experiment_dir(Path(path))
+    exp = experiment_dir(Path(path))
     rows = []
     for combo in sorted(c for c in exp.iterdir() if c.is_dir() and c.name.startswith("SERVE-")):
         for f in sorted(combo.iterdir()):

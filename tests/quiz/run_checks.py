@@ -117,8 +117,23 @@ def replicas_plan(q: Any, p: dict[str, Any]) -> None:
     assert folder.parent.name in q.prompt["en"] and folder.parent.name in q.prompt["zh"]
 
 
+def loop_ending(q: Any, p: dict[str, Any]) -> None:
+    from course_utils.core import keep
+    from course_utils.core.records import ServedPoint
+
+    root = ROOT / p["run"]
+    summary = [r for r in read_jsonl(root / "tune.jsonl") if r.get("kind") == "summary"][-1]
+    points = [ServedPoint.from_json(r) for r in read_jsonl(root / "points.jsonl")]
+    assert points and not any(x.meets_slo for x in points)  # no value met the SLO
+    tried = [r["knob"] for r in read_jsonl(root / "tune.jsonl") if r.get("kind") == "sweep"]
+    o = keep.loop_outcome(summary["stop_reason"], False, None, None, tried)
+    assert o["outcome"] == "past_knee" and _keys(q) == {"past_knee"}
+    assert all(k in q.prompt["en"] and k in q.prompt["zh"] for k in tried)
+    assert p["run"].split("/")[2] in q.prompt["en"]
+
+
 RUN_CHECKS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
     "littles_law": littles_law, "littles_cap": littles_cap, "ttft_split": ttft_split,
     "prefix_replay": prefix_replay, "jit_window": jit_window, "kv_preempt": kv_preempt,
-    "replicas_plan": replicas_plan,
+    "replicas_plan": replicas_plan, "loop_ending": loop_ending,
 }

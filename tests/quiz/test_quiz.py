@@ -779,7 +779,8 @@ def test_reasoning_items_per_lesson_from_recorded_runs() -> None:
         assert len(qs) >= 3, lesson
         lab03 = Path(scaleout.RUN_DIR).name  # the lab 03 run (the fake fixture until collected)
         for q in qs:
-            run = lab03 if q.generator == "replicas_plan" else "h200-2026-11-29"
+            run = {"replicas_plan": lab03, "loop_ending": "h200-2026-11-30"}.get(
+                q.generator, "h200-2026-11-29")
             assert run in q.prompt["en"] and run in q.prompt["zh"]
 
 
@@ -814,3 +815,7 @@ def test_run_generators_refuse_data_that_does_not_support_the_key(tmp_path: Path
         quiz.expand({"id": "l", "generator": "littles_law",
                      "params": {"point": {"results": str(tmp_path / "nope"),
                                           "knobs": {"max_num_seqs": 1}}}})
+    # a loop that met the SLO (decode at 6 req/s) did not end past the knee
+    with pytest.raises(quiz.QuizError, match="ended meets_slo, not past the knee"):
+        quiz.expand({"id": "e", "generator": "loop_ending",
+                     "params": {"run": "labs/results/h200-2026-11-30/decode"}})

@@ -482,3 +482,91 @@ def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
             for lg in LANGS
         },
     }
+
+
+@generator("loop_ending")
+def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: run (a recorded loop folder: tune.jsonl + points). Answer: the loop's ending
+    (``keep.loop_outcome`` via ``lab.replay.replay_tune``); refuses a run that did not end
+    past the knee."""
+    from course_utils.lab.replay import replay_tune
+
+    root = resolve_path(p["run"])
+    r = replay_tune(root)
+    o = r["outcome"]
+    if o["outcome"] != "past_knee" or o["goodput_share"] is None:
+        raise QuizError(f"loop_ending: {root} ended {o['outcome']}, not past the knee")
+    run = root.as_posix().split("labs/results/")[-1]
+    from course_utils.core.records import ServedPoint
+    from course_utils.lab.replay import load_points_checked
+
+    pts = [ServedPoint.from_json(x) for x in load_points_checked(root)]
+    b = next(x for x in pts if x.knob == "baseline")
+    w = b.workload
+    wl = f"{w['input_len']}/{w['output_len']} tokens at {_fmt(w['request_rate'])} req/s"
+    wl_zh = f"输入 {w['input_len']} / 输出 {w['output_len']} token，{_fmt(w['request_rate'])} req/s"
+    slo = str(b.slo).split(" @ ")[0]
+    knobs = ", ".join(f"`{k}`" for k in o["tried"])
+    knobs_zh = "、".join(f"`{k}`" for k in o["tried"])
+    share = f"{o['goodput_share']:.0%}"
+    best = f"{float(r['request_goodput'] or 0):.2f}"
+    opts = [
+        (
+            {
+                "en": "This rate is past the server's knee for this SLO: lower it or add replicas.",
+                "zh": "对这个 SLO，这个速率已经超过服务器的拐点：降低速率或加副本。",
+            },
+            True,
+            "past_knee",
+        ),
+        (
+            {
+                "en": "Try wider values of the same knobs until one meets the SLO.",
+                "zh": "把同样的旋钮试更极端的取值，直到有一个达标。",
+            },
+            False,
+            "more_values",
+        ),
+        (
+            {
+                "en": "Ship the value with the highest goodput: it is the best configuration.",
+                "zh": "上线 goodput 最高的那个值：它就是最好的配置。",
+            },
+            False,
+            "ship_best",
+        ),
+        (
+            {
+                "en": "The run is invalid: a finished loop always meets the SLO.",
+                "zh": "这次运行无效：跑完的闭环一定满足 SLO。",
+            },
+            False,
+            "invalid",
+        ),
+    ]
+    return {
+        "type": "single",
+        "prompt": {
+            "en": f"The recorded loop `{run}` ({wl}, SLO `{slo}`) started from vLLM's "
+            f"defaults. It swept "
+            f"{knobs}, the knobs its diagnoses named, and kept nothing: the defaults scored "
+            f"{best} req/s of request goodput, {share} of the offered rate, and no value met "
+            "the SLO. What does this ending tell you?",
+            "zh": f"已录制的闭环 `{run}`（{wl_zh}，SLO `{slo}`）从 vLLM 默认配置起步，"
+            f"扫了诊断点名的 {knobs_zh}，"
+            f"什么也没保留：默认配置的逐请求 goodput 是 {best} req/s，只有压测速率的 {share}，"
+            "没有一个取值满足 SLO。这个结局说明什么？",
+        },
+        "choices": _opts(opts),
+        "explain": {
+            "en": "Every knob the diagnoses named was tried and none met the SLO, so no engine "
+            "knob fixes this load: the rate is past what this server serves inside this SLO "
+            "(keep.loop_outcome calls it past_knee). Wider values of the same knobs moved "
+            "goodput no more than the noise, and shipping the best of them still fails most "
+            "requests. Find the knee (a lower rate) or add replicas, as in lab 03.",
+            "zh": "诊断点名的旋钮都试过了，没有一个让 SLO 达标，说明没有哪个引擎旋钮能解决这份负载：对这个 SLO，"
+            "这个速率已经超过这台服务器的服务能力（keep.loop_outcome 称之为 past_knee）。同样旋钮的更极端取值，"
+            "对 goodput 的影响也没超出噪声；上线其中最好的一个，大多数请求照样不达标。去找拐点（更低的速率），"
+            "或者像实验 03 那样加副本。",
+        },
+    }

@@ -80,6 +80,9 @@ def test_sigint_is_one_line_leaves_no_server_and_resumes(
     q = subprocess.run(_cmd(cmd, dummy_model, out), env=env, capture_output=True, text=True,
                        timeout=300, check=False)
     assert q.returncode == 0, q.stderr
+    if cmd == "tune":  # the JSON summary on stdout, its ending in one line on stderr
+        assert json.loads(q.stdout)["outcome"]["outcome"] in ("meets_slo", "past_knee")
+        assert q.stderr.strip().splitlines()[-1].startswith("outcome: ")
     keys = [json.loads(x)["key"] for x in _lines(out / "points.jsonl")]
     assert keys[: len(done)] == done and len(keys) == len(set(keys))
     assert len(_lines(starts)) - n_starts == len(keys) - len(done)

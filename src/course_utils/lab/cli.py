@@ -338,6 +338,7 @@ def _cmd_tune(a: argparse.Namespace) -> int:
         **kw,
     )
     print(json.dumps(summary, indent=2))
+    print(f"outcome: {summary['outcome']['why']}", file=sys.stderr)  # stdout stays JSON
     return 0
 
 

@@ -158,3 +158,16 @@ def test_loop_outcome_in_both_languages(reason: str, meets: bool | None, outcome
 def test_loop_outcome_without_a_finite_rate_has_no_share() -> None:
     o = keep.loop_outcome("plateau: x", False, 3.0, float("inf"))
     assert o["goodput_share"] is None and "offered rate" not in o["why"]
+
+
+def test_a_plateau_with_nothing_tried_concludes_nothing() -> None:
+    o = keep.loop_outcome("plateau: no knob the diagnosis names (kv_cache_dtype) has candidates",
+                          False, 2.0, 10.0, [], ["kv_cache_dtype"])
+    assert o["outcome"] == "untested" and "nothing is concluded" in o["why"]
+    assert "kv_cache_dtype" in texts.loop_outcome(o, "zh")
+
+
+def test_past_the_knee_names_the_knobs_it_did_not_try() -> None:
+    o = keep.loop_outcome("plateau: x", False, 1.6, 12.0, ["max_num_seqs"], ["quantization"])
+    assert o["outcome"] == "past_knee" and o["why"].endswith("not tried: quantization")
+    assert texts.loop_outcome(o, "zh").endswith("没试的：quantization")

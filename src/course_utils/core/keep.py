@@ -383,7 +383,7 @@ def _knee_why(
     )
 
 
-LOOP_OUTCOMES = ("meets_slo", "past_knee", "unfinished", "no_result")
+LOOP_OUTCOMES = ("meets_slo", "past_knee", "untested", "unfinished", "no_result")
 
 
 def loop_outcome(
@@ -392,14 +392,19 @@ def loop_outcome(
     request_goodput: float | None = None,
     offered_rate: float | None = None,
     tried: Sequence[str] = (),
+    untried: Sequence[str] = (),
 ) -> dict[str, Any]:
     """What a finished loop concluded, from why it stopped and whether its kept
-    configuration meets the SLO:
+    configuration meets the SLO. ``tried``: the knobs it swept; ``untried``: knobs the last
+    diagnosis named that it did not sweep (no candidates, or none in the named direction).
 
     - ``meets_slo``: the kept configuration meets the SLO at the offered rate;
-    - ``past_knee``: it stopped on a plateau (or on a diagnosis that names no engine knob)
-      with the SLO still missed. Every knob the diagnoses named was tried and none met it,
-      so this rate is past this server's knee for this SLO: lower the rate or add replicas;
+    - ``past_knee``: the SLO is still missed after a plateau over the knobs tried (or the
+      diagnosis names no engine knob at all): with those knobs, this rate is past this
+      server's knee for this SLO; lower the rate or add replicas (or give candidates for the
+      untried knobs);
+    - ``untested``: a plateau with nothing tried (no candidate for any knob named): no
+      conclusion;
     - ``unfinished``: the budget or ``max_steps`` stopped it with the SLO still missed;
     - ``no_result``: no valid baseline.
     """
@@ -415,16 +420,22 @@ def loop_outcome(
         outcome = "meets_slo"
     elif reason.startswith(("GPU budget", "max_steps")):
         outcome = "unfinished"
+    elif reason.startswith("plateau") and not tried:
+        outcome = "untested"
     else:
         outcome = "past_knee"
     share = "" if goodput_share is None else f" ({goodput_share:.0%} of the offered rate)"
-    knobs = ", ".join(tried) or "none"
+    knobs, rest = ", ".join(tried) or "none", ", ".join(untried)
+    also = f"; not tried: {rest}" if rest else ""
     why = {
         "meets_slo": "the kept configuration meets the SLO at this rate",
         "past_knee": (
-            f"no setting tried met the SLO{share}; knobs tried: {knobs}. This rate is past "
-            "this server's knee for this SLO: lower the rate to the knee or add replicas"
+            f"no setting tried met the SLO{share}; knobs tried: {knobs}. With these knobs "
+            "this rate is past the server's knee for this SLO: lower the rate to the knee "
+            f"or add replicas{also}"
         ),
+        "untested": f"the SLO is missed{share} and no knob the diagnosis named was swept "
+        f"({rest or 'none'}): nothing was tried, nothing is concluded",
         "unfinished": f"stopped before a plateau with the SLO missed{share}: resume with "
         "more budget",
         "no_result": f"no result: {reason or 'the loop did not run'}",
@@ -433,5 +444,6 @@ def loop_outcome(
         "outcome": outcome,
         "goodput_share": None if goodput_share is None else round(goodput_share, 4),
         "tried": list(tried),
+        "untried": list(untried),
         "why": why,
     }

@@ -267,12 +267,16 @@ def loop_outcome(o: Mapping[str, Any], lang: str = "en") -> str:
     share = o.get("goodput_share")
     share_zh = "" if share is None else f"（goodput 只有压测速率的 {float(share):.0%}）"
     knobs = "、".join(o.get("tried") or []) or "无"
+    rest = "、".join(o.get("untried") or [])
+    also = f"；没试的：{rest}" if rest else ""
     return {
         "meets_slo": "保留的配置在这个速率下满足 SLO",
         "past_knee": (
-            f"试过的设置都没能满足 SLO{share_zh}；试过的旋钮：{knobs}。对这个 SLO 来说，"
-            "这个速率已经超过这台服务器的拐点：把速率降到拐点，或者加副本"
+            f"试过的设置都没能满足 SLO{share_zh}；试过的旋钮：{knobs}。只靠这些旋钮，对这个 SLO "
+            f"来说，这个速率已经超过服务器的拐点：把速率降到拐点，或者加副本{also}"
         ),
+        "untested": f"SLO 未满足{share_zh}，而诊断点名的旋钮一个也没扫（{rest or '无'}）："
+        "什么也没试，也就得不出结论",
         "unfinished": f"还没到平台期就停了，SLO 仍未满足{share_zh}：加预算后续跑",
         "no_result": "没有结果：基线没有有效的测量",
     }.get(str(o.get("outcome")), str(o.get("why") or ""))
@@ -468,6 +472,7 @@ _CT: dict[str, dict[str, Any]] = {
         "outcome": {
             "meets_slo": "meets the SLO",
             "past_knee": "past the knee",
+            "untested": "nothing tried",
             "unfinished": "unfinished",
             "no_result": "no result",
         },
@@ -493,6 +498,7 @@ _CT: dict[str, dict[str, Any]] = {
         "outcome": {
             "meets_slo": "满足 SLO",
             "past_knee": "已过拐点",
+            "untested": "什么也没试",
             "unfinished": "没跑完",
             "no_result": "无结果",
         },

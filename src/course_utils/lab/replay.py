@@ -294,12 +294,14 @@ def replay_tune(
     scores = _scores(kept, objective)
     summary = tune_summary(d) or {}
     rate = kept.workload.get("request_rate")
+    tried = [str(s["knob"]) for s in steps[1 : len(trail)]]
     outcome = loop_outcome(
         str(summary.get("stop_reason") or ""),
         kept.meets_slo if diverged is None and summary else None,
         scores["request_goodput"],
         None if rate is None else float(rate),
-        [str(s["knob"]) for s in steps[1 : len(trail)]],
+        tried,
+        [k for k in diag.get("knobs") or [] if k not in tried],
     )
     return {
         "objective": objective,

@@ -435,8 +435,14 @@ def _summary(
         )
     )
     summary["meets_slo"] = meets
+    named = list((state.diag if state else {}).get("knobs") or [])
     summary["outcome"] = loop_outcome(
-        stop_reason, meets, sc.request_goodput if sc else None, cfg.workload.request_rate, tried
+        stop_reason,
+        meets,
+        sc.request_goodput if sc else None,
+        cfg.workload.request_rate,
+        tried,
+        [k for k in named if k not in tried],
     )
     append_jsonl(tune_path, summary)
     return summary

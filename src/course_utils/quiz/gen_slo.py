@@ -509,12 +509,15 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
     knobs = ", ".join(f"`{k}`" for k in o["tried"])
     knobs_zh = "、".join(f"`{k}`" for k in o["tried"])
     share = f"{o['goodput_share']:.0%}"
+    untried = ", ".join(f"`{k}`" for k in o["untried"]) or "no other knob"
+    untried_zh = "、".join(f"`{k}`" for k in o["untried"]) or "别的旋钮"
     best = f"{float(r['request_goodput'] or 0):.2f}"
     opts = [
         (
             {
-                "en": "This rate is past the server's knee for this SLO: lower it or add replicas.",
-                "zh": "对这个 SLO，这个速率已经超过服务器的拐点：降低速率或加副本。",
+                "en": "With these knobs the rate is past the knee for this SLO: lower it or "
+                "add replicas.",
+                "zh": "只靠这些旋钮，对这个 SLO 这个速率已过拐点：降低速率或加副本。",
             },
             True,
             "past_knee",
@@ -549,24 +552,26 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
         "prompt": {
             "en": f"The recorded loop `{run}` ({wl}, SLO `{slo}`) started from vLLM's "
             f"defaults. It swept "
-            f"{knobs}, the knobs its diagnoses named, and kept nothing: the defaults scored "
+            f"{knobs} (the named knobs it had values for) and kept nothing: the defaults scored "
             f"{best} req/s of request goodput, {share} of the offered rate, and no value met "
             "the SLO. What does this ending tell you?",
             "zh": f"已录制的闭环 `{run}`（{wl_zh}，SLO `{slo}`）从 vLLM 默认配置起步，"
-            f"扫了诊断点名的 {knobs_zh}，"
+            f"扫了诊断点名、且给了候选值的 {knobs_zh}，"
             f"什么也没保留：默认配置的逐请求 goodput 是 {best} req/s，只有压测速率的 {share}，"
             "没有一个取值满足 SLO。这个结局说明什么？",
         },
         "choices": _opts(opts),
         "explain": {
-            "en": "Every knob the diagnoses named was tried and none met the SLO, so no engine "
-            "knob fixes this load: the rate is past what this server serves inside this SLO "
+            "en": f"Every knob it swept failed the SLO, so none of them fixes this load: with "
+            "these knobs the rate is past what this server serves inside this SLO "
             "(keep.loop_outcome calls it past_knee). Wider values of the same knobs moved "
             "goodput no more than the noise, and shipping the best of them still fails most "
-            "requests. Find the knee (a lower rate) or add replicas, as in lab 03.",
-            "zh": "诊断点名的旋钮都试过了，没有一个让 SLO 达标，说明没有哪个引擎旋钮能解决这份负载：对这个 SLO，"
+            "requests. Find the knee (a lower rate) or add replicas, as in lab 03. The "
+            f"diagnosis also named {untried}, which had no candidates: a claim about them "
+            "needs a run that tries them.",
+            "zh": "扫过的旋钮没有一个让 SLO 达标，说明它们都解决不了这份负载：只靠这些旋钮，对这个 SLO，"
             "这个速率已经超过这台服务器的服务能力（keep.loop_outcome 称之为 past_knee）。同样旋钮的更极端取值，"
             "对 goodput 的影响也没超出噪声；上线其中最好的一个，大多数请求照样不达标。去找拐点（更低的速率），"
-            "或者像实验 03 那样加副本。",
+            f"或者像实验 03 那样加副本。诊断还点名了 {untried_zh}，但没有给候选值：要对它们下结论，得另跑一次把它们试上。",
         },
     }

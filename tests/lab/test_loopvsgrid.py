@@ -118,3 +118,18 @@ def test_cli_prints_the_table_and_fails_in_one_line_on_a_missing_folder(
     assert loopvsgrid.main(["--index", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "nowhere" in err[0]
+
+
+@pytest.mark.parametrize(("run", "outcome"), [
+    ("h200-2026-11-29/slo", "unfinished"),     # the GPU budget stopped it, SLO missed
+    ("h200-2026-11-29c/slo", "meets_slo"),
+    ("h200-2026-11-30/decode", "meets_slo"),   # 6 req/s: nothing binds
+    ("h200-2026-11-30/decode12", "past_knee"),  # 12 req/s: no knob swept met TPOT 15 ms
+])
+def test_every_recorded_loop_replays_to_its_ending(run: str, outcome: str) -> None:
+    from course_utils.lab.replay import replay_tune, tune_summary
+
+    o = replay_tune(RESULTS / run)["outcome"]
+    assert o["outcome"] == outcome, o
+    summary = tune_summary(RESULTS / run)
+    assert summary is not None and "outcome" not in summary  # recorded before the rule

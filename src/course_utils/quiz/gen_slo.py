@@ -487,22 +487,33 @@ def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("loop_ending")
 def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: run (a recorded loop folder: tune.jsonl + points). Answer: the loop's ending
-    (``keep.loop_outcome`` via ``lab.replay.replay_tune``); refuses a run that did not end
-    past the knee."""
-    from course_utils.lab.replay import replay_tune
+    (``keep.loop_outcome`` on the recorded summary, steps and points, as run); refuses a run
+    that did not end past the knee."""
+    from course_utils.core.keep import loop_outcome
+    from course_utils.core.records import ServedPoint, read_jsonl
 
     root = resolve_path(p["run"])
-    r = replay_tune(root)
-    o = r["outcome"]
+    steps = read_jsonl(root / "tune.jsonl")
+    summary = next((r for r in reversed(steps) if r.get("kind") == "summary"), None)
+    pts = [ServedPoint.from_json(x) for x in read_jsonl(root / "points.jsonl")]
+    kept = [x for x in pts if x.knobs == (summary or {}).get("knobs")]
+    if summary is None or not kept:
+        raise QuizError(f"loop_ending: {root} has no summary or no point of its kept knobs")
+    b = next((x for x in pts if x.knob == "baseline"), kept[0])
+    w = b.workload
+    tried = list(dict.fromkeys(str(r["knob"]) for r in steps if r.get("kind") == "sweep"))
+    named = (summary.get("diagnosis") or {}).get("knobs") or []
+    o = loop_outcome(
+        str(summary.get("stop_reason") or ""),
+        all(x.meets_slo for x in kept),
+        summary.get("request_goodput"),
+        float(w["request_rate"]),
+        tried,
+        [k for k in named if k not in tried],
+    )
     if o["outcome"] != "past_knee" or o["goodput_share"] is None:
         raise QuizError(f"loop_ending: {root} ended {o['outcome']}, not past the knee")
     run = root.as_posix().split("labs/results/")[-1]
-    from course_utils.core.records import ServedPoint
-    from course_utils.lab.replay import load_points_checked
-
-    pts = [ServedPoint.from_json(x) for x in load_points_checked(root)]
-    b = next(x for x in pts if x.knob == "baseline")
-    w = b.workload
     wl = f"{w['input_len']}/{w['output_len']} tokens at {_fmt(w['request_rate'])} req/s"
     wl_zh = f"输入 {w['input_len']} / 输出 {w['output_len']} token，{_fmt(w['request_rate'])} req/s"
     slo = str(b.slo).split(" @ ")[0]
@@ -511,7 +522,7 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
     share = f"{o['goodput_share']:.0%}"
     untried = ", ".join(f"`{k}`" for k in o["untried"]) or "no other knob"
     untried_zh = "、".join(f"`{k}`" for k in o["untried"]) or "别的旋钮"
-    best = f"{float(r['request_goodput'] or 0):.2f}"
+    best = f"{float(summary['request_goodput'] or 0):.2f}"
     opts = [
         (
             {
@@ -553,11 +564,11 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
             "en": f"The recorded loop `{run}` ({wl}, SLO `{slo}`) started from vLLM's "
             f"defaults. It swept "
             f"{knobs} (the named knobs it had values for) and kept nothing: the defaults scored "
-            f"{best} req/s of request goodput, {share} of the offered rate, and no value met "
+            f"{best} req/s of request goodput as run, {share} of the offered rate, and no value met "
             "the SLO. What does this ending tell you?",
             "zh": f"已录制的闭环 `{run}`（{wl_zh}，SLO `{slo}`）从 vLLM 默认配置起步，"
             f"扫了诊断点名、且给了候选值的 {knobs_zh}，"
-            f"什么也没保留：默认配置的逐请求 goodput 是 {best} req/s，只有压测速率的 {share}，"
+            f"什么也没保留：按运行时的记录，默认配置的逐请求 goodput 是 {best} req/s，只有压测速率的 {share}，"
             "没有一个取值满足 SLO。这个结局说明什么？",
         },
         "choices": _opts(opts),

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -169,6 +170,55 @@ def test_grid_decode_on_two_gpus_merges_compares_and_resumes(
     p2 = _run("grid_decode.sh", run, env)
     assert p2.returncode == 0, p2.stdout + p2.stderr
     assert server_starts() == 5
+
+
+def test_case_runs_the_loop_then_its_grid_and_packs_both(
+        tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path, dummy_model: Path,
+        server_starts) -> None:
+    """tools/gpu/case.sh: one table row per call. The loop from the preset's defaults, then
+    the grid over the same candidates compared with it, each folder packed for the call's
+    $OUT; a second call resumes both and serves nothing again."""
+    run, out = tmp_path / "run", tmp_path / "out"
+    out.mkdir()
+    small = "--input-len 16 --output-len 8 --num-prompts 12 --rate 100 --prefix-len 8"
+    env = _env(tmp_path, fake_vllm, dummy_model, PREFIX_LEN="8", TUNE_EXTRA=small,
+               LOOP_S="300", CALL_S="600", OUT=str(out))
+    p = subprocess.run(["bash", str(ROOT / "tools" / "gpu" / "case.sh"), "prefix", str(run)],
+                       env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    steps = [json.loads(x) for x in (run / "prefix" / "tune.jsonl").read_text().splitlines()]
+    summary = steps[-1]
+    assert steps[0]["kind"] == "baseline" and summary["kind"] == "summary"
+    assert summary["outcome"]["outcome"] in ("meets_slo", "past_knee")
+    cmp = json.loads((run / "grid-prefix" / "compare.json").read_text())
+    assert cmp["grid"]["combos_planned"] == ["defaults", "enable_prefix_caching=False"]
+    assert cmp["loop"]["dir"] == str(run / "prefix")
+    starts = server_starts()
+    loop_points = len((run / "prefix" / "points.jsonl").read_text().splitlines())
+    assert starts == loop_points + 2  # the loop's points, then the grid's two combos
+    assert sorted(f.name for f in out.iterdir()) == [
+        "commands.log", "grid-prefix.tgz", "prefix.tgz"]
+    with tarfile.open(out / "prefix.tgz") as t:
+        assert "prefix/tune.jsonl" in t.getnames()
+    log = (run / "commands.log").read_text()
+    assert "case.sh prefix loop_rc=0 grid_rc=0" in log
+    # a second call: everything is read back, no server starts
+    p2 = subprocess.run(["bash", str(ROOT / "tools" / "gpu" / "case.sh"), "prefix", str(run)],
+                        env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert p2.returncode == 0, p2.stdout + p2.stderr
+    assert server_starts() == starts
+
+
+def test_case_spends_nothing_when_the_preflight_refuses(
+        tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path, dummy_model: Path,
+        server_starts) -> None:
+    run = tmp_path / "run"
+    env = _env(tmp_path, fake_vllm, dummy_model, MODEL=str(tmp_path / "no-model"))
+    p = subprocess.run(["bash", str(ROOT / "tools" / "gpu" / "case.sh"), "prefix", str(run)],
+                       env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert server_starts() == 0 and not (run / "grid-prefix").exists()
+    assert "case.sh prefix: preflight failed, nothing run" in (run / "commands.log").read_text()
 
 
 def test_side_by_side_keeps_vllms_own_warm_up_as_an_option(

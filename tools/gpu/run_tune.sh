@@ -6,7 +6,7 @@
 # TUNE_ARGS may name a workload preset: -- --preset decode --gpu-size h200 --gpu-minutes 8
 # COURSE_UTILS_BENCH_WORKER=1: every `vllm bench serve` of the run in one process that imports
 # vLLM once (lab.benchworker; a call it cannot run falls back to the CLI); each point records
-# its cost and bench mode (points.jsonl "cost").
+# its cost and bench mode (points.jsonl "cost"). PY (python3): the Python that runs course_utils.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 NAME=${1:?usage: run_tune.sh NAME [RUN_DIR] -- TUNE_ARGS...}
@@ -15,18 +15,19 @@ shift
 if [ "${1:-}" != "--" ] && [ -n "${1:-}" ]; then RUN=$1; shift; fi
 [ "${1:-}" = "--" ] && shift
 source tools/gpu/hostenv.sh
+PY=${PY:-python3}
 MODEL=${MODEL:-/tmp/model-qwen2.5-7b-dummy}
 LIMIT=${TUNE_TIMEOUT_S:-560}   # the device call stops at 600 s: keep time to copy results
 OUTDIR="$RUN/$NAME"
 mkdir -p "$OUTDIR"
 t0=$(date +%s.%N)
-python3 -m course_utils preflight --model "$MODEL" --entry serve --out "$OUTDIR" \
+$PY -m course_utils preflight --model "$MODEL" --entry serve --out "$OUTDIR" \
   --load-format dummy 2>&1 | tee "$OUTDIR/preflight.txt"
 pf=${PIPESTATUS[0]}
-secs=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$t0" "$(date +%s.%N)")
+secs=$($PY -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$t0" "$(date +%s.%N)")
 echo "$(date -u +%FT%TZ) preflight $NAME rc=$pf seconds=$secs" | tee -a "$RUN/commands.log"
 [ "$pf" -ne 0 ] && exit 2
-CMD=(python3 -m course_utils tune --model "$MODEL" --out "$OUTDIR" --load-format dummy
+CMD=($PY -m course_utils tune --model "$MODEL" --out "$OUTDIR" --load-format dummy
      --ignore-eos --no-progress "$@")
 echo "$(date -u +%FT%TZ) $ $(printf '%q ' "${CMD[@]}")" | tee -a "$RUN/commands.log"
 t1=$(date +%s)
@@ -35,8 +36,8 @@ timeout --signal=INT --kill-after=30 "$LIMIT" "${CMD[@]}" > "$OUTDIR/tune-summar
 rc=$?
 echo "$(date -u +%FT%TZ) rc=$rc wall=$(( $(date +%s) - t1 ))s" | tee -a "$RUN/commands.log"
 bash tools/gpu/cleanup_gpu.sh | tee -a "$RUN/commands.log"
-[ -n "${OUT:-}" ] && python3 tools/gpu/collect.py "$RUN" "$OUT/labrun"
-python3 - "$OUTDIR" <<'PY'
+[ -n "${OUT:-}" ] && $PY tools/gpu/collect.py "$RUN" "$OUT/labrun"
+$PY - "$OUTDIR" <<'PY'
 import json, sys
 from pathlib import Path
 d = Path(sys.argv[1])

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# One row of the loop-vs-grid table in one device call: the loop from vLLM's defaults on a
+# preset (run_tune.sh), then vLLM's own grid over the same candidates, workload and warm-up
+# (side_by_side.sh with the preset and TUNE_DIR: compare.md / compare.json). A rerun resumes
+# both: the loop from points.jsonl, the grid with vLLM's --resume.
+#   bash tools/gpu/case.sh PRESET [RUN_DIR]            (on the GPU host; RUN_DIR /tmp/labrun)
+# Env:
+#   CALL_S (570)   this call's time for both parts (a device call stops at 600 s)
+#   LOOP_S (250)   the loop's share; its --gpu-minutes stops it between points inside it
+#   GPU_SIZE (h200) the preset's size; TUNE_EXTRA: more `tune` flags (explicit ones win over
+#                  the preset's, e.g. a smaller workload)
+#   OUT            when set: each folder, shrunk by collect.py, as $OUT/<folder>.tgz, and
+#                  commands.log (a device call returns files at most 2 folders deep)
+#   the rest as side_by_side.sh (INPUT_LEN, OUTPUT_LEN, PROMPTS, RATE override the preset)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+PRESET=${1:?usage: case.sh PRESET [RUN_DIR]}
+RUN=${2:-/tmp/labrun}
+CALL=${CALL_S:-570}
+LOOP=${LOOP_S:-250}
+GPU_SIZE=${GPU_SIZE:-h200}
+PY=${PY:-python3}
+source tools/gpu/hostenv.sh
+mkdir -p "$RUN"
+t0=$(date +%s)
+# the loop: a budget a little under its share, so that it stops itself between points
+mins=$($PY -c "import sys; print(round(max(0.5, (float(sys.argv[1]) - 30) / 60), 2))" "$LOOP")
+# shellcheck disable=SC2086  # TUNE_EXTRA is a list of flags
+OUT= TUNE_TIMEOUT_S=$LOOP COURSE_UTILS_BENCH_WORKER=${COURSE_UTILS_BENCH_WORKER:-1} \
+  bash tools/gpu/run_tune.sh "$PRESET" "$RUN" -- --preset "$PRESET" --gpu-size "$GPU_SIZE" \
+  --gpu-minutes "$mins" --seed 0 --startup-timeout 300 ${TUNE_EXTRA:-}
+loop_rc=$?
+if [ "$loop_rc" -eq 2 ]; then  # the preflight refused this host: no grid either
+  echo "$(date -u +%FT%TZ) case.sh $PRESET: preflight failed, nothing run" | tee -a "$RUN/commands.log"
+  exit 2
+fi
+left=$(( CALL - ($(date +%s) - t0) - 30 ))
+grid_rc=0
+if [ "$left" -ge "${GRID_MIN_S:-120}" ]; then
+  OUT= PRESET=$PRESET GPU_SIZE=$GPU_SIZE NAME="grid-$PRESET" TUNE_DIR="$RUN/$PRESET" \
+    BUDGET_S=$left bash tools/gpu/side_by_side.sh "$RUN"
+  grid_rc=$?
+else
+  echo "$(date -u +%FT%TZ) case.sh $PRESET: ${left}s left, the grid waits for the next call" \
+    | tee -a "$RUN/commands.log"
+fi
+echo "$(date -u +%FT%TZ) case.sh $PRESET loop_rc=$loop_rc grid_rc=$grid_rc" \
+  "wall=$(( $(date +%s) - t0 ))s" | tee -a "$RUN/commands.log"
+if [ -n "${OUT:-}" ]; then
+  pack=$(mktemp -d)
+  for d in "$PRESET" "grid-$PRESET"; do
+    [ -d "$RUN/$d" ] || continue
+    $PY tools/gpu/collect.py "$RUN/$d" "$pack/$d" > /dev/null
+    [ "$d" = "grid-$PRESET" ] && $PY -m course_utils.lab.sidebyside shrink "$pack/$d" > /dev/null
+    tar czf "$OUT/$d.tgz" -C "$pack" "$d"
+  done
+  cp "$RUN/commands.log" "$OUT/commands.log"
+  rm -rf "$pack"
+fi
+# a loop cut by its timeout (130: interrupted) still leaves its finished points: not a failure
+[ "$loop_rc" -eq 130 ] && loop_rc=0
+[ "$loop_rc" -ne 0 ] && exit "$loop_rc"
+exit "$grid_rc"

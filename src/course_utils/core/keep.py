@@ -44,6 +44,7 @@ __all__ = [
     "kv_timeline",
     "latest_by_rate",
     "loop_outcome",
+    "swept_knobs",
     "next_knob",
     "objective_value",
     "pick_knee",
@@ -383,6 +384,15 @@ def _knee_why(
     )
 
 
+def swept_knobs(tune_records: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The knobs a loop swept, in order, from its tune.jsonl records."""
+    return list(
+        dict.fromkeys(
+            str(r["knob"]) for r in tune_records if r.get("kind") == "sweep" and r.get("knob")
+        )
+    )
+
+
 LOOP_OUTCOMES = ("meets_slo", "past_knee", "untested", "unfinished", "no_result")
 
 
@@ -392,11 +402,12 @@ def loop_outcome(
     request_goodput: float | None = None,
     offered_rate: float | None = None,
     tried: Sequence[str] = (),
-    untried: Sequence[str] = (),
+    named: Sequence[str] = (),
 ) -> dict[str, Any]:
     """What a finished loop concluded, from why it stopped and whether its kept
-    configuration meets the SLO. ``tried``: the knobs it swept; ``untried``: knobs the last
-    diagnosis named that it did not sweep (no candidates, or none in the named direction).
+    configuration meets the SLO. ``tried``: the knobs it swept (``swept_knobs``); ``named``:
+    the knobs its last diagnosis named; those it did not sweep (no candidates, or none in the
+    named direction) are listed as untried.
 
     - ``meets_slo``: the kept configuration meets the SLO at the offered rate;
     - ``past_knee``: the SLO is still missed after a plateau over the knobs tried (or the
@@ -414,6 +425,7 @@ def loop_outcome(
         else None
     )
     reason = stop_reason or ""
+    untried = [k for k in named if k not in tried]
     if reason.startswith(("baseline", "no valid")) or meets_slo is None:
         outcome = "no_result"
     elif meets_slo:

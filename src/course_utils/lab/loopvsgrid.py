@@ -78,8 +78,7 @@ def _loop_baseline(loop_dir: Path) -> ServedPoint | None:
     return next((p for p in pts if p.knob == "baseline"), pts[0] if pts else None)
 
 
-def _grid_only(row: CaseRow, grid_dir: Path, slo: str) -> None:
-    pts = grid_points(grid_dir, SLO.parse(slo))
+def _grid_only(row: CaseRow, pts: Sequence[ServedPoint]) -> None:
     valid = [p for p in pts if p.valid]
     best = max(valid, key=lambda p: objective_value(p, OBJECTIVE), default=None)
     if best is not None:
@@ -127,11 +126,11 @@ def case_row(case: Mapping[str, Any], results: Path = RESULTS, gpu: str = "h200"
         row.workload = Workload(**pre.workload_kwargs())
     if grid_dir is None:
         return row
+    pts = grid_points(grid_dir, SLO.parse(slo))
     if loop_dir is not None:
         _both(row, grid_dir, loop_dir, slo)
     else:
-        _grid_only(row, grid_dir, slo)
-    pts = grid_points(grid_dir, SLO.parse(slo))
+        _grid_only(row, pts)
     want = str(case.get("defaults_label") or "defaults")
     row.defaults = next(
         (objective_value(p, OBJECTIVE) for p in pts if p.knob == want and p.valid), None

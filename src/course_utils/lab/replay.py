@@ -301,7 +301,7 @@ def replay_tune(
         scores["request_goodput"],
         None if rate is None else float(rate),
         tried,
-        [k for k in diag.get("knobs") or [] if k not in tried],
+        diag.get("knobs") or [],
     )
     return {
         "objective": objective,

@@ -27,6 +27,7 @@ from course_utils.core.keep import (
     objective_label,
     objective_value,
     order_candidates,
+    swept_knobs,
 )
 from course_utils.core.records import ServedPoint, append_jsonl, read_jsonl
 from course_utils.lab.server import VllmServer
@@ -427,13 +428,7 @@ def _summary(
         "label": objective_label(cfg.objective),
     }
     meets = state.kept.meets_slo if state else None
-    tried = list(
-        dict.fromkeys(
-            str(r["knob"])
-            for r in read_jsonl(tune_path)
-            if r.get("kind") == "sweep" and r.get("knob")
-        )
-    )
+    tried = swept_knobs(read_jsonl(tune_path))
     summary["meets_slo"] = meets
     named = list((state.diag if state else {}).get("knobs") or [])
     summary["outcome"] = loop_outcome(
@@ -442,7 +437,7 @@ def _summary(
         sc.request_goodput if sc else None,
         cfg.workload.request_rate,
         tried,
-        [k for k in named if k not in tried],
+        named,
     )
     append_jsonl(tune_path, summary)
     return summary

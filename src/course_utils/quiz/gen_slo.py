@@ -489,7 +489,7 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: run (a recorded loop folder: tune.jsonl + points). Answer: the loop's ending
     (``keep.loop_outcome`` on the recorded summary, steps and points, as run); refuses a run
     that did not end past the knee."""
-    from course_utils.core.keep import loop_outcome
+    from course_utils.core.keep import loop_outcome, swept_knobs
     from course_utils.core.records import ServedPoint, read_jsonl
 
     root = resolve_path(p["run"])
@@ -501,7 +501,7 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
         raise QuizError(f"loop_ending: {root} has no summary or no point of its kept knobs")
     b = next((x for x in pts if x.knob == "baseline"), kept[0])
     w = b.workload
-    tried = list(dict.fromkeys(str(r["knob"]) for r in steps if r.get("kind") == "sweep"))
+    tried = swept_knobs(steps)
     named = (summary.get("diagnosis") or {}).get("knobs") or []
     o = loop_outcome(
         str(summary.get("stop_reason") or ""),
@@ -509,7 +509,7 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
         summary.get("request_goodput"),
         float(w["request_rate"]),
         tried,
-        [k for k in named if k not in tried],
+        named,
     )
     if o["outcome"] != "past_knee" or o["goodput_share"] is None:
         raise QuizError(f"loop_ending: {root} ended {o['outcome']}, not past the knee")

@@ -63,12 +63,15 @@ class CaseRow:
         return d
 
 
-def _workload(case: Mapping[str, Any], meta: Mapping[str, Any], loop: ServedPoint | None) -> Any:
+def _workload(
+    meta: Mapping[str, Any], loop: ServedPoint | None, pre: presets.Preset | None
+) -> Workload | None:
+    """The workload as measured (the loop's, else the grid's), else the preset's plan."""
     if loop is not None:
         return Workload(**loop.workload)
     if meta.get("workload"):
         return Workload(**meta["workload"])
-    return None
+    return Workload(**pre.workload_kwargs()) if pre is not None else None
 
 
 def _loop_baseline(loop_dir: Path) -> ServedPoint | None:
@@ -79,8 +82,9 @@ def _loop_baseline(loop_dir: Path) -> ServedPoint | None:
 
 
 def _grid_only(row: CaseRow, pts: Sequence[ServedPoint]) -> None:
-    valid = [p for p in pts if p.valid]
-    best = max(valid, key=lambda p: objective_value(p, OBJECTIVE), default=None)
+    from course_utils.lab.gridcompare import grid_best
+
+    best = grid_best(pts, OBJECTIVE)
     if best is not None:
         row.grid_best, row.grid_best_label = objective_value(best, OBJECTIVE), best.knob
     row.restarts_grid = len(pts)
@@ -116,14 +120,12 @@ def case_row(case: Mapping[str, Any], results: Path = RESULTS, gpu: str = "h200"
     row = CaseRow(
         case=name,
         status="not_run",
-        workload=_workload(case, meta, loop_base),
+        workload=_workload(meta, loop_base, pre),
         slo=slo or None,
         hardware=case.get("hardware"),
         handicapped_start=case.get("handicapped_start"),
         note=dict(case.get("note") or {}),
     )
-    if row.workload is None and pre is not None:
-        row.workload = Workload(**pre.workload_kwargs())
     if grid_dir is None:
         return row
     pts = grid_points(grid_dir, SLO.parse(slo))

@@ -21,6 +21,21 @@ LOOP=${LOOP_S:-250}
 GPU_SIZE=${GPU_SIZE:-h200}
 PY=${PY:-python3}
 source tools/gpu/hostenv.sh
+# each folder, shrunk, as $OUT/<folder>.tgz: after the loop too, so that a call cut during
+# the grid still returns the loop
+pack_out() {
+  [ -n "${OUT:-}" ] || return 0
+  local pack d
+  pack=$(mktemp -d)
+  for d in "$PRESET" "grid-$PRESET"; do
+    [ -d "$RUN/$d" ] || continue
+    $PY tools/gpu/collect.py "$RUN/$d" "$pack/$d" > /dev/null
+    [ "$d" = "grid-$PRESET" ] && $PY -m course_utils.lab.sidebyside shrink "$pack/$d" > /dev/null
+    tar czf "$OUT/$d.tgz" -C "$pack" "$d"
+  done
+  cp "$RUN/commands.log" "$OUT/commands.log"
+  rm -rf "$pack"
+}
 mkdir -p "$RUN"
 t0=$(date +%s)
 # the loop: a budget a little under its share, so that it stops itself between points
@@ -34,6 +49,7 @@ if [ "$loop_rc" -eq 2 ]; then  # the preflight refused this host: no grid either
   echo "$(date -u +%FT%TZ) case.sh $PRESET: preflight failed, nothing run" | tee -a "$RUN/commands.log"
   exit 2
 fi
+pack_out
 left=$(( CALL - ($(date +%s) - t0) - 30 ))
 grid_rc=0
 if [ "$left" -ge "${GRID_MIN_S:-120}" ]; then
@@ -46,17 +62,7 @@ else
 fi
 echo "$(date -u +%FT%TZ) case.sh $PRESET loop_rc=$loop_rc grid_rc=$grid_rc" \
   "wall=$(( $(date +%s) - t0 ))s" | tee -a "$RUN/commands.log"
-if [ -n "${OUT:-}" ]; then
-  pack=$(mktemp -d)
-  for d in "$PRESET" "grid-$PRESET"; do
-    [ -d "$RUN/$d" ] || continue
-    $PY tools/gpu/collect.py "$RUN/$d" "$pack/$d" > /dev/null
-    [ "$d" = "grid-$PRESET" ] && $PY -m course_utils.lab.sidebyside shrink "$pack/$d" > /dev/null
-    tar czf "$OUT/$d.tgz" -C "$pack" "$d"
-  done
-  cp "$RUN/commands.log" "$OUT/commands.log"
-  rm -rf "$pack"
-fi
+pack_out
 # a loop cut by its timeout (130: interrupted) still leaves its finished points: not a failure
 [ "$loop_rc" -eq 130 ] && loop_rc=0
 [ "$loop_rc" -ne 0 ] && exit "$loop_rc"

@@ -10,8 +10,8 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import tarfile
+import time
 from pathlib import Path
 
 import pytest

@@ -83,3 +83,19 @@ def test_recorded_runs_keep_series_and_long_logs_gzipped() -> None:
                ROOT / "src" / "course_utils" / "data" / "examples"]
     plain = [p.relative_to(ROOT) for d in folders if d.is_dir() for p in to_compress(d)]
     assert not plain, f"run tools/gpu/compress_results.py on these: {plain}"
+
+
+def test_collect_skips_a_live_bench_workers_socket(tmp_path: Path) -> None:
+    """A run folder collected while its sweep's bench worker still listens holds a Unix
+    socket; the copy leaves it out and still compresses the logs."""
+    import socket
+
+    src = _fetched(tmp_path / "labrun")
+    sock_path = tmp_path / "labrun" / "slo" / "bench-worker.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(str(sock_path))
+        s.listen(1)
+        got = _collect(src, tmp_path / "a")
+    assert "slo/bench-worker.sock" not in got
+    assert not (tmp_path / "a" / "slo" / "bench-worker.sock").exists()
+    assert "slo/points/abc/serve.log.gz" in got

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -77,6 +78,12 @@ def shrink_log(path: Path, max_kb: int) -> bool:
     return True
 
 
+def _not_regular(folder: str, names: list[str]) -> list[str]:
+    """copytree's ignore: sockets, fifos and devices (not files a result is made of)."""
+    return [n for n in names
+            if not (os.path.isdir(os.path.join(folder, n)) or os.path.isfile(os.path.join(folder, n)))]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -90,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.src.is_dir():
         ap.error(f"{args.src} is not a folder")
     args.dest.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(args.src, args.dest, dirs_exist_ok=True)
+    # regular files only: a live run folder can hold a bench worker's socket
+    shutil.copytree(args.src, args.dest, dirs_exist_ok=True, ignore=_not_regular)
     for p in args.dest.rglob("*"):
         if p.is_file():
             p.chmod(0o644)  # fetched files are read-only

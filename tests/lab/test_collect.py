@@ -99,3 +99,66 @@ def test_collect_skips_a_live_bench_workers_socket(tmp_path: Path) -> None:
     assert "slo/bench-worker.sock" not in got
     assert not (tmp_path / "a" / "slo" / "bench-worker.sock").exists()
     assert "slo/points/abc/serve.log.gz" in got
+
+
+def test_collect_shrinks_a_grid_combos_warm_up_result(tmp_path: Path) -> None:
+    """gridbench saves the warm-up's `vllm bench serve` result as run=N.warmup.json, with
+    --save-detailed's per-request lists: collected, the long lists are summarised."""
+    import json
+
+    combo = tmp_path / "labrun" / "grid" / "vllm_sweep" / "grid" / "SERVE--defaults"
+    combo.mkdir(parents=True)
+    long = [0.25] * 5000
+    (combo / "run=0.warmup.json").write_text(json.dumps(
+        {"completed": 5000, "ttfts": long, "p99_ttft_ms": 250.0}))
+    _collect(tmp_path / "labrun", tmp_path / "a")
+    got = json.loads((tmp_path / "a" / "grid" / "vllm_sweep" / "grid" / "SERVE--defaults"
+                      / "run=0.warmup.json").read_text())
+    assert got["p99_ttft_ms"] == 250.0 and got["completed"] == 5000
+    assert got["ttfts"]["n"] == 5000 and got["ttfts"]["max"] == 0.25
+
+
+def test_a_cut_sweep_log_keeps_what_decides_a_windows_validity(tmp_path: Path) -> None:
+    """collect.py cuts the middle of a long `vllm bench sweep serve` log. Every line that
+    parse_sweep_log reads survives, so a JIT compile logged during the warm-up is still read
+    as the warm-up's, not as the measured window's (a cut "Starting main benchmark run..."
+    once made a valid combo replay as invalid)."""
+    from course_utils.core.vllm_logs import JIT_LINE, MAIN_RUN_LINE, parse_sweep_log
+
+    filler = "(APIServer pid=1) INFO: 127.0.0.1 - \"POST /v1/completions HTTP/1.1\" 200 OK\n"
+    lines, t = [], 100.0
+
+    def add(msg: str, n: int = 1) -> None:
+        nonlocal t
+        for _ in range(n):
+            t += 0.01
+            lines.append(f"{t:.6f} {msg.rstrip()}")
+
+    for label in ("defaults", "max_num_batched_tokens=16384"):
+        add("[BEGIN SERVER]")
+        add(f"Server overrides: {{'_benchmark_name': '{label}'}}")
+        add(filler, 200)
+        add("[BEGIN BENCHMARK]")
+        add("gridbench: warm-up 600 prompts at 80 req/s")
+        add(filler, 3000)
+        add(f"(EngineCore pid=2) WARNING [jit_monitor.py:135] Triton kernel {JIT_LINE}: "
+            "_topk_topp_kernel. This causes a latency spike")
+        add(filler, 3000)
+        add(MAIN_RUN_LINE)
+        add(filler, 3000)
+        add('gridbench: {"valid": true, "issues": []}')
+        add("[END BENCHMARK]")
+        add("[END SERVER]")
+    run = tmp_path / "labrun" / "grid-knee"
+    run.mkdir(parents=True)
+    raw = "\n".join(lines) + "\n"
+    (run / "sweep-1.log").write_text(raw)
+    got = _collect(tmp_path / "labrun", tmp_path / "a")
+    assert len(got["grid-knee/sweep-1.log.gz"]) < len(raw) // 10  # it was cut
+    cut = read_text(tmp_path / "a" / "grid-knee" / "sweep-1.log")
+    assert "bytes cut by collect.py" in cut
+    want, have = parse_sweep_log(raw), parse_sweep_log(cut)
+    assert [s["jit_windows"] for s in have["servers"]] == [
+        s["jit_windows"] for s in want["servers"]]
+    assert have["jit_in_warmup"] == want["jit_in_warmup"] == 2
+    assert have["jit_in_benchmark"] == 0

@@ -52,16 +52,19 @@ def shrink_bench(path: Path, max_kb: int) -> bool:
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-from course_utils.core.vllm_logs import MEMORY_LINE_MARKS  # noqa: E402
+from course_utils.core.vllm_logs import MEMORY_LINE_MARKS, SWEEP_LOG_MARKS  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compress_results import MIN_LOG_KB, compress  # noqa: E402
 
 # vLLM lines kept from the cut middle of a long log: the JIT monitor's compiles (the
-# validity gate's evidence), the periodic engine stats and the start-up memory accounting
-# (a DEBUG capacity-probe log is long)
+# validity gate's evidence), the periodic engine stats, the start-up memory accounting
+# (a DEBUG capacity-probe log is long) and a sweep's markers (which window a JIT fell in)
 KEEP_LINES = (b"JIT compilation during inference", b"Avg prompt throughput",
-              *(m.encode() for m in MEMORY_LINE_MARKS))
+              *(m.encode() for m in MEMORY_LINE_MARKS),
+              # a sweep log's combo and window boundaries (parse_sweep_log), and gridbench's
+              # own lines (its warm-up and verdict per run)
+              *(m.encode() for m in SWEEP_LOG_MARKS), b"gridbench: ")
 
 
 def shrink_log(path: Path, max_kb: int) -> bool:
@@ -74,7 +77,7 @@ def shrink_log(path: Path, max_kb: int) -> bool:
                     if any(k in line for k in KEEP_LINES))
     cut = len(middle) - len(kept)
     path.write_bytes(data[:half] + f"\n[... {cut} bytes cut by collect.py; JIT-monitor and "
-                     "engine-stats lines kept ...]\n".encode() + kept + data[-half:])
+                     "engine-stats lines and sweep markers kept ...]\n".encode() + kept + data[-half:])
     return True
 
 
@@ -104,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             p.chmod(0o644)  # fetched files are read-only
     shrunk = 0
     for p in args.dest.rglob("*.json"):
-        if p.name.startswith("bench") or p.name == "warmup.json":
+        # bench.json, the loop's warmup.json and a grid combo's run=N.warmup.json
+        if p.name.startswith("bench") or p.name.endswith("warmup.json"):
             shrunk += shrink_bench(p, args.max_list_kb)
     for p in args.dest.rglob("*.log"):
         shrunk += shrink_log(p, args.max_log_kb)

@@ -188,7 +188,8 @@ def decide(
     spreads = [s for s in (current_spread, best.spread(objective)) if s is not None]
     spread = max(spreads) if spreads else None
     margin = max([plateau, *spreads])
-    label = f"{best.knob}={best.value}"
+    # a grid combo's knob is already its label ("max_num_seqs=256"), with no value
+    label = best.knob if best.value is None else f"{best.knob}={best.value}"
     if g > current and gain > margin:
         return KeepDecision(
             "keep", best, gain, margin, spread, f"{label}: {_pct(gain)} > margin {margin:.1%}"

@@ -112,6 +112,17 @@ MARKER = re.compile(r"\[((?:BEGIN|END|SKIPPED) (?:SERVER|BENCHMARK))\]")
 WARMUP_LINE = re.compile(r"Warming up with (\d+) requests")
 # vllm/benchmarks/serve.py benchmark(): printed after the ready check and the warm-up
 MAIN_RUN_LINE = "Starting main benchmark run..."
+# the text parse_sweep_log reads: a copy that cuts a long sweep log must keep these lines
+SWEEP_LOG_MARKS = (
+    "[BEGIN SERVER]",
+    "[END SERVER]",
+    "[BEGIN BENCHMARK]",
+    "[END BENCHMARK]",
+    "[SKIPPED BENCHMARK]",
+    "Server overrides:",
+    "Warming up with",
+    MAIN_RUN_LINE,
+)
 
 
 def parse_sweep_log(text: str) -> dict[str, Any]:

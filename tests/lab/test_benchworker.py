@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from course_utils.core.cost import PointCost
 from course_utils.core.records import PointPaths, ServedPoint, Workload
 from course_utils.core.slo import SLO
 from course_utils.lab import benchworker
 from course_utils.lab.bench import BenchError, run_bench
+from course_utils.lab.cost import table as cost_table
 from course_utils.lab.server import VllmServer
 from course_utils.lab.sweep import load_points, sweep
 
@@ -188,6 +190,21 @@ def test_a_point_records_its_cost_and_bench_mode(tmp_path: Path, fake_vllm: Path
         assert len(ups) == c.bench_calls and all(x is not None and x > -1.0 for x in ups)
         paths = PointPaths.of(out, p.key)
         assert paths.warmup_log.is_file() and paths.bench_log(1).is_file()
+        # the worker ends each call's log with its phases, and they add up to the call;
+        # the CLI has no such line
+        assert len(c.bench_phases) == c.bench_calls
+        if mode == "cli":
+            assert c.bench_phases == [None] * c.bench_calls
+            continue
+        for ph, w in zip(c.bench_phases[1:], p.windows, strict=True):
+            assert ph is not None and None not in (ph.before_main_s, ph.main_s, ph.after_s)
+            assert ph.before_main_s + ph.main_s + ph.after_s == pytest.approx(ph.call_s, abs=0.01)
+            # vLLM's duration (first request to last response) lies inside the main run
+            assert 0 < float(w.bench["duration"]) <= ph.main_s + 0.05
+            assert ph.call_s <= float(w.elapsed_s)
+        again = PointCost.from_json(json.loads(json.dumps(c.to_json())))
+        assert again.bench_phases == c.bench_phases  # recorded and read back
+        assert "before / after vLLM's main run" in cost_table([(p, c)])
     assert os.environ.get("COURSE_UTILS_BENCH_WORKER") is None
 
 

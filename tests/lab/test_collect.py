@@ -123,7 +123,7 @@ def test_a_cut_sweep_log_keeps_what_decides_a_windows_validity(tmp_path: Path) -
     parse_sweep_log reads survives, so a JIT compile logged during the warm-up is still read
     as the warm-up's, not as the measured window's (a cut "Starting main benchmark run..."
     once made a valid combo replay as invalid)."""
-    from course_utils.core.vllm_logs import JIT_LINE, MAIN_RUN_LINE, parse_sweep_log
+    from course_utils.core.vllm_logs import ARGS_LINE, JIT_LINE, MAIN_RUN_LINE, parse_sweep_log
 
     filler = "(APIServer pid=1) INFO: 127.0.0.1 - \"POST /v1/completions HTTP/1.1\" 200 OK\n"
     lines, t = [], 100.0
@@ -138,6 +138,7 @@ def test_a_cut_sweep_log_keeps_what_decides_a_windows_validity(tmp_path: Path) -
         add("[BEGIN SERVER]")
         add(f"Server overrides: {{'_benchmark_name': '{label}'}}")
         add(filler, 200)
+        add(f"(APIServer pid=1) INFO [api_utils.py:273] {ARGS_LINE}{{'label': '{label}'}}")
         add("[BEGIN BENCHMARK]")
         add("gridbench: warm-up 600 prompts at 80 req/s")
         add(filler, 3000)
@@ -162,3 +163,5 @@ def test_a_cut_sweep_log_keeps_what_decides_a_windows_validity(tmp_path: Path) -
         s["jit_windows"] for s in want["servers"]]
     assert have["jit_in_warmup"] == want["jit_in_warmup"] == 2
     assert have["jit_in_benchmark"] == 0
+    # each start's args line too: the capacity check splits a log of several starts at it
+    assert cut.count(ARGS_LINE) == raw.count(ARGS_LINE) == 2

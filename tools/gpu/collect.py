@@ -52,16 +52,17 @@ def shrink_bench(path: Path, max_kb: int) -> bool:
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-from course_utils.core.vllm_logs import MEMORY_LINE_MARKS, SWEEP_LOG_MARKS  # noqa: E402
+from course_utils.core.vllm_logs import ARGS_LINE, MEMORY_LINE_MARKS, SWEEP_LOG_MARKS  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compress_results import MIN_LOG_KB, compress  # noqa: E402
 
 # vLLM lines kept from the cut middle of a long log: the JIT monitor's compiles (the
 # validity gate's evidence), the periodic engine stats, the start-up memory accounting
-# (a DEBUG capacity-probe log is long) and a sweep's markers (which window a JIT fell in)
+# (a DEBUG capacity-probe log is long), each start's non-default args (where one start
+# ends in a log of several) and a sweep's markers (which window a JIT fell in)
 KEEP_LINES = (b"JIT compilation during inference", b"Avg prompt throughput",
-              *(m.encode() for m in MEMORY_LINE_MARKS),
+              *(m.encode() for m in MEMORY_LINE_MARKS), ARGS_LINE.encode(),
               # a sweep log's combo and window boundaries (parse_sweep_log), and gridbench's
               # own lines (its warm-up and verdict per run)
               *(m.encode() for m in SWEEP_LOG_MARKS), b"gridbench: ")

@@ -10,6 +10,11 @@ of each window: first request sent to last response). Everything else is the har
 - the warm-up's load (paid on purpose: it makes the window valid, lab.measure);
 - the rest: the server's stop, /metrics closing, the gaps between calls.
 
+A bench call run in the bench worker also logs its phases (``BenchPhases``, one
+``# bench phases: {...}`` line at the end of its log): before vLLM's main run (arguments,
+tokenizer, the random prompts), the main run up to the result table, and after it (the
+percentiles, the result file).
+
 ``PointCost`` is the breakdown a point records (``ServedPoint.cost``); ``point_cost``
 derives it from a record, so runs recorded before the field existed get one too (their
 warm-up load is read from warmup.json by lab.cost).
@@ -17,17 +22,48 @@ warm-up load is read from warmup.json by lab.cost).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["PointCost", "cost_summary", "point_cost"]
+__all__ = ["BENCH_PHASES_MARK", "BenchPhases", "PointCost", "cost_summary", "point_cost"]
+
+BENCH_PHASES_MARK = "# bench phases: "
 
 BENCH_MODES = ("cli", "worker", "mixed")
 
 
 def _r(x: float | None) -> float | None:
     return None if x is None else round(float(x), 2)
+
+
+@dataclass(frozen=True)
+class BenchPhases:
+    """One bench call's wall time in three parts (s; None: the marker was not printed)."""
+
+    call_s: float
+    before_main_s: float | None = None  # to vLLM's "Starting main benchmark run..."
+    main_s: float | None = None  # from there to its result table (the load and its stats)
+    after_s: float | None = None  # from the result table to the call's return
+
+    def line(self) -> str:
+        return BENCH_PHASES_MARK + json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> BenchPhases:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+    @classmethod
+    def in_log(cls, text: str) -> BenchPhases | None:
+        """The last phases line of a bench call's log, if any."""
+        for line in reversed(text.splitlines()):
+            if line.startswith(BENCH_PHASES_MARK):
+                try:
+                    return cls.from_json(json.loads(line[len(BENCH_PHASES_MARK) :]))
+                except (ValueError, TypeError):
+                    return None
+        return None
 
 
 @dataclass
@@ -47,6 +83,7 @@ class PointCost:
     bench_calls: int = 0
     bench_mode: str | None = None
     bench_startup_s: list[float | None] = field(default_factory=list)
+    bench_phases: list[BenchPhases | None] = field(default_factory=list)
 
     @property
     def other_s(self) -> float | None:
@@ -81,7 +118,11 @@ class PointCost:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> PointCost:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        kw["bench_phases"] = [
+            None if x is None else BenchPhases.from_json(x) for x in d.get("bench_phases") or []
+        ]
+        return cls(**kw)
 
 
 def point_cost(
@@ -90,6 +131,7 @@ def point_cost(
     warmup_load_s: float | None = None,
     bench_startup_s: Sequence[float | None] | None = None,
     bench_mode: str | None = None,
+    bench_phases: Sequence[BenchPhases | None] | None = None,
 ) -> PointCost:
     """The breakdown of a ``records.ServedPoint`` (duck-typed: startup_s, elapsed_s, warmup,
     windows). A window's load is vLLM's bench ``duration``; the warm-up's comes from
@@ -109,6 +151,7 @@ def point_cost(
         bench_calls=(1 if warm is not None else 0) + len(point.windows),
         bench_mode=bench_mode,
         bench_startup_s=list(bench_startup_s or []),
+        bench_phases=list(bench_phases or []),
     )
 
 
@@ -137,6 +180,8 @@ def cost_summary(costs: Sequence[PointCost]) -> dict[str, Any]:
         "other_s": [c.other_s for c in costs],
         "harness_s": [c.harness_s for c in costs],
         "bench_startup_s": [x for c in costs for x in c.bench_startup_s],
+        "bench_before_main_s": [x.before_main_s for c in costs for x in c.bench_phases if x],
+        "bench_after_s": [x.after_s for c in costs for x in c.bench_phases if x],
     }
     out: dict[str, Any] = {
         k: _stats([float(x) for x in v if x is not None]) for k, v in parts.items()

@@ -56,7 +56,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from course_utils.core.vllm_logs import one_line
+from course_utils.core.cost import BenchPhases
+from course_utils.core.vllm_logs import MAIN_RUN_LINE, RESULT_BANNER, one_line
 
 __all__ = [
     "ENV_ENABLE",
@@ -210,8 +211,44 @@ def _environ(env: Mapping[str, str]) -> Any:
                 os.environ[k] = v
 
 
+class _PhaseClock:
+    """sys.stdout during a call: writes through, and notes when vLLM prints the start of
+    its main run and its result table (core.cost.BenchPhases)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.t0 = time.monotonic()
+        self.main: float | None = None
+        self.result: float | None = None
+
+    def write(self, text: str) -> int:
+        if self.main is None and MAIN_RUN_LINE in text:
+            self.main = time.monotonic()
+        elif self.result is None and self.main is not None and RESULT_BANNER in text:
+            self.result = time.monotonic()
+        return int(self._inner.write(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def phases(self) -> BenchPhases:
+        end = time.monotonic()
+
+        def span(a: float | None, b: float | None) -> float | None:
+            return None if a is None or b is None else round(b - a, 3)
+
+        return BenchPhases(
+            call_s=round(end - self.t0, 3),
+            before_main_s=span(self.t0, self.main),
+            main_s=span(self.main, self.result),
+            after_s=span(self.result, end),
+        )
+
+
 def _call(entry: Callable[[list[str]], int], req: Mapping[str, Any]) -> int:
     with _redirected(str(req["log"])), _environ(req.get("env") or {}):
+        clock = _PhaseClock(sys.stdout)
+        sys.stdout = clock
         try:
             rc = entry(list(req["argv"]))
             rc = 0 if rc is None else int(rc)
@@ -220,6 +257,9 @@ def _call(entry: Callable[[list[str]], int], req: Mapping[str, Any]) -> int:
         except BaseException:  # noqa: BLE001 - the CLI process would exit 1 with it
             traceback.print_exc()
             rc = 1
+        finally:
+            sys.stdout = clock._inner
+        print(clock.phases().line(), flush=True)  # the last line of the call's log
     gc.unfreeze()
     gc.collect()
     return rc

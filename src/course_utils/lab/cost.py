@@ -21,11 +21,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.cost import PointCost, cost_summary, point_cost
+from course_utils.core.cost import BenchPhases, PointCost, cost_summary, point_cost
 from course_utils.core.records import PointPaths, ServedPoint, read_jsonl, read_text
 from course_utils.core.vllm_logs import log_stamps, stamp_datetime
 
-__all__ = ["bench_startup_s", "bench_startups", "recorded_costs", "run_cost"]
+__all__ = [
+    "bench_phases",
+    "bench_startup_s",
+    "bench_startups",
+    "recorded_costs",
+    "run_cost",
+    "table",
+]
 
 
 def _utc_offset_s(p: ServedPoint, start_epoch: float) -> float:
@@ -78,6 +85,20 @@ def bench_startups(p: ServedPoint, paths: PointPaths) -> list[float | None]:
     return out
 
 
+def bench_phases(p: ServedPoint, paths: PointPaths) -> list[BenchPhases | None]:
+    """Each bench call's phases (warm-up first, then the windows), from the line the bench
+    worker ends its log with; None for a call without one (the CLI, or an older run)."""
+
+    def of(log: Path) -> BenchPhases | None:
+        try:
+            return BenchPhases.in_log(read_text(log, errors="replace"))
+        except OSError:
+            return None
+
+    out = [of(paths.warmup_log)] if p.warmup is not None else []
+    return out + [of(paths.bench_log(w.index)) for w in p.windows]
+
+
 def _warmup_load(paths: PointPaths) -> float | None:
     try:
         d = json.loads(paths.warmup_json.read_text())
@@ -116,22 +137,29 @@ def run_cost(run_dirs: Sequence[str | Path]) -> dict[str, Any]:
     return cost_summary(costs)
 
 
-def _table(rows: list[tuple[ServedPoint, PointCost]]) -> str:
+def table(rows: list[tuple[ServedPoint, PointCost]]) -> str:
     def f(x: float | None) -> str:
         return "n/a" if x is None else f"{x:.1f}"
 
     lines = [
         "| point | total | server start | warm-up (load) | windows (load) | bench start-ups |"
-        " other | harness |",
-        "|---|---|---|---|---|---|---|---|",
+        " before / after vLLM's main run | other | harness |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for p, c in rows:
         label = "baseline" if p.knob == "baseline" else f"{p.knob}={p.value}"
         ups = ", ".join(f(x) for x in c.bench_startup_s)
+        ph = (
+            ", ".join(
+                "n/a" if x is None else f"{f(x.before_main_s)} / {f(x.after_s)}"
+                for x in c.bench_phases
+            )
+            or "n/a"
+        )
         lines.append(
             f"| {label} | {f(c.total_s)} | {f(c.server_start_s)} | {f(c.warmup_s)} "
             f"({f(c.warmup_load_s)}) | {f(c.windows_s)} ({f(c.windows_load_s)}) | {ups} | "
-            f"{f(c.other_s)} | {f(c.harness_s)} |"
+            f"{ph} | {f(c.other_s)} | {f(c.harness_s)} |"
         )
     return "\n".join(lines)
 
@@ -146,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not (Path(d) / "points.jsonl").is_file():
             print(f"error: {d}: no points.jsonl", file=sys.stderr)
             return 2
-        print(f"## {d}\n\n{_table(recorded_costs(d))}\n")
+        print(f"## {d}\n\n{table(recorded_costs(d))}\n")
     print(json.dumps(run_cost(a.run_dirs), indent=1))
     return 0
 

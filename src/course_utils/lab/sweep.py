@@ -37,7 +37,7 @@ from course_utils.core.records import (
 )
 from course_utils.core.slo import SLO
 from course_utils.lab import benchworker
-from course_utils.lab.cost import bench_startups
+from course_utils.lab.cost import bench_phases, bench_startups
 from course_utils.lab.measure import MeasureConfig, measure
 from course_utils.lab.server import ServerStartError, VllmServer, gpu_memory_gib
 
@@ -278,7 +278,10 @@ def run_point(
         return point
     point.elapsed_s = round(time.monotonic() - t0, 2)
     point.cost = point_cost(
-        point, bench_startup_s=bench_startups(point, paths), bench_mode=_bench_mode(calls)
+        point,
+        bench_startup_s=bench_startups(point, paths),
+        bench_mode=_bench_mode(calls),
+        bench_phases=bench_phases(point, paths),
     )
     done = [w for w in point.windows if w.ok]
     if done:

@@ -32,6 +32,7 @@ from course_utils.core.vllm_logs.runtime import (
     JIT_LINE,
     MAIN_RUN_LINE,
     MARKER,
+    RESULT_BANNER,
     SWEEP_LOG_MARKS,
     WARMUP_LINE,
     EngineStatsLine,
@@ -41,6 +42,7 @@ from course_utils.core.vllm_logs.runtime import (
     parse_sweep_log,
 )
 from course_utils.core.vllm_logs.startup import (
+    ARGS_LINE,
     MEMORY_LINE_MARKS,
     MemoryProfile,
     ProcessStartup,
@@ -53,6 +55,7 @@ from course_utils.core.vllm_logs.startup import (
 )
 
 __all__ = [
+    "ARGS_LINE",
     "EngineStatsLine",
     "FAILURE_RULES",
     "JIT_LINE",
@@ -60,6 +63,7 @@ __all__ = [
     "LOG_STAMP",
     "MAIN_RUN_LINE",
     "MARKER",
+    "RESULT_BANNER",
     "SWEEP_LOG_MARKS",
     "MAX_REASON",
     "MEMORY_LINE_MARKS",

@@ -112,6 +112,8 @@ MARKER = re.compile(r"\[((?:BEGIN|END|SKIPPED) (?:SERVER|BENCHMARK))\]")
 WARMUP_LINE = re.compile(r"Warming up with (\d+) requests")
 # vllm/benchmarks/serve.py benchmark(): printed after the ready check and the warm-up
 MAIN_RUN_LINE = "Starting main benchmark run..."
+# vllm/benchmarks/serve.py benchmark(): the result table's banner, printed after the load
+RESULT_BANNER = " Serving Benchmark Result "
 # the text parse_sweep_log reads: a copy that cuts a long sweep log must keep these lines
 SWEEP_LOG_MARKS = (
     "[BEGIN SERVER]",

@@ -168,6 +168,9 @@ _V2 = "Using V2 Model Runner"
 _MARKS = "Initial free memory:|Total non KV cache memory:|Free memory on device (|Estimated CUDA \
 graph memory:|Graph capturing finished|Available KV cache memory:|GPU KV cache size:|Maximum \
 concurrency for|Model loading took|max_num_batched_tokens="
+# entrypoints/serve/utils/api_utils.py: "non-default args: %s", once per start (a
+# log holding several starts is split at it)
+ARGS_LINE = "non-default args: "
 MEMORY_LINE_MARKS = (*_MARKS.split("|"), _V2)
 
 

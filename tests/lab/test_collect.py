@@ -138,7 +138,7 @@ def test_a_cut_sweep_log_keeps_what_decides_a_windows_validity(tmp_path: Path) -
         add("[BEGIN SERVER]")
         add(f"Server overrides: {{'_benchmark_name': '{label}'}}")
         add(filler, 200)
-        add(f"(APIServer pid=1) INFO [api_utils.py:273] {ARGS_LINE}{{'label': '{label}'}}")
+        add(f"(APIServer pid=1) INFO [api_utils.py:273] {ARGS_LINE}{{'model_tag': 'm'}}")
         add("[BEGIN BENCHMARK]")
         add("gridbench: warm-up 600 prompts at 80 req/s")
         add(filler, 3000)

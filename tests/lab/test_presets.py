@@ -97,3 +97,28 @@ def test_lab02_preset_cell_sets_the_parameters() -> None:
     exec(preset_cell, untouched)  # noqa: S102 - preset None: nothing changes
     assert {k: untouched[k] for k in before if k != "__builtins__"} == {
         k: v for k, v in before.items() if k != "__builtins__"}
+
+
+def test_a_presets_warm_up_share_reaches_the_loop_and_its_grid(tmp_path: Path) -> None:
+    """The loop and vLLM's grid warm up alike: the preset's share (the whole load on the
+    H200 presets) unless --warmup-share says otherwise; measure()'s 0.5 without one."""
+    from course_utils.lab import gridrun
+
+    a = _parse("tune", "--model", "m", "--out", "o", "--preset", "knee", "--gpu-size", "h200")
+    cli._apply_preset(a, tune=True)
+    assert a.warmup_share == 1.0
+    assert cli._kwargs_from(a)["warmup_share"] == 1.0
+    b = _parse("tune", "--model", "m", "--out", "o", "--preset", "knee", "--gpu-size", "h200",
+               "--warmup-share", "0.3")
+    cli._apply_preset(b, tune=True)
+    assert b.warmup_share == 0.3
+    c = _parse("tune", "--model", "m", "--out", "o", "--preset", "knee")  # the 4090's
+    cli._apply_preset(c, tune=True)
+    assert presets.get("knee", "4090").warmup_share is None and c.warmup_share == 0.5
+    for args, share in (([], 1.0), (["--warmup-share", "0.5"], 0.5)):
+        out = tmp_path / f"grid{share}"
+        assert gridrun.main(["prepare", str(out), "--model", "m", "--port", "1", "--preset",
+                             "knee", "--gpu", "h200", "--bench-worker", *args]) == 0
+        bench = (out / "bench_cmd.txt").read_text()
+        assert f"--warmup-share {share:g} " in bench
+        assert json.loads((out / "grid.json").read_text())["warmup"]["share"] == share

@@ -42,6 +42,11 @@ class Preset:
     rehearse: str | None = None
     """Run at this GPU's memory budget and `vllm serve` defaults (lab.rehearsal), so that a
     bigger GPU reproduces the smaller one's KV pool instead of a handicapped baseline."""
+    warmup_share: float | None = None
+    """The warm-up's prompts as a share of the load's (None: lab.measure's default), for the
+    loop and the grid alike. 1.0 where the load's concurrency keeps growing (a rate near or
+    past the knee, a slow candidate): half the prompts reach too few running requests, the
+    window fails the warm-up rule, and a grid run that fails it is lost."""
 
     def workload_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of core.records.Workload (seed 0, ignore_eos)."""
@@ -97,6 +102,7 @@ PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType(
             _p(
                 name="prefill",
                 gpu="h200",
+                warmup_share=1.0,
                 constraint="prefill",
                 input_len=3072,
                 output_len=64,
@@ -124,6 +130,7 @@ PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType(
             _p(
                 name="decode",
                 gpu="h200",
+                warmup_share=1.0,
                 constraint="decode",
                 input_len=3072,
                 output_len=256,
@@ -156,6 +163,7 @@ PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType(
             _p(
                 name="kv",
                 gpu="h200",
+                warmup_share=1.0,
                 constraint="kv",
                 input_len=512,
                 output_len=1024,
@@ -189,6 +197,7 @@ PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType(
                 # the SLO
                 name="knee",
                 gpu="h200",
+                warmup_share=1.0,
                 constraint="queue",
                 input_len=512,
                 output_len=128,
@@ -217,6 +226,7 @@ PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType(
             _p(
                 name="prefix",
                 gpu="h200",
+                warmup_share=1.0,
                 constraint="prefix",
                 input_len=3072,
                 output_len=128,

@@ -104,8 +104,9 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--warmup-share",
         type=float,
-        default=0.5,
-        help="warm-up prompts at the load's rate, as a share of --num-prompts",
+        default=None,
+        help="warm-up prompts at the load's rate, as a share of --num-prompts "
+        "(default: the preset's, else 0.5)",
     )
     p.add_argument(
         "--bench-worker",
@@ -170,6 +171,8 @@ def _apply_preset(a: argparse.Namespace, *, tune: bool) -> None:
             a.rehearse_gpu = pre.rehearse
         a.base = [f"{k}={v}" for k, v in pre.base.items()] + list(a.base or [])
         a.ignore_eos = True
+        if getattr(a, "warmup_share", None) is None and pre.warmup_share is not None:
+            a.warmup_share = pre.warmup_share
         if tune and not a.candidate:
             a.candidate = [
                 f"{k}={','.join(str(v) for v in vs)}" for k, vs in pre.candidates.items()
@@ -177,6 +180,10 @@ def _apply_preset(a: argparse.Namespace, *, tune: bool) -> None:
     for k, v in _DEFAULTS.items():
         if getattr(a, k) is None:
             setattr(a, k, v)
+    if hasattr(a, "warmup_share") and a.warmup_share is None:
+        from course_utils.lab.measure import MeasureConfig
+
+        a.warmup_share = MeasureConfig.warmup_share
     if not a.slo:
         raise SystemExit("give --slo (or --preset)")
 

@@ -226,6 +226,15 @@ def _from_args(a: Any) -> tuple[GridSpec, Workload, SLO, dict[str, Any]]:
     return spec, w, slo, base
 
 
+def _warmup_share(a: Any) -> float | None:
+    """--warmup-share, else the preset's (None: lab.measure's default)."""
+    from course_utils.core import presets
+
+    if a.warmup_share is not None or not a.preset:
+        return float(a.warmup_share) if a.warmup_share is not None else None
+    return presets.get(a.preset, a.gpu).warmup_share
+
+
 def _rehearsed(
     a: Any, spec: GridSpec, w: Workload, slo: SLO, base: dict[str, Any]
 ) -> tuple[GridSpec, Workload, SLO, dict[str, Any]]:
@@ -320,7 +329,7 @@ def _dispatch(a: Any) -> int:
             serve_vllm=shlex.split(a.serve_vllm),
             python=a.python,
             num_warmups=a.num_warmups,
-            warmup_share=a.warmup_share,
+            warmup_share=_warmup_share(a),
             bench_worker=a.bench_worker or None,
             tokenizer=a.tokenizer,
         )

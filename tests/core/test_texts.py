@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from course_utils.core import keep, texts
+from course_utils.core import keep, knobs, texts
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 LATIN_WORD = re.compile(r"\b(?:the|baseline|keep|revert|knee|between|gave|but|not|within)\b",
@@ -171,3 +171,24 @@ def test_past_the_knee_names_the_knobs_it_did_not_try() -> None:
     o = keep.loop_outcome("plateau: x", False, 1.6, 12.0, ["max_num_seqs"], ["quantization"])
     assert o["outcome"] == "past_knee" and o["why"].endswith("not tried: quantization")
     assert texts.loop_outcome(o, "zh").endswith("没试的：quantization")
+
+
+def test_a_named_move_already_in_effect_is_not_untried() -> None:
+    """Prefill's leaf names enable_prefix_caching (enable): on by vLLM's default, so a loop
+    that did not sweep it did not leave it untried; turned off, it is untried."""
+    moves = {"max_num_batched_tokens": "raise", "enable_prefix_caching": "enable"}
+    named = list(moves)
+    o = keep.loop_outcome("plateau: x", False, 6.25, 80.0, ["max_num_batched_tokens"], named,
+                          moves=moves, kept_knobs={"max_num_batched_tokens": 16384})
+    assert o["untried"] == [] and o["in_effect"] == ["enable_prefix_caching"]
+    assert o["why"].endswith("already on: enable_prefix_caching")
+    assert texts.loop_outcome(o, "zh").endswith("本来就已开启：enable_prefix_caching")
+    off = keep.loop_outcome("plateau: x", False, 6.25, 80.0, ["max_num_batched_tokens"], named,
+                            moves=moves, kept_knobs={"enable_prefix_caching": False})
+    assert off["untried"] == ["enable_prefix_caching"] and off["in_effect"] == []
+    # without the moves nothing is assumed
+    bare = keep.loop_outcome("plateau: x", False, 6.25, 80.0, ["max_num_batched_tokens"], named)
+    assert bare["untried"] == ["enable_prefix_caching"]
+    assert knobs.in_effect("kv_cache_dtype", "fp8", "fp8_e4m3")
+    assert not knobs.in_effect("kv_cache_dtype", "fp8") and not knobs.in_effect(
+        "max_num_seqs", "raise", 1024)

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from course_utils.core.knobs import in_effect
 from course_utils.core.offline_verdict import (
     judge,
     kv_check,
@@ -404,11 +405,15 @@ def loop_outcome(
     offered_rate: float | None = None,
     tried: Sequence[str] = (),
     named: Sequence[str] = (),
+    moves: Mapping[str, str] | None = None,
+    kept_knobs: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What a finished loop concluded, from why it stopped and whether its kept
     configuration meets the SLO. ``tried``: the knobs it swept (``swept_knobs``); ``named``:
     the knobs its last diagnosis named; those it did not sweep (no candidates, or none in the
-    named direction) are listed as untried.
+    named direction) are listed as untried, except those whose named move (``moves``) is
+    already in effect in the kept configuration (``kept_knobs``, else vLLM's default: prefix
+    caching is on unless turned off), listed as ``in_effect``.
 
     - ``meets_slo``: the kept configuration meets the SLO at the offered rate;
     - ``past_knee``: the SLO is still missed after a plateau over the knobs tried (or the
@@ -426,7 +431,13 @@ def loop_outcome(
         else None
     )
     reason = stop_reason or ""
-    untried = [k for k in named if k not in tried]
+    kept = kept_knobs or {}
+    already = [
+        k
+        for k in named
+        if k not in tried and k in (moves or {}) and in_effect(k, (moves or {})[k], kept.get(k))
+    ]
+    untried = [k for k in named if k not in tried and k not in already]
     if reason.startswith(("baseline", "no valid")) or meets_slo is None:
         outcome = "no_result"
     elif meets_slo:
@@ -440,6 +451,7 @@ def loop_outcome(
     share = "" if goodput_share is None else f" ({goodput_share:.0%} of the offered rate)"
     knobs, rest = ", ".join(tried) or "none", ", ".join(untried)
     also = f"; not tried: {rest}" if rest else ""
+    also += f"; already on: {', '.join(already)}" if already else ""
     why = {
         "meets_slo": "the kept configuration meets the SLO at this rate",
         "past_knee": (
@@ -458,5 +470,6 @@ def loop_outcome(
         "goodput_share": None if goodput_share is None else round(goodput_share, 4),
         "tried": list(tried),
         "untried": list(untried),
+        "in_effect": already,
         "why": why,
     }

@@ -360,6 +360,18 @@ RELIEF_WORD: dict[str, dict[str, str]] = {
 }
 
 
+def in_effect(name: str, move: str, value: Any = None) -> bool:
+    """Whether a relieving move is already the knob's state: ``enable`` on a knob that is on
+    (``value``, or vLLM's default when None), ``fp8`` on an fp8 KV cache. A ``raise`` or
+    ``lower`` never is: it has no end to compare with."""
+    v = default(name) if value is None else value
+    if move == "enable":
+        return v is True
+    if move == "fp8":
+        return str(v).startswith("fp8")
+    return False
+
+
 def for_constraint(constraint: str) -> list[tuple[Knob, str]]:
     """(knob, which way) pairs that relieve a binding constraint, in the order to try them."""
     order = PRIORITY.get(constraint, ())

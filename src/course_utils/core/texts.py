@@ -269,6 +269,8 @@ def loop_outcome(o: Mapping[str, Any], lang: str = "en") -> str:
     knobs = "、".join(o.get("tried") or []) or "无"
     rest = "、".join(o.get("untried") or [])
     also = f"；没试的：{rest}" if rest else ""
+    on = "、".join(o.get("in_effect") or [])
+    also += f"；本来就已开启：{on}" if on else ""
     return {
         "meets_slo": "保留的配置在这个速率下满足 SLO",
         "past_knee": (
@@ -391,7 +393,7 @@ def loop_vs_grid(cmp: Mapping[str, Any], lang: str = "en") -> str:
         t[v["decision"]].format(**fill),
     ]
     want = g.get("combos_planned") or []
-    done = {c["label"] for c in g["combos"]}
+    done = {c["label"] for c in g["combos"] if c["valid_runs"]}  # a rejected run decides nothing
     if want and len(done) < len(want):
         left = ", ".join(_label(w, lang) for w in want if w not in done)
         lines.append(t["partial"].format(done=len(done), want=len(want), left=left))

@@ -302,6 +302,8 @@ def replay_tune(
         None if rate is None else float(rate),
         tried,
         diag.get("knobs") or [],
+        moves=diag.get("moves") or {},
+        kept_knobs=kept.knobs,
     )
     return {
         "objective": objective,

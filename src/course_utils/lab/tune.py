@@ -430,14 +430,16 @@ def _summary(
     meets = state.kept.meets_slo if state else None
     tried = swept_knobs(read_jsonl(tune_path))
     summary["meets_slo"] = meets
-    named = list((state.diag if state else {}).get("knobs") or [])
+    diag = state.diag if state else {}
     summary["outcome"] = loop_outcome(
         stop_reason,
         meets,
         sc.request_goodput if sc else None,
         cfg.workload.request_rate,
         tried,
-        named,
+        list(diag.get("knobs") or []),
+        moves=diag.get("moves") or {},
+        kept_knobs=state.knobs if state else None,
     )
     append_jsonl(tune_path, summary)
     return summary

@@ -502,14 +502,16 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
     b = next((x for x in pts if x.knob == "baseline"), kept[0])
     w = b.workload
     tried = swept_knobs(steps)
-    named = (summary.get("diagnosis") or {}).get("knobs") or []
+    diag = summary.get("diagnosis") or {}
     o = loop_outcome(
         str(summary.get("stop_reason") or ""),
         all(x.meets_slo for x in kept),
         summary.get("request_goodput"),
         float(w["request_rate"]),
         tried,
-        named,
+        diag.get("knobs") or [],
+        moves=diag.get("moves") or {},
+        kept_knobs=summary.get("knobs") or {},
     )
     if o["outcome"] != "past_knee" or o["goodput_share"] is None:
         raise QuizError(f"loop_ending: {root} ended {o['outcome']}, not past the knee")

@@ -383,3 +383,30 @@ def test_the_loops_worker_imports_vllm_while_the_first_server_starts(
     assert c.warmup_s is not None and c.warmup_load_s is not None
     assert c.warmup_s - c.warmup_load_s < 2.0  # the 3 s import is not in the warm-up call
     assert benchworker.shared(f"{slow}:main").starts == 1
+
+
+def test_a_call_that_raises_restores_stdout_and_still_logs_its_phases(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from course_utils.core.cost import BenchPhases
+
+    # as in the worker process: sys.stdout/stderr write to fds 1 and 2, which the call points
+    # at its log (pytest's own capture objects would not follow the fds)
+    monkeypatch.setattr(sys, "stdout", open(1, "w", closefd=False))  # noqa: SIM115
+    monkeypatch.setattr(sys, "stderr", open(2, "w", closefd=False))  # noqa: SIM115
+    from course_utils.core.vllm_logs import MAIN_RUN_LINE
+
+    def entry(argv: list[str]) -> int:
+        print("parsing", argv)
+        print(MAIN_RUN_LINE)
+        raise RuntimeError("the server went away")
+
+    before = sys.stdout
+    log = tmp_path / "bench.log"
+    rc = benchworker._call(entry, {"argv": ["--x"], "log": str(log)})
+    assert rc == 1 and sys.stdout is before
+    text = log.read_text()
+    assert "RuntimeError: the server went away" in text
+    ph = BenchPhases.in_log(text)
+    assert ph is not None and ph.before_main_s is not None and ph.before_main_s >= 0
+    assert ph.main_s is None and ph.after_s is None  # no result table was printed
+    assert text.rstrip().splitlines()[-1].startswith("# bench phases: ")

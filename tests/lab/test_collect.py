@@ -120,9 +120,10 @@ def test_collect_shrinks_a_grid_combos_warm_up_result(tmp_path: Path) -> None:
 
 def test_a_cut_sweep_log_keeps_what_decides_a_windows_validity(tmp_path: Path) -> None:
     """collect.py cuts the middle of a long `vllm bench sweep serve` log. Every line that
-    parse_sweep_log reads survives, so a JIT compile logged during the warm-up is still read
-    as the warm-up's, not as the measured window's (a cut "Starting main benchmark run..."
-    once made a valid combo replay as invalid)."""
+    parse_sweep_log reads survives, whole, so the cut log parses exactly as the raw one: a
+    JIT compile logged during the warm-up is still read as the warm-up's, not as the
+    measured window's (a cut "Starting main benchmark run..." once made a valid combo replay
+    as invalid)."""
     from course_utils.core.vllm_logs import ARGS_LINE, JIT_LINE, MAIN_RUN_LINE, parse_sweep_log
 
     filler = "(APIServer pid=1) INFO: 127.0.0.1 - \"POST /v1/completions HTTP/1.1\" 200 OK\n"
@@ -134,16 +135,21 @@ def test_a_cut_sweep_log_keeps_what_decides_a_windows_validity(tmp_path: Path) -
             t += 0.01
             lines.append(f"{t:.6f} {msg.rstrip()}")
 
-    for label in ("defaults", "max_num_batched_tokens=16384"):
+    for i, label in enumerate(("defaults", "max_num_seqs=256")):
+        if i:  # a combo an earlier call finished: vLLM's --resume skips it, mid-log
+            add("[BEGIN BENCHMARK]")
+            add("[SKIPPED BENCHMARK]")
         add("[BEGIN SERVER]")
         add(f"Server overrides: {{'_benchmark_name': '{label}'}}")
         add(filler, 200)
         add(f"(APIServer pid=1) INFO [api_utils.py:273] {ARGS_LINE}{{'model_tag': 'm'}}")
+        add(filler, 200)
         add("[BEGIN BENCHMARK]")
         add("gridbench: warm-up 600 prompts at 80 req/s")
         add(filler, 3000)
         add(f"(EngineCore pid=2) WARNING [jit_monitor.py:135] Triton kernel {JIT_LINE}: "
             "_topk_topp_kernel. This causes a latency spike")
+        add("Warming up with 8 requests...")
         add(filler, 3000)
         add(MAIN_RUN_LINE)
         add(filler, 3000)
@@ -159,9 +165,28 @@ def test_a_cut_sweep_log_keeps_what_decides_a_windows_validity(tmp_path: Path) -
     cut = read_text(tmp_path / "a" / "grid-knee" / "sweep-1.log")
     assert "bytes cut by collect.py" in cut
     want, have = parse_sweep_log(raw), parse_sweep_log(cut)
-    assert [s["jit_windows"] for s in have["servers"]] == [
-        s["jit_windows"] for s in want["servers"]]
-    assert have["jit_in_warmup"] == want["jit_in_warmup"] == 2
-    assert have["jit_in_benchmark"] == 0
+    assert have == want
+    assert have["jit_in_warmup"] == 2 and have["jit_in_benchmark"] == 0
+    assert [s["overrides"] for s in have["servers"]] == [
+        "{'_benchmark_name': 'defaults'}", "{'_benchmark_name': 'max_num_seqs=256'}"]
+    assert [s["warmups_logged"] for s in have["servers"]] == [[8], [8]]
     # each start's args line too: the capacity check splits a log of several starts at it
     assert cut.count(ARGS_LINE) == raw.count(ARGS_LINE) == 2
+    assert cut.count("gridbench: ") == raw.count("gridbench: ") == 4
+    # no line is split: every line of the cut log is a line of the raw one, or the cut note
+    raw_lines = set(raw.splitlines())
+    assert all(x in raw_lines or "bytes cut by collect.py" in x for x in cut.splitlines())
+
+
+def test_a_cut_never_splits_a_line(tmp_path: Path) -> None:
+    """The cut points move to line ends, whatever the lines' lengths."""
+    run = tmp_path / "labrun"
+    run.mkdir()
+    raw = "".join(f"{i} " + "x" * (i % 97) + (" Avg prompt throughput" if i % 10 == 0 else "")
+                  + "\n" for i in range(40000))
+    (run / "serve.log").write_text(raw)
+    _collect(run, tmp_path / "a")
+    cut = read_text(tmp_path / "a" / "serve.log")
+    raw_lines = set(raw.splitlines())
+    assert "bytes cut by collect.py" in cut and len(cut) < len(raw) // 2
+    assert all(x in raw_lines or "bytes cut by collect.py" in x for x in cut.splitlines())

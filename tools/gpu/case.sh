@@ -31,7 +31,8 @@ pack_out() {
     [ -d "$RUN/$d" ] || continue
     $PY tools/gpu/collect.py "$RUN/$d" "$pack/$d" > /dev/null
     [ "$d" = "grid-$PRESET" ] && $PY -m course_utils.lab.sidebyside shrink "$pack/$d" > /dev/null
-    tar czf "$OUT/$d.tgz" -C "$pack" "$d"
+    # written aside, then renamed: a call cut mid-tar keeps the last whole archive
+    tar czf "$OUT/.$d.tgz.part" -C "$pack" "$d" && mv -f "$OUT/.$d.tgz.part" "$OUT/$d.tgz"
   done
   cp "$RUN/commands.log" "$OUT/commands.log"
   rm -rf "$pack"

@@ -52,7 +52,12 @@ def shrink_bench(path: Path, max_kb: int) -> bool:
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-from course_utils.core.vllm_logs import ARGS_LINE, MEMORY_LINE_MARKS, SWEEP_LOG_MARKS  # noqa: E402
+from course_utils.core.vllm_logs import (  # noqa: E402
+    ARGS_LINE,
+    JIT_LINE,
+    MEMORY_LINE_MARKS,
+    SWEEP_LOG_MARKS,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compress_results import MIN_LOG_KB, compress  # noqa: E402
@@ -61,7 +66,7 @@ from compress_results import MIN_LOG_KB, compress  # noqa: E402
 # validity gate's evidence), the periodic engine stats, the start-up memory accounting
 # (a DEBUG capacity-probe log is long), each start's non-default args (where one start
 # ends in a log of several) and a sweep's markers (which window a JIT fell in)
-KEEP_LINES = (b"JIT compilation during inference", b"Avg prompt throughput",
+KEEP_LINES = (JIT_LINE.encode(), b"Avg prompt throughput",
               *(m.encode() for m in MEMORY_LINE_MARKS), ARGS_LINE.encode(),
               # a sweep log's combo and window boundaries (parse_sweep_log), and gridbench's
               # own lines (its warm-up and verdict per run)
@@ -73,12 +78,15 @@ def shrink_log(path: Path, max_kb: int) -> bool:
     if len(data) <= max_kb * 1024:
         return False
     half = max_kb * 512
-    middle = data[half:-half]
+    head_end = data.rfind(b"\n", 0, half) + 1 or half  # cut at line ends: no line split
+    tail_start = data.find(b"\n", len(data) - half) + 1 or len(data) - half
+    middle = data[head_end:tail_start]
     kept = b"".join(line for line in middle.splitlines(keepends=True)
                     if any(k in line for k in KEEP_LINES))
     cut = len(middle) - len(kept)
-    path.write_bytes(data[:half] + f"\n[... {cut} bytes cut by collect.py; JIT-monitor and "
-                     "engine-stats lines and sweep markers kept ...]\n".encode() + kept + data[-half:])
+    path.write_bytes(data[:head_end] + f"[... {cut} bytes cut by collect.py; JIT-monitor and "
+                     "engine-stats lines and sweep markers kept ...]\n".encode() + kept
+                     + data[tail_start:])
     return True
 
 

@@ -12,8 +12,8 @@ of each window: first request sent to last response). Everything else is the har
 
 A bench call run in the bench worker also logs its phases (``BenchPhases``, one
 ``# bench phases: {...}`` line at the end of its log): before vLLM's main run (arguments,
-tokenizer, the random prompts), the main run up to the result table, and after it (the
-percentiles, the result file).
+tokenizer, the random prompts), the main run up to the result table (the load and its
+percentiles), and after it (the table, the result file).
 
 ``PointCost`` is the breakdown a point records (``ServedPoint.cost``); ``point_cost``
 derives it from a record, so runs recorded before the field existed get one too (their

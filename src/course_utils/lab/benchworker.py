@@ -226,7 +226,7 @@ class _PhaseClock:
             self.main = time.monotonic()
         elif self.result is None and self.main is not None and RESULT_BANNER in text:
             self.result = time.monotonic()
-        return int(self._inner.write(text))
+        return self._inner.write(text)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -259,7 +259,9 @@ def _call(entry: Callable[[list[str]], int], req: Mapping[str, Any]) -> int:
             rc = 1
         finally:
             sys.stdout = clock._inner
-        print(clock.phases().line(), flush=True)  # the last line of the call's log
+        with contextlib.suppress(Exception):  # the timing is evidence, never the call's end
+            sys.stderr.flush()  # a traceback first: the phases are the log's last line
+            print(clock.phases().line(), flush=True)
     gc.unfreeze()
     gc.collect()
     return rc

@@ -126,6 +126,7 @@ def recorded_costs(run_dir: str | Path) -> list[tuple[ServedPoint, PointCost]]:
             warmup_load_s=_warmup_load(paths),
             bench_startup_s=bench_startups(p, paths),
             bench_mode="cli",  # runs before the bench worker had only the CLI
+            bench_phases=bench_phases(p, paths),
         )
         out.append((p, c))
     return out

@@ -130,8 +130,10 @@ def classify_failure(log_text: str, returncode: int | None = None) -> str:
 
 
 def bench_failure_reason(log_text: str, returncode: int | None) -> str:
-    """One line from a failed `vllm bench serve` log: its last error line, else its exit."""
-    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    """One line from a failed `vllm bench serve` log: its last error line, else its exit.
+    The harness's own lines in the log ("# ...": the worker's pid, the call's phases) are
+    not vLLM's and are skipped."""
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip() and not ln.startswith("# ")]
     for ln in reversed(lines):
         if "Error" in ln or "error:" in ln or "Exception" in ln:
             return " ".join(ln.split())[:MAX_REASON]

@@ -107,23 +107,32 @@ def jit_compiles(text: str, base_offset: int = 0) -> list[JitCompile]:
 # `vllm bench sweep serve` output, each line prefixed with a Unix time by side_by_side.sh
 # --------------------------------------------------------------------------------------
 
-MARKER = re.compile(r"\[((?:BEGIN|END|SKIPPED) (?:SERVER|BENCHMARK))\]")
+# vllm/benchmarks/sweep/serve.py: print("[BEGIN SERVER]") and the like around each step
+MARKER_NAMES = (
+    "BEGIN SERVER",
+    "END SERVER",
+    "BEGIN BENCHMARK",
+    "END BENCHMARK",
+    "SKIPPED BENCHMARK",
+)
+MARKER = re.compile(r"\[(" + "|".join(re.escape(n) for n in MARKER_NAMES) + r")\]")
+# vllm/benchmarks/sweep/serve.py: print(f"Server overrides: {serve_overrides}")
+OVERRIDES_LINE = "Server overrides:"
 # vllm/benchmarks/serve.py benchmark(): print(f"Warming up with {num_warmups} requests...")
-WARMUP_LINE = re.compile(r"Warming up with (\d+) requests")
+WARMUP_TEXT = "Warming up with"
+WARMUP_LINE = re.compile(re.escape(WARMUP_TEXT) + r" (\d+) requests")
 # vllm/benchmarks/serve.py benchmark(): printed after the ready check and the warm-up
 MAIN_RUN_LINE = "Starting main benchmark run..."
 # vllm/benchmarks/serve.py benchmark(): the result table's banner, printed after the load
+# and its percentiles
 RESULT_BANNER = " Serving Benchmark Result "
 # the text parse_sweep_log reads: a copy that cuts a long sweep log must keep these lines
 SWEEP_LOG_MARKS = (
-    "[BEGIN SERVER]",
-    "[END SERVER]",
-    "[BEGIN BENCHMARK]",
-    "[END BENCHMARK]",
-    "[SKIPPED BENCHMARK]",
-    "Server overrides:",
-    "Warming up with",
+    *(f"[{n}]" for n in MARKER_NAMES),
+    OVERRIDES_LINE,
+    WARMUP_TEXT,
     MAIN_RUN_LINE,
+    JIT_LINE,
 )
 
 
@@ -199,8 +208,8 @@ class _SweepLogParser:
             }
             self.servers.append(self.cur)
             self.in_bench = self.measuring = False
-        elif self.cur is not None and "Server overrides:" in msg:
-            self.cur["overrides"] = msg.partition("Server overrides:")[2].strip()
+        elif self.cur is not None and OVERRIDES_LINE in msg:
+            self.cur["overrides"] = msg.partition(OVERRIDES_LINE)[2].strip()
         if "BEGIN BENCHMARK" in marks:
             self.in_bench, self.measuring, self.pending = True, False, []
             if self.cur is not None:

@@ -63,8 +63,9 @@ def recorded_starts() -> list[tuple[str, dict, str, int]]:
     assert any(f.suffix == ".gz" for f in logs)  # recorded long logs are gzipped
     for f in sorted(logs):
         text = read_text(f, errors="replace")
-        for part in re.split(f"(?={vllm_logs.ARGS_LINE})", text)[1:]:
-            args = ast.literal_eval(re.match(vllm_logs.ARGS_LINE + r"(\{[^\n]*\})", part).group(1))
+        mark = re.escape(vllm_logs.ARGS_LINE)
+        for part in re.split(f"(?={mark})", text)[1:]:
+            args = ast.literal_eval(re.match(mark + r"(\{[^\n]*\})", part).group(1))
             tokens = vllm_logs.startup_facts(part).kv_cache_tokens
             if tokens is not None:
                 entry = "serve" if "model_tag" in args else "llm"

@@ -204,7 +204,10 @@ def test_a_point_records_its_cost_and_bench_mode(tmp_path: Path, fake_vllm: Path
             assert ph.call_s <= float(w.elapsed_s)
         again = PointCost.from_json(json.loads(json.dumps(c.to_json())))
         assert again.bench_phases == c.bench_phases  # recorded and read back
-        assert "before / after vLLM's main run" in cost_table([(p, c)])
+        tbl = cost_table([(p, c)])
+        assert "before / after vLLM's main run" in tbl
+        w0 = c.bench_phases[0]  # the warm-up call's phases, first in the row
+        assert w0 is not None and f"| {w0.before_main_s:.1f} / {w0.after_s:.1f}, " in tbl
     assert os.environ.get("COURSE_UTILS_BENCH_WORKER") is None
 
 

@@ -280,6 +280,36 @@ def test_side_by_side_keeps_vllms_own_warm_up_as_an_option(
                                                                       "max_num_seqs=128"]
 
 
+def test_a_rejected_grid_run_is_measured_again_on_resume(
+        tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path, dummy_model: Path,
+        server_starts) -> None:
+    """A combo whose only run the gate rejected (a JIT compile in its window) is not kept:
+    the next call moves it to rejected/ and vLLM's --resume serves and measures it again;
+    a valid combo is not touched."""
+    run = tmp_path / "run"
+    sbs = run / "sidebyside"
+    env = _env(tmp_path, fake_vllm, dummy_model, GRID="max_num_seqs=64", FAKE_VLLM_JIT_AT="24",
+               RATE="20", SLO_SPEC="ttft:300 tpot:50", GPU_SIZE="4090")
+    env.pop("FAKE_GPU")
+    assert _run("side_by_side.sh", run, env).returncode == 0
+    (pt,) = grid.grid_points(sbs / "vllm_sweep", "ttft:300 tpot:50")
+    assert not pt.valid and server_starts() == 1
+    env.pop("FAKE_VLLM_JIT_AT")
+    p = _run("side_by_side.sh", run, env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert server_starts() == 2  # served again
+    (again,) = grid.grid_points(sbs / "vllm_sweep", "ttft:300 tpot:50")
+    assert again.valid and again.knob == pt.knob
+    kept = sbs / "rejected" / f"{pt.key}-1"
+    assert (kept / "run=0.json").is_file()  # the rejected run stays on disk as evidence
+    assert "reopen: max_num_seqs=64 had no valid run" in (sbs / "commands.log").read_text()
+    # a third call: everything valid, nothing reopened, no server
+    assert _run("side_by_side.sh", run, env).returncode == 0
+    assert server_starts() == 2 and not (sbs / "rejected" / f"{pt.key}-2").exists()
+    # nothing measured yet: nothing to reopen
+    assert gridrun.main(["reopen", str(tmp_path / "empty")]) == 0
+
+
 def test_a_jit_compile_inside_a_grid_run_makes_it_invalid(
         tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path, dummy_model: Path) -> None:
     """The fake server logs vLLM's JIT-monitor line at its 24th completion: after the 16

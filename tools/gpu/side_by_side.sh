@@ -99,7 +99,11 @@ if [ "$BENCH_WORKER" = 1 ] && [ "$WARMUP" = load ] && [ "${SHARED_WORKER:-1}" = 
 fi
 
 RESUME=()
-[ -d "$OUTDIR/$EXP" ] && RESUME=(--resume)   # an earlier call started it: vLLM's own resume
+if [ -d "$OUTDIR/$EXP" ]; then  # an earlier call started it: vLLM's own resume
+  RESUME=(--resume)
+  # a combo the validity gate rejected is measured again, never used: moved to rejected/
+  $PY -m course_utils.lab.gridrun reopen "$SBS" | tee -a "$SBS/commands.log"
+fi
 CMD=($VLLM bench sweep serve --serve-cmd "$SERVE_CMD" --bench-cmd "$BENCH_CMD"
      --serve-params "$SBS/serve_params.json" -o "$OUTDIR" -e "$EXP" --num-runs "$NUM_RUNS"
      --server-ready-timeout "$READY" --show-stdout "${RESUME[@]}")

@@ -54,6 +54,7 @@ __all__ = [
     "grid_points",
     "merge_parts",
     "parse_grid",
+    "reopen_rejected",
     "read_grid_meta",
 ]
 
@@ -290,6 +291,29 @@ def _jit_from_sweep_logs(exp: Path, points: Sequence[ServedPoint]) -> None:
             if why:
                 w.validity_issues.append(why)
                 w.valid = False
+
+
+def reopen_rejected(grid_dir: str | Path, slo: SLO | str, rejected: str | Path) -> list[str]:
+    """Move each combo with no valid run (the validity gate: gridbench's harness and the JIT
+    compiles in the sweep's log) from the sweep into ``rejected/<folder>-<n>``, so that
+    vLLM's ``--resume`` serves and measures it again; the rejected runs stay on disk as
+    evidence. Returns the moved combos' labels."""
+    try:
+        exp = experiment_dir(Path(grid_dir))
+        points = grid_points(grid_dir, slo)
+    except SideBySideError:  # no combo finished a run yet: nothing was judged
+        return []
+    moved = []
+    for p in points:
+        if p.valid or not p.windows:
+            continue
+        n = 1
+        while (Path(rejected) / f"{p.key}-{n}").exists():
+            n += 1
+        Path(rejected).mkdir(parents=True, exist_ok=True)
+        shutil.move(str(exp / p.key), str(Path(rejected) / f"{p.key}-{n}"))
+        moved.append(p.knob)
+    return moved
 
 
 # --------------------------------------------------------------------------------------

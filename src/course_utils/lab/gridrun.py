@@ -28,6 +28,7 @@ from course_utils.lab.grid import (
     merge_parts,
     parse_grid,
     read_grid_meta,
+    reopen_rejected,
     split,
 )
 from course_utils.lab.sidebyside_evidence import SideBySideError
@@ -300,6 +301,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("--objective", default="request_goodput")
     c.add_argument("--lang", choices=("en", "zh"), default="en")
     c.add_argument("--json")
+    r = sub.add_parser(
+        "reopen", help="move combos with no valid run aside, for --resume to measure again"
+    )
+    r.add_argument("out", help="the side-by-side folder (grid.json, vllm_sweep/)")
     k = sub.add_parser("cleanup", help="kill the servers left on this port (their groups)")
     k.add_argument("--port", type=int, required=True)
     a = ap.parse_args(argv)
@@ -308,6 +313,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, KeyError, SideBySideError, knobs_mod.KnobError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def _reopen(out: str) -> int:
+    """gridrun reopen: the combos the validity gate rejected go to OUT/rejected/."""
+    d = Path(out)
+    meta = read_grid_meta(d) or {}
+    if not meta.get("slo") or not (d / "vllm_sweep").is_dir():
+        print(f"reopen: {d}: nothing measured yet")
+        return 0
+    moved = reopen_rejected(d / "vllm_sweep", str(meta["slo"]), d / "rejected")
+    for label in moved:
+        print(f"reopen: {label} had no valid run: moved to {d / 'rejected'}, measured again")
+    return 0
 
 
 def _dispatch(a: Any) -> int:
@@ -341,6 +359,8 @@ def _dispatch(a: Any) -> int:
             print(f"left out: {s}")
     elif a.cmd == "merge":
         print(merge_parts(a.out, a.parts))
+    elif a.cmd == "reopen":
+        return _reopen(a.out)
     elif a.cmd == "compare":
         from course_utils.lab.gridcompare import compare, table
 

@@ -132,8 +132,30 @@ def loop_ending(q: Any, p: dict[str, Any]) -> None:
     assert p["run"].split("/")[2] in q.prompt["en"]
 
 
+def knee_ranking(q: Any, p: dict[str, Any]) -> None:
+    """Through lab (the grid's validity gate, JIT compiles in its log included, and
+    gridcompare's spread between servers), not the generator's own reading of the files."""
+    from course_utils.lab import grid
+    from course_utils.lab.gridcompare import compare
+
+    loop, sweep = ROOT / p["loop"], ROOT / p["grid"]
+    slo = str((grid.read_grid_meta(sweep) or {})["slo"])
+    cmp = compare(sweep, loop, slo)
+    pts = {x.knob: x for x in grid.grid_points(sweep, slo)}
+    kept = "max_num_batched_tokens=16384"
+    assert pts["defaults"].valid and pts[kept].valid  # both grid runs passed the gate
+    assert not any(x.windows[0].score.meets_slo for x in pts.values())
+    # the grid orders the two values against the loop, inside the spread between servers
+    assert pts["defaults"].windows[0].score.request_goodput > pts[kept].windows[0].score.request_goodput
+    assert cmp["verdict"]["decision"] == "tie" and cmp["loop"]["knobs"]["max_num_batched_tokens"] == 16384
+    worst = max(cmp["cross_spread"].values())
+    assert f"{worst:.0%}" in q.explain["en"] and f"{worst:.0%}" in q.explain["zh"]
+    assert _keys(q) == {"ending_only"}
+    assert p["loop"].split("labs/results/")[-1] in q.prompt["en"]
+
+
 RUN_CHECKS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
     "littles_law": littles_law, "littles_cap": littles_cap, "ttft_split": ttft_split,
     "prefix_replay": prefix_replay, "jit_window": jit_window, "kv_preempt": kv_preempt,
-    "replicas_plan": replicas_plan, "loop_ending": loop_ending,
+    "replicas_plan": replicas_plan, "loop_ending": loop_ending, "knee_ranking": knee_ranking,
 }

@@ -779,8 +779,8 @@ def test_reasoning_items_per_lesson_from_recorded_runs() -> None:
         assert len(qs) >= 3, lesson
         lab03 = Path(scaleout.RUN_DIR).name  # the lab 03 run (the fake fixture until collected)
         for q in qs:
-            run = {"replicas_plan": lab03, "loop_ending": "h200-2026-11-30"}.get(
-                q.generator, "h200-2026-11-29")
+            run = {"replicas_plan": lab03, "loop_ending": "h200-2026-11-30",
+                   "knee_ranking": "h200-2026-12-01b"}.get(q.generator, "h200-2026-11-29")
             assert run in q.prompt["en"] and run in q.prompt["zh"]
 
 

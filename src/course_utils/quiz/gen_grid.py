@@ -1,0 +1,129 @@
+"""A reasoning item from a recorded loop and vLLM's grid on the same workload past the knee:
+what two windows on one server can rank when no value meets the SLO. The numbers are the
+loop's valid windows (points.jsonl) and the grid's runs (vLLM's ``request_goodput`` in each
+combo's run file); the spread between servers is ``core.records.relative_spread`` over both.
+The generator refuses a pair where a value met the SLO, or where the grid orders the two
+values as the loop did (then the ranking could be real)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from course_utils.quiz.data import _opts, resolve_path
+from course_utils.quiz.engine import QuizError, _fmt, generator
+
+
+def _loop_windows(loop: Any) -> tuple[dict[str, list[float]], Any, Any]:
+    """label -> the valid windows' request goodput, the kept point, the baseline point."""
+    from course_utils.core.records import ServedPoint, read_jsonl
+
+    pts = [ServedPoint.from_json(r) for r in read_jsonl(loop / "points.jsonl")]
+    steps = read_jsonl(loop / "tune.jsonl")
+    summary = next((r for r in reversed(steps) if r.get("kind") == "summary"), None)
+    if summary is None or not pts:
+        raise QuizError(f"knee_ranking: {loop} has no finished loop")
+    out: dict[str, list[float]] = {}
+    for x in pts:
+        label = "defaults" if x.knob == "baseline" else f"{x.knob}={x.value}"
+        out[label] = [float(w.score.request_goodput or 0.0) for w in x.valid_windows if w.score]
+        if x.meets_slo:
+            raise QuizError(f"knee_ranking: {label} met the SLO in {loop}")
+    kept = next(x for x in pts if x.knobs == summary.get("knobs"))
+    base = next(x for x in pts if x.knob == "baseline")
+    return out, kept, base
+
+
+@generator("knee_ranking")
+def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: loop (a tune folder), grid (its grid's vllm_sweep folder). Answer: only the
+    ending holds; the values' order is inside the spread between servers."""
+    from course_utils.core.records import relative_spread
+
+    loop, grid = resolve_path(p["loop"]), resolve_path(p["grid"]) / "grid"
+    wins, kept, base = _loop_windows(loop)
+    kept_label = f"{kept.knob}={kept.value}"
+    runs: dict[str, float] = {}
+    for label in ("defaults", kept_label):
+        f = grid / f"SERVE--{label}" / "run=0.json"
+        if not f.is_file():
+            raise QuizError(f"knee_ranking: the grid has no run of {label}")
+        runs[label] = float(json.loads(f.read_text())["request_goodput"])
+    cross = {k: relative_spread([*wins[k], runs[k]]) or 0.0 for k in runs}
+    if runs[kept_label] >= runs["defaults"]:
+        raise QuizError("knee_ranking: the grid orders the values as the loop did")
+    w = base.workload
+    wl = f"{w['input_len']}/{w['output_len']} tokens at {_fmt(w['request_rate'])} req/s"
+    wl_zh = f"输入 {w['input_len']} / 输出 {w['output_len']} token，{_fmt(w['request_rate'])} req/s"
+    slo = str(base.slo).split(" @ ")[0]
+    rows = "; ".join(f"{k} {', '.join(f'{v:.2f}' for v in vs)}" for k, vs in wins.items())
+    rows_zh = "；".join(
+        f"{'默认配置' if k == 'defaults' else k} 为 {'、'.join(f'{v:.2f}' for v in vs)}"
+        for k, vs in wins.items()
+    )
+    grid_en = f"defaults {runs['defaults']:.2f} and {kept_label} {runs[kept_label]:.2f} req/s"
+    grid_zh = f"默认配置 {runs['defaults']:.2f}、{kept_label} 为 {runs[kept_label]:.2f} req/s"
+    worst = max(cross, key=lambda k: cross[k])
+    run = loop.as_posix().split("labs/results/")[-1]
+    opts = [
+        (
+            {
+                "en": "Only the ending: with these knobs the rate is past the knee. The order of "
+                "the values is inside the spread between servers.",
+                "zh": "只有结局站得住：只靠这些旋钮，这个速率已过拐点。各取值的高下落在服务器之间的波动里。",
+            },
+            True,
+            "ending_only",
+        ),
+        (
+            {
+                "en": f"{kept_label} is the better setting: its gain is far beyond its two-window "
+                "spread.",
+                "zh": f"{kept_label} 更好：它的提升远超两个窗口之间的波动。",
+            },
+            False,
+            "kept_wins",
+        ),
+        (
+            {
+                "en": "The defaults are better: vLLM's grid is the ground truth.",
+                "zh": "默认配置更好：vLLM 的网格就是标准答案。",
+            },
+            False,
+            "grid_wins",
+        ),
+        (
+            {
+                "en": "The grid's runs are invalid, since they disagree with the loop.",
+                "zh": "网格的结果无效，因为它和闭环不一致。",
+            },
+            False,
+            "grid_invalid",
+        ),
+    ]
+    return {
+        "type": "single",
+        "prompt": {
+            "en": f"The recorded loop `{run}` ({wl}, SLO `{slo}`) served each value on its own "
+            f"server and measured two windows of vLLM's request goodput (req/s): {rows}. No "
+            f"value met the SLO, and it kept {kept_label}. vLLM's grid, on another host, "
+            f"measured {grid_en}. What does the data support?",
+            "zh": f"已录制的闭环 `{run}`（{wl_zh}，SLO `{slo}`）每个取值各起一台服务器，测两个窗口的"
+            f"逐请求 goodput（req/s）：{rows_zh}。没有一个取值满足 SLO，闭环保留了 {kept_label}。"
+            f"vLLM 的网格在另一台机器上测得{grid_zh}。这些数据支持什么结论？",
+        },
+        "choices": _opts(opts),
+        "explain": {
+            "en": "When every value misses the SLO, goodput counts the few requests that "
+            "happened to meet it. Two windows on one server measure that server's spread, not "
+            f"the spread between servers: {worst} moved {cross[worst]:.0%} ((max - min) / mean) "
+            "between the loop's server and the grid's, and the grid put the two values in the opposite order. So neither "
+            "side ranks the values, and a grid run is no more the truth than a window. Both "
+            "agree on the ending: lower the rate to the knee or add replicas.",
+            "zh": "所有取值都不达标时，goodput 只数到碰巧达标的那几个请求。同一台服务器上的两个窗口，"
+            f"量到的只是这台服务器自己的波动，量不到服务器之间的波动：{worst} 在闭环那台和网格那台服务器之间"
+            f"差了 {cross[worst]:.0%}（(最大 − 最小) / 均值），网格给出的高下还和闭环正好相反。所以哪一边都排不出"
+            "这些取值的高下，网格的一次运行也不比一个窗口更可信。两边一致的只有结局：把速率降到拐点，或者加副本。",
+        },
+    }

@@ -21,30 +21,11 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
-
-
-def _flat(values: Any) -> list[float]:
-    if isinstance(values, list):
-        return [x for v in values for x in _flat(v)]
-    return [float(values)] if isinstance(values, int | float) else []
-
-
-def _summarise(values: list[Any]) -> dict[str, Any]:
-    nums = _flat(values)
-    out: dict[str, Any] = {"stripped_list": True, "n": len(values)}
-    if nums:
-        out.update(min=min(nums), max=max(nums), mean=sum(nums) / len(nums))
-    return out
 
 
 def shrink_bench(path: Path, max_kb: int) -> bool:
     raw = json.loads(path.read_text())
-    changed = False
-    for k, v in list(raw.items()):
-        if isinstance(v, list) and len(json.dumps(v)) > max_kb * 1024:
-            raw[k] = _summarise(v)
-            changed = True
+    changed = summarise_long_lists(raw, max_kb * 1024)
     if changed:
         raw["_note"] = f"per-request lists over {max_kb} KB summarised by tools/gpu/collect.py"
         path.write_text(json.dumps(raw))
@@ -52,6 +33,7 @@ def shrink_bench(path: Path, max_kb: int) -> bool:
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+from course_utils.core.store import summarise_long_lists  # noqa: E402
 from course_utils.core.vllm_logs import (  # noqa: E402
     ARGS_LINE,
     JIT_LINE,

@@ -256,10 +256,6 @@ def next_knob(
     }
 
 
-def _label_of(p: ServedPoint) -> str:
-    return "baseline" if p.knob in (None, "baseline") else f"{p.knob}={p.value}"
-
-
 @dataclass
 class _Rate:
     rate: float
@@ -322,7 +318,7 @@ def pick_knee(
             over, over_by = rate, "loop points"
             evidence = (
                 f"; {rate:g} req/s: all {len(ps)} valid loop point(s) "
-                f"({', '.join(_label_of(p) for p in ps)}; fresh servers) broke the SLO"
+                f"({', '.join(p.label for p in ps)}; fresh servers) broke the SLO"
             )
             break
     why = _knee_why(knee, over, over_by, evidence, undecided, verdicts)

@@ -315,6 +315,11 @@ class ServedPoint:
     windows: list[Window] = field(default_factory=list)
     cost: PointCost | None = None  # where the point's time went (core.cost); None: older run
 
+    @property
+    def label(self) -> str:
+        """ "baseline", or "knob=value"."""
+        return "baseline" if self.knob in (None, "baseline") else f"{self.knob}={self.value}"
+
     # ---- what decides -----------------------------------------------------------------
     @property
     def ok(self) -> bool:

@@ -22,13 +22,18 @@ from typing import Any
 
 __all__ = [
     "GZ",
+    "POINTS_FILE",
+    "TUNE_FILE",
     "append_jsonl",
     "gzip_file",
     "is_present",
     "jsonable",
+    "last_summary",
     "read_jsonl",
     "read_text",
     "resolve_path",
+    "summarise_long_lists",
+    "tune_summary",
 ]
 
 GZ = ".gz"
@@ -97,6 +102,41 @@ def append_jsonl(path: str | Path, record: Any) -> None:
         fh.write(line.encode("utf-8"))
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _numbers(v: Any) -> list[float]:
+    if isinstance(v, list):
+        return [x for e in v for x in _numbers(e)]
+    return [float(v)] if isinstance(v, int | float) and not isinstance(v, bool) else []
+
+
+def summarise_long_lists(record: dict[str, Any], max_bytes: int) -> bool:
+    """Replace each list in ``record`` (vLLM's --save-detailed per-request lists) longer than
+    ``max_bytes`` as JSON by {stripped_list, n, min, max, mean}, in place; True if any."""
+    changed = False
+    for k, v in list(record.items()):
+        if isinstance(v, list) and len(json.dumps(v)) > max_bytes:
+            nums = _numbers(v)
+            record[k] = {"stripped_list": True, "n": len(v)}
+            if nums:
+                record[k].update(min=min(nums), max=max(nums), mean=sum(nums) / len(nums))
+            changed = True
+    return changed
+
+
+# the two JSONL files of a sweep()/tune() run folder
+POINTS_FILE = "points.jsonl"  # one ServedPoint per served point
+TUNE_FILE = "tune.jsonl"  # tune(): one record per step, then a summary
+
+
+def last_summary(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The last ``"kind": "summary"`` record of a tune.jsonl (a resumed loop adds one)."""
+    return next((r for r in reversed(steps) if r.get("kind") == "summary"), None)
+
+
+def tune_summary(run_dir: str | Path) -> dict[str, Any] | None:
+    """The summary a tune() run folder ended with; None before it ended."""
+    return last_summary(read_jsonl(Path(run_dir) / TUNE_FILE))
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

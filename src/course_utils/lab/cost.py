@@ -23,6 +23,7 @@ from typing import Any
 
 from course_utils.core.cost import BenchPhases, PointCost, cost_summary, point_cost
 from course_utils.core.records import PointPaths, ServedPoint, read_jsonl, read_text
+from course_utils.core.store import POINTS_FILE
 from course_utils.core.vllm_logs import log_stamps, stamp_datetime
 
 __all__ = [
@@ -113,7 +114,7 @@ def recorded_costs(run_dir: str | Path) -> list[tuple[ServedPoint, PointCost]]:
     (``ServedPoint.cost``) or one derived from its record and files."""
     d = Path(run_dir)
     out = []
-    for rec in read_jsonl(d / "points.jsonl"):
+    for rec in read_jsonl(d / POINTS_FILE):
         p = ServedPoint.from_json(rec)
         if p.status != "ok":
             continue
@@ -148,7 +149,7 @@ def table(rows: list[tuple[ServedPoint, PointCost]]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for p, c in rows:
-        label = "baseline" if p.knob == "baseline" else f"{p.knob}={p.value}"
+        label = p.label
         ups = ", ".join(f(x) for x in c.bench_startup_s)
         ph = (
             ", ".join(
@@ -172,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("run_dirs", nargs="+", help="folders with a points.jsonl")
     a = ap.parse_args(argv)
     for d in a.run_dirs:
-        if not (Path(d) / "points.jsonl").is_file():
+        if not (Path(d) / POINTS_FILE).is_file():
             print(f"error: {d}: no points.jsonl", file=sys.stderr)
             return 2
         print(f"## {d}\n\n{table(recorded_costs(d))}\n")

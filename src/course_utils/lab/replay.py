@@ -27,6 +27,7 @@ from course_utils.core.keep import as_point, decide, loop_outcome, next_knob, ob
 from course_utils.core.metrics import load_series
 from course_utils.core.records import PointPaths, ServedPoint, Workload, is_present
 from course_utils.core.records import read_jsonl as load_jsonl
+from course_utils.core.store import POINTS_FILE, TUNE_FILE, tune_summary
 from course_utils.core.validity import (
     prefix_cache_hit_rate,
     prefix_cache_issue,
@@ -202,11 +203,6 @@ def point_files(results_dir: str | Path, rec: Mapping[str, Any]) -> dict[str, Pa
     }
 
 
-def tune_summary(results_dir: str | Path) -> dict[str, Any] | None:
-    recs = [r for r in load_jsonl(Path(results_dir) / "tune.jsonl") if r.get("kind") == "summary"]
-    return recs[-1] if recs else None
-
-
 def recorded_objective(results_dir: str | Path) -> str:
     """The objective a recorded loop ran under: the summary's, else params.json's, else
     "gate" (runs before the `objective` parameter existed kept values by the p99 gate)."""
@@ -240,7 +236,7 @@ def replay_tune(
     """
     d = Path(results_dir)
     points = [as_point(r) for r in load_points_checked(d)]
-    steps = [s for s in load_jsonl(d / "tune.jsonl") if s.get("kind") in ("baseline", "sweep")]
+    steps = [s for s in load_jsonl(d / TUNE_FILE) if s.get("kind") in ("baseline", "sweep")]
     if not steps or steps[0]["kind"] != "baseline":
         raise ValueError(f"{d}: no baseline step in tune.jsonl")
     base = next((p for p in points if p.key == steps[0].get("point")), None)
@@ -418,7 +414,7 @@ def measured_minutes(run_dir: str | Path) -> dict[str, float | None]:
         if recs:
             out["knobs"] = sum(float(r.get("wall_s") or 0) for r in recs) / 60.0
     if out["slo"] is None:
-        recs = load_jsonl(d / "slo" / "points.jsonl") + load_jsonl(d / "slo" / KNEE_FILE)
+        recs = load_jsonl(d / "slo" / POINTS_FILE) + load_jsonl(d / "slo" / KNEE_FILE)
         if recs:
             out["slo"] = sum(float(r.get("elapsed_s") or 0) for r in recs) / 60.0
     return out

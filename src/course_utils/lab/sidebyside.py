@@ -64,6 +64,7 @@ from typing import Any
 from course_utils.core import knobs as knobs_mod
 from course_utils.core.records import is_present, read_text
 from course_utils.core.slo import SLO
+from course_utils.core.store import summarise_long_lists
 from course_utils.core.vllm_logs import parse_sweep_log
 from course_utils.lab.bench import Workload, bench_args
 from course_utils.lab.sidebyside_evidence import (
@@ -193,23 +194,6 @@ def shrink_results(path: str | Path, max_kb: int = 16) -> int:
     tools/gpu/collect.py does for bench.json) and drop their columns from summary.csv;
     return how many files changed. For copies only: vLLM's --resume rereads the originals."""
 
-    def shrink(d: dict[str, Any]) -> bool:
-        changed = False
-        for k, v in list(d.items()):
-            if isinstance(v, list) and len(json.dumps(v)) > max_kb * 1024:
-                nums = [float(x) for x in _flat(v)]
-                d[k] = {
-                    "stripped_list": True,
-                    "n": len(v),
-                    **(
-                        {"min": min(nums), "max": max(nums), "mean": sum(nums) / len(nums)}
-                        if nums
-                        else {}
-                    ),
-                }
-                changed = True
-        return changed
-
     n = 0
     for f in sorted(Path(path).rglob("summary.csv")):  # the lists again, one cell each
         n += _drop_long_columns(f, max_kb * 1024)
@@ -218,7 +202,7 @@ def shrink_results(path: str | Path, max_kb: int = 16) -> int:
             continue
         data = json.loads(f.read_text())
         items = data if isinstance(data, list) else [data]
-        if any([shrink(x) for x in items if isinstance(x, dict)]):
+        if any([summarise_long_lists(x, max_kb * 1024) for x in items if isinstance(x, dict)]):
             f.write_text(json.dumps(data, indent=1))
             n += 1
     return n
@@ -243,12 +227,6 @@ def _drop_long_columns(path: Path, max_chars: int) -> bool:
     with open(path, "w", newline="") as fh:
         csv.writer(fh).writerows([[r[i] for i in keep if i < len(r)] for r in rows])
     return True
-
-
-def _flat(v: Any) -> list[Any]:
-    if isinstance(v, list):
-        return [x for e in v for x in _flat(e)]
-    return [v] if isinstance(v, int | float) and not isinstance(v, bool) else []
 
 
 # --------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from course_utils.core import knobs as knobs_mod
 from course_utils.core.records import GZ, is_present
 from course_utils.core.records import read_text as read_recorded
 from course_utils.core.slo import SLO, BenchResult, BenchResultError, score
+from course_utils.core.store import POINTS_FILE
 from course_utils.core.vllm_logs import JIT_LINE, engine_init_times, parse_sweep_log
 from course_utils.core.vllm_logs import log_stamps as _stamps
 
@@ -184,7 +185,7 @@ def _our_warmups(d: Path, points: Sequence[Mapping[str, Any]]) -> dict[str, Any]
             return {"value": int(params["warmup_prompts"]), "source": str(pj)}
     vals = {p.get("warmup_prompts") for p in points}
     if points and len(vals) == 1 and None not in vals:
-        return {"value": int(vals.pop() or 0), "source": str(d / "points.jsonl")}
+        return {"value": int(vals.pop() or 0), "source": str(d / POINTS_FILE)}
     return {
         "value": our_warmup_default(),
         "source": "course_utils default (not recorded in the run)",
@@ -449,15 +450,15 @@ def load_tune_dir(path: str | Path, slo: SLO) -> dict[str, Any]:
     summary of tune.jsonl. Points are re-scored from their bench.json when present, else
     from the scores recorded in the point. Also the warm-up count and the JIT compiles
     logged while measuring (serve.log / bench.log of each point, when present)."""
-    from course_utils.lab.sweep import POINTS_FILE, load_points
-    from course_utils.lab.tune import TUNE_FILE
+    from course_utils.core.store import TUNE_FILE, last_summary, read_jsonl
+    from course_utils.lab.sweep import load_points
 
     d = Path(path)
     if not (d / POINTS_FILE).is_file() or not (d / TUNE_FILE).is_file():
         raise SideBySideError(f"{d} is not a tune() output: needs {POINTS_FILE} and {TUNE_FILE}")
     points = load_points(d)
-    steps = [json.loads(x) for x in (d / TUNE_FILE).read_text().splitlines() if x.strip()]
-    summary = next((s for s in reversed(steps) if s.get("kind") == "summary"), None)
+    steps = read_jsonl(d / TUNE_FILE)
+    summary = last_summary(steps)
     rows = []
     for p in points:
         row: dict[str, Any] = {

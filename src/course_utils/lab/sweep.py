@@ -36,6 +36,7 @@ from course_utils.core.records import (
     read_jsonl,
 )
 from course_utils.core.slo import SLO
+from course_utils.core.store import POINTS_FILE
 from course_utils.lab import benchworker
 from course_utils.lab.cost import bench_phases, bench_startups
 from course_utils.lab.measure import MeasureConfig, measure
@@ -54,7 +55,6 @@ __all__ = [
     "sweep",
 ]
 
-POINTS_FILE = "points.jsonl"
 BASELINE = "baseline"
 
 

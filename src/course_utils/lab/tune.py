@@ -30,6 +30,7 @@ from course_utils.core.keep import (
     swept_knobs,
 )
 from course_utils.core.records import ServedPoint, append_jsonl, read_jsonl
+from course_utils.core.store import TUNE_FILE
 from course_utils.lab.server import VllmServer
 from course_utils.lab.sweep import (
     BASELINE,
@@ -41,8 +42,6 @@ from course_utils.lab.sweep import (
 )
 
 __all__ = ["TUNE_FILE", "TuneStep", "tune"]
-
-TUNE_FILE = "tune.jsonl"
 
 
 @dataclass

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core.records import GZ, is_present, read_text
+from course_utils.core.store import POINTS_FILE
 from course_utils.quiz.engine import PKG_DIR, REPO_ROOT, QuizError, _fmt
 
 
@@ -81,7 +82,7 @@ def recorded_point(p: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     want = dict(spec.get("knobs") or {})
     found = None
-    index = root / "points.jsonl"
+    index = root / POINTS_FILE
     lines = index.read_text(encoding="utf-8").splitlines() if index.is_file() else []
     for line in lines:
         rec = json.loads(line) if line.strip() else {}
@@ -168,7 +169,7 @@ def recorded_sweep(p: Mapping[str, Any]) -> list[dict[str, Any]]:
         root = resolve_path(p["results"]) if "results" in p else None
     except QuizError:
         root = None
-    index = root / "points.jsonl" if root else None
+    index = root / POINTS_FILE if root else None
     if index and index.is_file():
         for line in index.read_text(encoding="utf-8").splitlines():
             rec = json.loads(line) if line.strip() else {}

@@ -17,16 +17,16 @@ from course_utils.quiz.engine import QuizError, _fmt, generator
 
 def _loop_windows(loop: Any) -> tuple[dict[str, list[float]], Any, Any]:
     """label -> the valid windows' request goodput, the kept point, the baseline point."""
-    from course_utils.core.records import ServedPoint, read_jsonl
+    from course_utils.core.records import ServedPoint
+    from course_utils.core.store import POINTS_FILE, read_jsonl, tune_summary
 
-    pts = [ServedPoint.from_json(r) for r in read_jsonl(loop / "points.jsonl")]
-    steps = read_jsonl(loop / "tune.jsonl")
-    summary = next((r for r in reversed(steps) if r.get("kind") == "summary"), None)
+    pts = [ServedPoint.from_json(r) for r in read_jsonl(loop / POINTS_FILE)]
+    summary = tune_summary(loop)
     if summary is None or not pts:
         raise QuizError(f"knee_ranking: {loop} has no finished loop")
     out: dict[str, list[float]] = {}
     for x in pts:
-        label = "defaults" if x.knob == "baseline" else f"{x.knob}={x.value}"
+        label = "defaults" if x.knob == "baseline" else x.label  # the grid's name
         out[label] = [float(w.score.request_goodput or 0.0) for w in x.valid_windows if w.score]
         if x.meets_slo:
             raise QuizError(f"knee_ranking: {label} met the SLO in {loop}")
@@ -43,7 +43,7 @@ def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
 
     loop, grid = resolve_path(p["loop"]), resolve_path(p["grid"]) / "grid"
     wins, kept, base = _loop_windows(loop)
-    kept_label = f"{kept.knob}={kept.value}"
+    kept_label = kept.label
     runs: dict[str, float] = {}
     for label in ("defaults", kept_label):
         f = grid / f"SERVE--{label}" / "run=0.json"

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from course_utils.core.store import POINTS_FILE
 from course_utils.quiz.data import _opts, recorded_point, resolve_path
 from course_utils.quiz.engine import LANGS, QuizError, _fmt, generator
 
@@ -97,7 +98,7 @@ def sweep_points(root: Path, knob: str) -> list[dict[str, Any]]:
     from course_utils.core import metrics
 
     out: dict[Any, dict[str, Any]] = {}
-    for line in (root / "points.jsonl").read_text(encoding="utf-8").splitlines():
+    for line in (root / POINTS_FILE).read_text(encoding="utf-8").splitlines():
         rec = json.loads(line) if line.strip() else {}
         d = root / "points" / str(rec.get("key"))
         value = (rec.get("knobs") or {}).get(knob)

@@ -490,12 +490,13 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
     (``keep.loop_outcome`` on the recorded summary, steps and points, as run); refuses a run
     that did not end past the knee."""
     from course_utils.core.keep import loop_outcome, swept_knobs
-    from course_utils.core.records import ServedPoint, read_jsonl
+    from course_utils.core.records import ServedPoint
+    from course_utils.core.store import POINTS_FILE, TUNE_FILE, last_summary, read_jsonl
 
     root = resolve_path(p["run"])
-    steps = read_jsonl(root / "tune.jsonl")
-    summary = next((r for r in reversed(steps) if r.get("kind") == "summary"), None)
-    pts = [ServedPoint.from_json(x) for x in read_jsonl(root / "points.jsonl")]
+    steps = read_jsonl(root / TUNE_FILE)
+    summary = last_summary(steps)
+    pts = [ServedPoint.from_json(x) for x in read_jsonl(root / POINTS_FILE)]
     kept = [x for x in pts if x.knobs == (summary or {}).get("knobs")]
     if summary is None or not kept:
         raise QuizError(f"loop_ending: {root} has no summary or no point of its kept knobs")

@@ -158,3 +158,17 @@ def test_knee_grid_log_keeps_each_combos_window_boundaries() -> None:
                           / "run=0.harness.json").read_text())
     assert harness["valid"] is True
     assert harness["warmup"]["running_max"] == 600.0  # the warm-up sent all 600 prompts
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_field_notes_knee_table_is_the_recorded_windows(lang: str) -> None:
+    """Field notes §10 quotes the loop's windows: each row is the record's, to 2 decimals."""
+    import re
+
+    page = (ROOT / "book" / lang / "field-notes.md").read_text(encoding="utf-8")
+    sec = page[page.index("## 10 · "):]
+    rows = re.findall(r"^\s*\| ([^|]+) \| (\d+\.\d\d) \| (\d+\.\d\d) \|$", sec, re.M)
+    pts = [json.loads(x) for x in (RUN / "knee" / "points.jsonl").read_text().splitlines()]
+    want = [[f"{w['score']['request_goodput']:.2f}" for w in p["windows"]] for p in pts]
+    assert [[a, b] for _, a, b in rows] == want
+    assert [r[0] for r in rows][1:] == [f"`max_num_batched_tokens` {p['value']}" for p in pts[1:]]

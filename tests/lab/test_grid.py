@@ -250,6 +250,34 @@ def test_case_runs_the_loop_then_its_grid_and_packs_both(
     assert server_starts() == starts
 
 
+def test_case_packs_the_grid_after_each_finished_run(
+        tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path, dummy_model: Path) -> None:
+    """A device call stopped by its own limit during the grid (no final pack) still returns
+    the grid runs finished before it: case.sh packs again while the next server starts."""
+    run, out = tmp_path / "run", tmp_path / "out"
+    out.mkdir()
+    small = "--input-len 16 --output-len 8 --num-prompts 12 --rate 100 --prefix-len 8"
+    env = _env(tmp_path, fake_vllm, dummy_model, PREFIX_LEN="8", TUNE_EXTRA=small,
+               LOOP_S="300", CALL_S="600", OUT=str(out), FAKE_VLLM_STARTUP_S="3")
+    proc = subprocess.Popen(["bash", str(ROOT / "tools" / "gpu" / "case.sh"), "prefix", str(run)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    mid = tmp_path / "mid-grid.tgz"  # what a call cut at this moment would have returned
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        if (out / "grid-prefix.tgz").exists() and not mid.exists():
+            shutil.copy(out / "grid-prefix.tgz", mid)
+        time.sleep(0.05)
+    stdout, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stdout
+    assert "case.sh prefix: packed after 1 finished run(s)" in stdout, stdout
+    with tarfile.open(mid) as t:
+        runs = [n for n in t.getnames() if n.endswith("/run=0.json")]
+    assert len(runs) == 1, runs  # the first combo, finished; the second still to come
+    assert not (run / ".packer-stop").exists()
+    with tarfile.open(out / "grid-prefix.tgz") as t:  # the final pack holds both
+        assert len([n for n in t.getnames() if n.endswith("/run=0.json")]) == 2
+
+
 def test_case_spends_nothing_when_the_preflight_refuses(
         tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path, dummy_model: Path,
         server_starts) -> None:

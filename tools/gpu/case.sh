@@ -10,7 +10,8 @@
 #   GPU_SIZE (h200) the preset's size; TUNE_EXTRA: more `tune` flags (explicit ones win over
 #                  the preset's, e.g. a smaller workload)
 #   OUT            when set: each folder, shrunk by collect.py, as $OUT/<folder>.tgz, and
-#                  commands.log (a device call returns files at most 2 folders deep)
+#                  commands.log (a device call returns files at most 2 folders deep); packed
+#                  after the loop, after each finished grid run, and at the end
 #   the rest as side_by_side.sh (INPUT_LEN, OUTPUT_LEN, PROMPTS, RATE override the preset)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -37,6 +38,36 @@ pack_out() {
   cp "$RUN/commands.log" "$OUT/commands.log"
   rm -rf "$pack"
 }
+# during the grid: pack again each time a run of vLLM's sweep is finished (its run=N.json
+# written, the next server starting), so that a call stopped by the device's own limit still
+# returns the combos finished before it. Stopped through a flag, never killed mid-archive.
+finished_runs() {
+  find "$RUN/grid-$PRESET/vllm_sweep" -name 'run=*.json' ! -name '*.*.json' 2>/dev/null | wc -l
+}
+packer=""
+start_packer() {
+  [ -n "${OUT:-}" ] || return 0
+  rm -f "$RUN/.packer-stop"
+  (
+    seen=$(finished_runs)
+    while [ ! -e "$RUN/.packer-stop" ]; do
+      sleep 1
+      now=$(finished_runs)
+      if [ "$now" != "$seen" ] && [ ! -e "$RUN/.packer-stop" ]; then
+        pack_out && echo "$(date -u +%FT%TZ) case.sh $PRESET: packed after $now finished run(s)"
+        seen=$now
+      fi
+    done
+  ) &
+  packer=$!
+}
+stop_packer() {
+  [ -n "$packer" ] || return 0
+  touch "$RUN/.packer-stop"
+  wait "$packer" 2>/dev/null
+  rm -f "$RUN/.packer-stop"
+  packer=""
+}
 mkdir -p "$RUN"
 t0=$(date +%s)
 # the loop: a budget a little under its share, so that it stops itself between points
@@ -54,9 +85,11 @@ pack_out
 left=$(( CALL - ($(date +%s) - t0) - 30 ))
 grid_rc=0
 if [ "$left" -ge "${GRID_MIN_S:-120}" ]; then
+  start_packer
   OUT= PRESET=$PRESET GPU_SIZE=$GPU_SIZE NAME="grid-$PRESET" TUNE_DIR="$RUN/$PRESET" \
     BUDGET_S=$left bash tools/gpu/side_by_side.sh "$RUN"
   grid_rc=$?
+  stop_packer
 else
   echo "$(date -u +%FT%TZ) case.sh $PRESET: ${left}s left, the grid waits for the next call" \
     | tee -a "$RUN/commands.log"

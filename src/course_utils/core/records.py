@@ -317,8 +317,10 @@ class ServedPoint:
 
     @property
     def label(self) -> str:
-        """ "baseline", or "knob=value"."""
-        return "baseline" if self.knob in (None, "baseline") else f"{self.knob}={self.value}"
+        """ "baseline", "knob=value", or a grid combo's own name (its value is None)."""
+        if self.knob in (None, "baseline"):
+            return "baseline"
+        return self.knob if self.value is None else f"{self.knob}={self.value}"
 
     # ---- what decides -----------------------------------------------------------------
     @property

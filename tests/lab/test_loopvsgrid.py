@@ -66,21 +66,25 @@ def test_handicapped_row_is_marked_and_gains_nothing_against_the_defaults(
 def test_rows_without_a_recorded_side_carry_no_numbers(
     rows: dict[str, loopvsgrid.CaseRow],
 ) -> None:
-    for name in ("prefill", "kv"):
+    for name in ("kv",):
         r = rows[name]
         assert r.status == "not_run" and r.workload is not None
         assert (r.defaults, r.loop, r.grid_best, r.verdict, r.outcome) == (None,) * 5
 
 
-def test_partial_grids_stay_partial_and_count_only_valid_combos(
-    rows: dict[str, loopvsgrid.CaseRow],
-) -> None:
-    p = rows["prefix"]
+def test_partial_grids_stay_partial_and_count_only_valid_combos(tmp_path: Path) -> None:
+    """The earlier session's grids, as recorded there: prefix with its caching-off run
+    rejected by the warm-up rule, the knee with 2 of its 3 combos."""
+    cases = {c["case"]: dict(c) for c in json.loads(loopvsgrid.INDEX.read_text())["cases"]}
+    cases["prefix"]["grid"] = "h200-2026-12-01b/grid-prefix/vllm_sweep"
+    cases["knee"]["grid"] = "h200-2026-12-01b/grid-knee/vllm_sweep"
+    index = tmp_path / "index.json"
+    index.write_text(json.dumps({"cases": [cases["prefix"], cases["knee"]]}))
+    p, k = loopvsgrid.rows(index, RESULTS)
     # caching off was measured, but its window failed the warm-up coverage rule: not counted
     assert p.status == "partial" and (p.combos_measured, p.combos_planned) == (1, 2)
     assert p.grid_best_label == "defaults" and p.outcome == "meets_slo"
     assert p.loop == pytest.approx(14.49, abs=0.01) and p.verdict == "same"
-    k = rows["knee"]
     assert k.status == "partial" and (k.combos_measured, k.combos_planned) == (2, 3)
     assert k.outcome == "past_knee" and k.verdict == "tie"
     assert k.cross_spread is not None and k.cross_spread > 1.0  # 149 % between servers

@@ -75,6 +75,12 @@ def _cells() -> list[str]:
     return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
 
 
+def untouched_default(params: str, name: str) -> Any:
+    ns: dict[str, Any] = {}
+    exec(params, ns)  # noqa: S102 - the notebook's own parameters cell
+    return ns[name]
+
+
 def test_lab02_preset_cell_sets_the_parameters() -> None:
     """The preflight cell (right after the parameters) applies the preset first, so the
     preflight checks the preset's knobs."""
@@ -87,7 +93,9 @@ def test_lab02_preset_cell_sets_the_parameters() -> None:
     exec(params, ns)  # noqa: S102 - the notebook's own cells
     ns.update(preset="kv", gpu="h200")
     exec(preset_cell, ns)  # noqa: S102
-    assert (ns["input_len"], ns["output_len"], ns["rate"]) == (512, 1024, 10.0)
+    kv = presets.get("kv", "h200")
+    assert (ns["input_len"], ns["output_len"], ns["rate"]) == (512, 1024, float(kv.rate))
+    assert ns["num_prompts"] == kv.num_prompts != untouched_default(params, "num_prompts")
     # vLLM's 4090 defaults rehearsed on the H200, not a pool shrunk for the exercise
     assert ns["base_knobs"] == {} and ns["rehearse_gpu"] == "rtx4090"
     assert ns["knob"] == "gpu_memory_utilization" and ns["second_knob"] == "kv_cache_dtype"

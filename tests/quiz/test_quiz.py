@@ -779,8 +779,9 @@ def test_reasoning_items_per_lesson_from_recorded_runs() -> None:
         assert len(qs) >= 3, lesson
         lab03 = Path(scaleout.RUN_DIR).name  # the lab 03 run (the fake fixture until collected)
         for q in qs:
-            run = {"replicas_plan": lab03, "loop_ending": "h200-2026-11-30",
-                   "knee_ranking": "h200-2026-12-01b"}.get(q.generator, "h200-2026-11-29")
+            named = str((q.params or {}).get("run") or (q.params or {}).get("loop") or "")
+            run = {"replicas_plan": lab03}.get(
+                q.generator, named.split("/")[2] if named else "h200-2026-11-29")
             assert run in q.prompt["en"] and run in q.prompt["zh"]
 
 
@@ -819,3 +820,19 @@ def test_run_generators_refuse_data_that_does_not_support_the_key(tmp_path: Path
     with pytest.raises(quiz.QuizError, match="ended meets_slo, not past the knee"):
         quiz.expand({"id": "e", "generator": "loop_ending",
                      "params": {"run": "labs/results/h200-2026-11-30/decode"}})
+    # the knee loop ended past the knee but kept 16384: "kept nothing" would be false
+    with pytest.raises(quiz.QuizError, match="kept a value"):
+        quiz.expand({"id": "k", "generator": "loop_ending",
+                     "params": {"run": "labs/results/h200-2026-12-01b/knee"}})
+
+
+def test_loop_ending_explains_from_the_runs_own_ending() -> None:
+    """The share and the named knobs come from keep.loop_outcome on the run: the prefill loop
+    served 82 % inside the SLO (not "most requests fail"), and its other named knob was on."""
+    q = _item("slo-loop", "loop-ending-prefill-2026-12-01c")
+    assert "82%" in q.explain["en"] and "82%" in q.explain["zh"]
+    assert "fails most" not in q.explain["en"] and "大多数请求" not in q.explain["zh"]
+    assert "`enable_prefix_caching`, already on by vLLM's default" in q.explain["en"]
+    assert "which had no candidates" not in q.explain["en"]  # nothing untried
+    d = _item("slo-loop", "loop-ending-decode12")
+    assert "12%" in d.explain["en"] and "`quantization`" in d.explain["en"]

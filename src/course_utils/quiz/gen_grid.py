@@ -1,5 +1,7 @@
-"""A reasoning item from a recorded loop and vLLM's grid on the same workload past the knee:
-what two windows on one server can rank when no value meets the SLO. The numbers are the
+"""Reasoning items from recorded loops: how a loop ended (``loop_ending``), and the loop
+against vLLM's grid on the same workload past the knee (``knee_ranking``).
+
+knee_ranking: what two windows on one server can rank when no value meets the SLO. The numbers are the
 loop's valid windows (points.jsonl) and the grid's runs (vLLM's ``request_goodput`` in each
 combo's run file); the spread between servers is ``core.records.relative_spread`` over both.
 The generator refuses a pair where a value met the SLO, or where the grid orders the two
@@ -125,5 +127,134 @@ def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
             f"量到的只是这台服务器自己的波动，量不到服务器之间的波动：{worst} 在闭环那台和网格那台服务器之间"
             f"差了 {cross[worst]:.0%}（(最大 − 最小) / 均值），网格给出的高下还和闭环正好相反。所以哪一边都排不出"
             "这些取值的高下，网格的一次运行也不比一个窗口更可信。两边一致的只有结局：把速率降到拐点，或者加副本。",
+        },
+    }
+
+
+def _named_knobs_note(untried: list[str], in_effect: list[str]) -> tuple[str, str]:
+    """The explanation's last sentence: named knobs the loop had no values for, and named
+    knobs already on by vLLM's default (keep.loop_outcome's ``untried`` / ``in_effect``)."""
+    en, zh = "", ""
+    if untried:
+        en += (
+            f" The diagnosis also named {', '.join(f'`{k}`' for k in untried)}, which had no "
+            "candidates: a claim about them needs a run that tries them."
+        )
+        zh += (
+            f"诊断还点名了 {'、'.join(f'`{k}`' for k in untried)}，但没有给候选值："
+            "要对它们下结论，得另跑一次把它们试上。"
+        )
+    if in_effect:
+        en += (
+            f" It also named {', '.join(f'`{k}`' for k in in_effect)}, already on by "
+            "vLLM's default."
+        )
+        zh += f"诊断还点名了 {'、'.join(f'`{k}`' for k in in_effect)}，它本来就已开启（vLLM 的默认值）。"
+    return en, zh
+
+
+@generator("loop_ending")
+def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: run (a recorded loop folder: tune.jsonl + points). Answer: the loop's ending
+    (``keep.loop_outcome`` on the recorded summary, steps and points, as run); refuses a run
+    that did not end past the knee."""
+    from course_utils.core.keep import loop_outcome, swept_knobs
+    from course_utils.core.records import ServedPoint
+    from course_utils.core.store import POINTS_FILE, TUNE_FILE, last_summary, read_jsonl
+
+    root = resolve_path(p["run"])
+    steps = read_jsonl(root / TUNE_FILE)
+    summary = last_summary(steps)
+    pts = [ServedPoint.from_json(x) for x in read_jsonl(root / POINTS_FILE)]
+    kept = [x for x in pts if x.knobs == (summary or {}).get("knobs")]
+    if summary is None or not kept:
+        raise QuizError(f"loop_ending: {root} has no summary or no point of its kept knobs")
+    b = next((x for x in pts if x.knob == "baseline"), kept[0])
+    w = b.workload
+    tried = swept_knobs(steps)
+    diag = summary.get("diagnosis") or {}
+    o = loop_outcome(
+        str(summary.get("stop_reason") or ""),
+        all(x.meets_slo for x in kept),
+        summary.get("request_goodput"),
+        float(w["request_rate"]),
+        tried,
+        diag.get("knobs") or [],
+        moves=diag.get("moves") or {},
+        kept_knobs=summary.get("knobs") or {},
+    )
+    if o["outcome"] != "past_knee" or o["goodput_share"] is None:
+        raise QuizError(f"loop_ending: {root} ended {o['outcome']}, not past the knee")
+    if b.knob != "baseline" or summary.get("knobs") != b.knobs:
+        raise QuizError(f"loop_ending: {root} kept a value: the item says it kept nothing")
+    run = root.as_posix().split("labs/results/")[-1]
+    wl = f"{w['input_len']}/{w['output_len']} tokens at {_fmt(w['request_rate'])} req/s"
+    wl_zh = f"输入 {w['input_len']} / 输出 {w['output_len']} token，{_fmt(w['request_rate'])} req/s"
+    slo = str(b.slo).split(" @ ")[0]
+    knobs = ", ".join(f"`{k}`" for k in o["tried"])
+    knobs_zh = "、".join(f"`{k}`" for k in o["tried"])
+    share = f"{o['goodput_share']:.0%}"
+    named_en, named_zh = _named_knobs_note(o["untried"], o.get("in_effect") or [])
+    best = f"{float(summary['request_goodput'] or 0):.2f}"
+    opts = [
+        (
+            {
+                "en": "With these knobs the rate is past the knee for this SLO: lower it or "
+                "add replicas.",
+                "zh": "只靠这些旋钮，对这个 SLO 这个速率已过拐点：降低速率或加副本。",
+            },
+            True,
+            "past_knee",
+        ),
+        (
+            {
+                "en": "Try wider values of the same knobs until one meets the SLO.",
+                "zh": "把同样的旋钮试更极端的取值，直到有一个达标。",
+            },
+            False,
+            "more_values",
+        ),
+        (
+            {
+                "en": "Ship the value with the highest goodput: it is the best configuration.",
+                "zh": "上线 goodput 最高的那个值：它就是最好的配置。",
+            },
+            False,
+            "ship_best",
+        ),
+        (
+            {
+                "en": "The run is invalid: a finished loop always meets the SLO.",
+                "zh": "这次运行无效：跑完的闭环一定满足 SLO。",
+            },
+            False,
+            "invalid",
+        ),
+    ]
+    return {
+        "type": "single",
+        "prompt": {
+            "en": f"The recorded loop `{run}` ({wl}, SLO `{slo}`) started from vLLM's "
+            f"defaults. It swept "
+            f"{knobs} (the named knobs it had values for) and kept nothing: the defaults scored "
+            f"{best} req/s of request goodput as run, {share} of the offered rate, and no value met "
+            "the SLO. What does this ending tell you?",
+            "zh": f"已录制的闭环 `{run}`（{wl_zh}，SLO `{slo}`）从 vLLM 默认配置起步，"
+            f"扫了诊断点名、且给了候选值的 {knobs_zh}，"
+            f"什么也没保留：按运行时的记录，默认配置的逐请求 goodput 是 {best} req/s，只有压测速率的 {share}，"
+            "没有一个取值满足 SLO。这个结局说明什么？",
+        },
+        "choices": _opts(opts),
+        "explain": {
+            "en": f"Every knob it swept failed the SLO, so none of them fixes this load: with "
+            "these knobs the rate is past what this server serves inside this SLO "
+            "(keep.loop_outcome calls it past_knee). Wider values of the same knobs moved "
+            f"goodput no more than the noise, and the best of them still serves only {share} of "
+            "the offered rate inside the SLO. Find the knee (a lower rate) or add replicas, as "
+            f"in lab 03.{named_en}",
+            "zh": "扫过的旋钮没有一个让 SLO 达标，说明它们都解决不了这份负载：只靠这些旋钮，对这个 SLO，"
+            "这个速率已经超过这台服务器的服务能力（keep.loop_outcome 称之为 past_knee）。同样旋钮的更极端取值，"
+            f"对 goodput 的影响也没超出噪声；上线其中最好的一个，在 SLO 之内也只服务到压测速率的 {share}。"
+            f"去找拐点（更低的速率），或者像实验 03 那样加副本。{named_zh}",
         },
     }

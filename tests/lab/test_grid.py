@@ -269,13 +269,59 @@ def test_case_packs_the_grid_after_each_finished_run(
         time.sleep(0.05)
     stdout, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, stdout
-    assert "case.sh prefix: packed after 1 finished run(s)" in stdout, stdout
+    assert "case.sh prefix: packed after 1 finished combo(s)" in stdout, stdout
+    assert "packed after 1 finished combo(s)" in (run / "commands.log").read_text()
     with tarfile.open(mid) as t:
-        runs = [n for n in t.getnames() if n.endswith("/run=0.json")]
-    assert len(runs) == 1, runs  # the first combo, finished; the second still to come
+        names = t.getnames()
+    # the first combo, whole (its run, gridbench's harness file, the sweep's summary); the
+    # second still to come
+    done = [n.rsplit("/", 1)[0] for n in names if n.endswith("/summary.json") and "SERVE-" in n]
+    assert len(done) == 1, names
+    assert {f"{done[0]}/{f}" for f in ("run=0.json", "run=0.harness.json")} <= set(names)
+    assert len([n for n in names if n.endswith("/run=0.json")]) == 1
     assert not (run / ".packer-stop").exists()
     with tarfile.open(out / "grid-prefix.tgz") as t:  # the final pack holds both
         assert len([n for n in t.getnames() if n.endswith("/run=0.json")]) == 2
+
+
+def test_case_runs_a_two_knob_side_by_side_under_its_own_name(
+        tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path, dummy_model: Path,
+        server_starts) -> None:
+    """CASE names the folders of a preset's variant; GRID "K1=.. x K2=.." makes vLLM's grid
+    every pair, vLLM's defaults (1024 x 8192 on a large GPU) spelled out among them and not
+    served twice. The comparison finds the loop's configurations in that grid although the
+    loop leaves the defaults unset (grid.json's GPU size gives them)."""
+    run, out = tmp_path / "run", tmp_path / "out"
+    out.mkdir()
+    small = ("--input-len 16 --output-len 8 --num-prompts 12 --rate 100 "
+             "--candidate max_num_seqs=128 --candidate max_num_batched_tokens=4096")
+    env = _env(tmp_path, fake_vllm, dummy_model, CASE="sbs", TUNE_EXTRA=small, LOOP_S="300",
+               CALL_S="600", OUT=str(out),
+               GRID="max_num_seqs=128,1024 x max_num_batched_tokens=4096,8192")
+    p = subprocess.run(["bash", str(ROOT / "tools" / "gpu" / "case.sh"), "knee", str(run)],
+                       env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(f.name for f in out.iterdir()) == ["commands.log", "grid-sbs.tgz", "sbs.tgz"]
+    meta = json.loads((run / "grid-sbs" / "grid.json").read_text())
+    assert meta["gpu_memory_gib"] == 140.0 and len(meta["combos"]) == 4
+    assert {"max_num_seqs": 1024, "max_num_batched_tokens": 8192} in meta["combos"]
+    loop_points = len((run / "sbs" / "points.jsonl").read_text().splitlines())
+    assert server_starts() == loop_points + 4
+    cmp = json.loads((run / "grid-sbs" / "compare.json").read_text())
+    defaults = "max_num_seqs=1024, max_num_batched_tokens=8192"
+    assert defaults in cmp["cross_spread"]  # the loop's baseline, found in the grid
+    assert cmp["loop_pick_in_grid"] is not None
+    kept = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, **cmp["loop"]["knobs"]}
+    assert cmp["loop_pick_in_grid"]["knobs"] == {**kept, "max_model_len": 4096}
+    # without the GPU size (an older grid.json) only identical spellings match
+    from course_utils.lab.gridcompare import same_config
+
+    assert not same_config({})({"max_model_len": 4096}, {"max_model_len": 4096, **{
+        "max_num_seqs": 1024, "max_num_batched_tokens": 8192}})
+    assert same_config(meta)({"max_model_len": 4096}, {"max_model_len": 4096, **{
+        "max_num_seqs": 1024, "max_num_batched_tokens": 8192}})
+    assert not same_config(meta)({"max_model_len": 4096}, {"max_model_len": 4096,
+                                                          "max_num_seqs": 128})
 
 
 def test_case_spends_nothing_when_the_preflight_refuses(

@@ -12,10 +12,13 @@
 #   OUT            when set: each folder, shrunk by collect.py, as $OUT/<folder>.tgz, and
 #                  commands.log (a device call returns files at most 2 folders deep); packed
 #                  after the loop, after each finished grid run, and at the end
-#   the rest as side_by_side.sh (INPUT_LEN, OUTPUT_LEN, PROMPTS, RATE override the preset)
+#   CASE (PRESET)  the folders' name (CASE and grid-CASE): a variant of a preset, e.g. the
+#                  2-knob side by side (GRID "K1=.. x K2=..", RATE, TUNE_EXTRA's --candidate)
+#   the rest as side_by_side.sh (INPUT_LEN, OUTPUT_LEN, PROMPTS, RATE, GRID override the preset)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PRESET=${1:?usage: case.sh PRESET [RUN_DIR]}
+CASE=${CASE:-$PRESET}
 RUN=${2:-/tmp/labrun}
 CALL=${CALL_S:-570}
 LOOP=${LOOP_S:-250}
@@ -28,21 +31,22 @@ pack_out() {
   [ -n "${OUT:-}" ] || return 0
   local pack d
   pack=$(mktemp -d)
-  for d in "$PRESET" "grid-$PRESET"; do
+  for d in "$CASE" "grid-$CASE"; do
     [ -d "$RUN/$d" ] || continue
     $PY tools/gpu/collect.py "$RUN/$d" "$pack/$d" > /dev/null
-    [ "$d" = "grid-$PRESET" ] && $PY -m course_utils.lab.sidebyside shrink "$pack/$d" > /dev/null
+    [ "$d" = "grid-$CASE" ] && $PY -m course_utils.lab.sidebyside shrink "$pack/$d" > /dev/null
     # written aside, then renamed: a call cut mid-tar keeps the last whole archive
     tar czf "$OUT/.$d.tgz.part" -C "$pack" "$d" && mv -f "$OUT/.$d.tgz.part" "$OUT/$d.tgz"
   done
   cp "$RUN/commands.log" "$OUT/commands.log"
   rm -rf "$pack"
 }
-# during the grid: pack again each time a run of vLLM's sweep is finished (its run=N.json
-# written, the next server starting), so that a call stopped by the device's own limit still
-# returns the combos finished before it. Stopped through a flag, never killed mid-archive.
+# during the grid: pack again each time a combo of vLLM's sweep is finished (its summary.json
+# written, after its runs, gridbench's harness files and the sweep's rewrite of run=N.json),
+# so that a call stopped by the device's own limit still returns the combos finished before
+# it. Stopped through a flag, never killed mid-archive; an EXIT/INT/TERM trap stops it too.
 finished_runs() {
-  find "$RUN/grid-$PRESET/vllm_sweep" -name 'run=*.json' ! -name '*.*.json' 2>/dev/null | wc -l
+  find "$RUN/grid-$CASE/vllm_sweep" -name summary.json -path '*/SERVE-*' 2>/dev/null | wc -l
 }
 packer=""
 start_packer() {
@@ -54,12 +58,14 @@ start_packer() {
       sleep 1
       now=$(finished_runs)
       if [ "$now" != "$seen" ] && [ ! -e "$RUN/.packer-stop" ]; then
-        pack_out && echo "$(date -u +%FT%TZ) case.sh $PRESET: packed after $now finished run(s)"
+        pack_out && echo "$(date -u +%FT%TZ) case.sh $CASE: packed after $now finished" \
+          "combo(s)" | tee -a "$RUN/commands.log"
         seen=$now
       fi
     done
   ) &
   packer=$!
+  trap 'stop_packer' EXIT INT TERM
 }
 stop_packer() {
   [ -n "$packer" ] || return 0
@@ -67,6 +73,7 @@ stop_packer() {
   wait "$packer" 2>/dev/null
   rm -f "$RUN/.packer-stop"
   packer=""
+  trap - EXIT INT TERM
 }
 mkdir -p "$RUN"
 t0=$(date +%s)
@@ -74,11 +81,11 @@ t0=$(date +%s)
 mins=$($PY -c "import sys; print(round(max(0.5, (float(sys.argv[1]) - 30) / 60), 2))" "$LOOP")
 # shellcheck disable=SC2086  # TUNE_EXTRA is a list of flags
 OUT= TUNE_TIMEOUT_S=$LOOP COURSE_UTILS_BENCH_WORKER=${COURSE_UTILS_BENCH_WORKER:-1} \
-  bash tools/gpu/run_tune.sh "$PRESET" "$RUN" -- --preset "$PRESET" --gpu-size "$GPU_SIZE" \
+  bash tools/gpu/run_tune.sh "$CASE" "$RUN" -- --preset "$PRESET" --gpu-size "$GPU_SIZE" \
   --gpu-minutes "$mins" --seed 0 --startup-timeout 300 ${TUNE_EXTRA:-}
 loop_rc=$?
 if [ "$loop_rc" -eq 2 ]; then  # the preflight refused this host: no grid either
-  echo "$(date -u +%FT%TZ) case.sh $PRESET: preflight failed, nothing run" | tee -a "$RUN/commands.log"
+  echo "$(date -u +%FT%TZ) case.sh $CASE: preflight failed, nothing run" | tee -a "$RUN/commands.log"
   exit 2
 fi
 pack_out
@@ -86,15 +93,15 @@ left=$(( CALL - ($(date +%s) - t0) - 30 ))
 grid_rc=0
 if [ "$left" -ge "${GRID_MIN_S:-120}" ]; then
   start_packer
-  OUT= PRESET=$PRESET GPU_SIZE=$GPU_SIZE NAME="grid-$PRESET" TUNE_DIR="$RUN/$PRESET" \
+  OUT= PRESET=$PRESET GPU_SIZE=$GPU_SIZE NAME="grid-$CASE" TUNE_DIR="$RUN/$CASE" \
     BUDGET_S=$left bash tools/gpu/side_by_side.sh "$RUN"
   grid_rc=$?
   stop_packer
 else
-  echo "$(date -u +%FT%TZ) case.sh $PRESET: ${left}s left, the grid waits for the next call" \
+  echo "$(date -u +%FT%TZ) case.sh $CASE: ${left}s left, the grid waits for the next call" \
     | tee -a "$RUN/commands.log"
 fi
-echo "$(date -u +%FT%TZ) case.sh $PRESET loop_rc=$loop_rc grid_rc=$grid_rc" \
+echo "$(date -u +%FT%TZ) case.sh $CASE loop_rc=$loop_rc grid_rc=$grid_rc" \
   "wall=$(( $(date +%s) - t0 ))s" | tee -a "$RUN/commands.log"
 pack_out
 # a loop cut by its timeout (130: interrupted) still leaves its finished points: not a failure

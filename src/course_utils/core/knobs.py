@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from course_utils.core.knob_table import (
@@ -114,6 +114,24 @@ def default(
         "enforce_eager": False,
         "tensor_parallel_size": 1,
     }[knob.name]
+
+
+def effective(
+    values: Mapping[str, Any],
+    names: Iterable[str],
+    *,
+    gpu_memory_gib: float,
+    entry: Entry = "serve",
+    gpu_name: str = "",
+) -> dict[str, Any]:
+    """``values`` with vLLM's default filled in for each knob of ``names`` they leave unset:
+    a configuration that spells a default out is the same server as one that leaves it."""
+    out = {
+        get(n).name: default(n, gpu_memory_gib=gpu_memory_gib, entry=entry, gpu_name=gpu_name)
+        for n in names
+    }
+    out.update(values)
+    return out
 
 
 def _max_model_len(value: Any) -> int | None:

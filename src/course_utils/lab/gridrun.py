@@ -116,6 +116,7 @@ def prepare(
             "with_defaults": spec.with_defaults,
         },
         "base": base_,
+        "gpu_memory_gib": gpu_memory_gib,  # whose defaults a combo that leaves a knob gets
         "combos": combos,
         "part": list(part),
         "part_combos": mine,

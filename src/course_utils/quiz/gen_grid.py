@@ -248,13 +248,15 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
         "explain": {
             "en": f"Every knob it swept failed the SLO, so none of them fixes this load: with "
             "these knobs the rate is past what this server serves inside this SLO "
-            "(keep.loop_outcome calls it past_knee). Wider values of the same knobs moved "
-            f"goodput no more than the noise, and the best of them still serves only {share} of "
-            "the offered rate inside the SLO. Find the knee (a lower rate) or add replicas, as "
-            f"in lab 03.{named_en}",
+            "(keep.loop_outcome calls it past_knee). No value it tried beat the defaults by "
+            f"more than the noise (it kept none), and the defaults serve only {share} of the "
+            "offered rate inside the SLO. Wider values of the same knobs are a guess the run "
+            "does not support. Find the knee (a lower rate) or add replicas, as in lab 03."
+            f"{named_en}",
             "zh": "扫过的旋钮没有一个让 SLO 达标，说明它们都解决不了这份负载：只靠这些旋钮，对这个 SLO，"
-            "这个速率已经超过这台服务器的服务能力（keep.loop_outcome 称之为 past_knee）。同样旋钮的更极端取值，"
-            f"对 goodput 的影响也没超出噪声；上线其中最好的一个，在 SLO 之内也只服务到压测速率的 {share}。"
+            "这个速率已经超过这台服务器的服务能力（keep.loop_outcome 称之为 past_knee）。试过的取值没有一个"
+            f"比默认值高出噪声以外（一个都没保留），而默认配置在 SLO 之内也只服务到压测速率的 {share}。"
+            "同样旋钮再试更极端的取值，是这次运行支撑不了的猜测。"
             f"去找拐点（更低的速率），或者像实验 03 那样加副本。{named_zh}",
         },
     }

@@ -112,3 +112,32 @@ def test_a_point_decides_on_its_valid_windows_only() -> None:
     assert p.spread("request_goodput") == pytest.approx(0.4)
     assert p.validity_issues == ["window 0: jit"]
     assert p.to_json()["invalid_windows"] == [0]
+
+
+def _point(key: str, value: int, scores: list[float]) -> ServedPoint:
+    windows = [{"status": "ok", "purpose": "measure", "seed": 1000 * i, "index": i,
+                "valid": True, "validity_issues": [],
+                "score": {"gate_goodput": 0.0, "request_goodput": s, "request_throughput": s,
+                          "meets_slo": False}} for i, s in enumerate(scores)]
+    return ServedPoint.from_json({"key": key, "knob": "max_num_batched_tokens", "value": value,
+                                  "knobs": {}, "workload": {}, "slo": "", "status": "ok",
+                                  "windows": windows})
+
+
+def test_the_keep_rule_weighs_the_difference_on_the_spreads_scale() -> None:
+    """A margin is (max - min) / mean of repeated windows; the difference it is weighed
+    against is taken the same way. 2.37 -> 5.98 is +152.3 % as a gain over the lower score
+    but 86.5 % apart as (max - min) / mean: inside a 149 % spread, a tie; outside 80 %, a keep."""
+    from course_utils.core.keep import decide
+
+    best = _point("b", 32768, [5.98])
+    tie = decide([best], 2.37, current_spread=1.49)
+    assert tie.decision == "tie" and tie.gain == pytest.approx(1.523, abs=0.001)
+    assert tie.apart == pytest.approx(0.865, abs=0.001) and tie.margin == 1.49
+    assert "(86.5% apart) is inside the margin 149.0%" in tie.why
+    kept = decide([best], 2.37, current_spread=0.80)
+    assert kept.decision == "keep" and "(86.5% apart) > margin 80.0%" in kept.why
+    # small differences read the same on both scales: +10 % is 9.5 % apart
+    assert decide([_point("s", 2, [1.10])], 1.0, current_spread=0.09).decision == "keep"
+    assert decide([_point("s", 2, [1.10])], 1.0, current_spread=0.097).decision == "tie"
+    assert decide([_point("z", 2, [1.0])], 0.0).decision == "keep"  # over 0: kept

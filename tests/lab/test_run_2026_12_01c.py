@@ -51,16 +51,17 @@ def test_knee_grid_resumed_its_two_combos_and_measured_32768() -> None:
     assert log["jit_in_benchmark"] == 0 and log["jit_in_warmup"] == 1
 
 
-def test_knee_rule_says_grid_better_but_every_config_varies_as_much_between_servers() -> None:
-    """By the rule the grid wins (+153 % over a 149 % margin); the loop's own server ranked
-    the same two values the other way, and each configuration moves 130-149 % between
-    servers: the row's note says only the ending is a finding."""
+def test_knee_grid_best_against_the_loops_pick_is_a_tie_on_the_spreads_scale() -> None:
+    """32768 (5.98 req/s, this session's host) against 16384 (2.37, the third session's):
+    +153 % as a gain, 87 % apart as (max - min) / mean, the scale of the margin (149 %, the
+    defaults on two servers). On the loop's server the two ranked the other way."""
     cmp = compare(RUN / "grid-knee" / "vllm_sweep", EARLIER / "knee", SLO.parse(KNEE_SLO))
     v = cmp["verdict"]
-    assert v["decision"] == "grid_better"
+    assert v["decision"] == "tie"
     assert v["gain"] == pytest.approx(1.528, abs=0.001)
+    assert v["apart"] == pytest.approx(0.866, abs=0.001)
     assert v["margin"] == pytest.approx(1.490, abs=0.001)
-    assert v["gain"] - v["margin"] < 0.05  # outside the margin by under 4 points
+    assert v["gain"] > v["margin"] > v["apart"]  # a gain over the pick would have read "better"
     assert {k: round(x, 3) for k, x in cmp["cross_spread"].items()} == {
         "defaults": 1.490, "max_num_batched_tokens=16384": 1.298,
         "max_num_batched_tokens=32768": 1.400}
@@ -136,7 +137,18 @@ def test_prefill_grid_agrees_with_the_loop() -> None:
     assert log["jit_in_benchmark"] == 0 and log["jit_in_warmup"] == 3
     cmp = compare(RUN / "grid-prefill" / "vllm_sweep", RUN / "prefill", SLO.parse(PREFILL_SLO))
     assert cmp["verdict"]["decision"] == "same" and cmp["grid"]["best"]["label"] == "defaults"
-    assert max(cmp["cross_spread"].values()) < 0.11  # 8.7-10.4 % between servers
+    assert max(cmp["cross_spread"].values()) < 0.11  # 8.7-10.4 %: both sides, both seeds
+    # on the same prompts (seed 0, as the grid's run) the two servers agree within 1.3 %; the
+    # loop's second window (seed 1000) reads 8-11 % higher for every value: prompts, not servers
+    loop = [json.loads(x) for x in (RUN / "prefill" / "points.jsonl").read_text().splitlines()]
+    by_label = {("defaults" if p["knob"] in (None, "baseline") else f"{p['knob']}={p['value']}"): p
+                for p in loop}
+    for label, g in pts.items():
+        w0, w1 = by_label[label]["windows"]
+        assert (w0["seed"], w1["seed"]) == (0, 1000)
+        grid_score = g.windows[0].score.request_goodput
+        assert abs(w0["score"]["request_goodput"] / grid_score - 1) < 0.013
+        assert 0.07 < w1["score"]["request_goodput"] / w0["score"]["request_goodput"] - 1 < 0.11
     assert cmp["ratios"]["pick_in_grid_over_grid_best"] == 1.0
     assert cmp["ratios"]["server_starts_loop_over_grid"] == 1.0
 
@@ -151,10 +163,14 @@ def test_four_constraints_now_have_both_sides() -> None:
     assert rows["kv"].status == "not_run"
     assert (rows["prefill"].verdict, rows["prefill"].outcome) == ("same", "past_knee")
     assert (rows["prefix"].verdict, rows["prefix"].outcome) == ("same", "meets_slo")
-    assert (rows["knee"].verdict, rows["knee"].outcome) == ("grid_better", "past_knee")
+    assert (rows["knee"].verdict, rows["knee"].outcome) == ("tie", "past_knee")
     for c in ("prefill", "knee", "prefix"):
         assert rows[c].note["en"] and rows[c].note["zh"]
-    assert "153 %" in rows["knee"].note["en"] and "153%" in rows["knee"].note["zh"]
+    # the knee's note quotes the verdict's own figures
+    v = compare(RUN / "grid-knee" / "vllm_sweep", EARLIER / "knee", SLO.parse(KNEE_SLO))["verdict"]
+    for x in (v["gain"], v["apart"], v["margin"]):
+        assert f"{x:.0%}".replace("%", " %") in rows["knee"].note["en"]
+        assert f"{x:.0%}" in rows["knee"].note["zh"]
 
 
 # ---------------------------------------------------------------------------------- kv
@@ -180,7 +196,9 @@ def test_kv_baseline_at_10_req_s_binds_nothing_and_the_preset_moved_past_the_poo
     bench = json.loads((folder / "bench.json").read_text())
     held_s = bench["mean_e2el_ms"] / 1000
     kv = presets.get("kv", "h200")
-    per_request = kv.input_len + kv.output_len / 2
+    w = p["workload"]  # the recorded run's lengths (the preset's today)
+    assert (w["input_len"], w["output_len"]) == (kv.input_len, kv.output_len)
+    per_request = w["input_len"] + w["output_len"] / 2
 
     def demand(rate: float) -> float:
         return rate * held_s * per_request

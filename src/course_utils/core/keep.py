@@ -26,7 +26,7 @@ from course_utils.core.offline_verdict import (
     speed_pass_seqs,
     verdict,
 )
-from course_utils.core.records import ServedPoint
+from course_utils.core.records import ServedPoint, relative_spread
 
 __all__ = [
     "OBJECTIVES",
@@ -156,6 +156,9 @@ class KeepDecision:
     margin: float
     spread: float | None
     why: str
+    apart: float | None = None
+    """The difference on the spreads' scale ((max - min) / mean of the two scores): what
+    ``margin`` is weighed against."""
 
     @property
     def kept(self) -> bool:
@@ -171,9 +174,10 @@ def decide(
     current_spread: float | None = None,
 ) -> KeepDecision:
     """The keep rule of ``tune`` (and of replay): keep the best valid value only if it raises
-    the objective by more than the plateau AND by more than the run-to-run spread measured
-    on the current point and on the best (their repeated windows). A gain over a current
-    score of 0 is infinite."""
+    the objective by more than the plateau AND lies further from the current score than the
+    run-to-run spread measured on the current point and on the best (their repeated windows),
+    the difference taken on the spread's scale ((max - min) / mean, ``apart``). A gain over a
+    current score of 0 is infinite."""
     best = best_point(records, objective=objective, plateau=plateau)
     points = [as_point(r) for r in records]
     if best is None:
@@ -191,23 +195,18 @@ def decide(
     margin = max([plateau, *spreads])
     # a grid combo's knob is already its label ("max_num_seqs=256"), with no value
     label = best.knob if best.value is None else f"{best.knob}={best.value}"
-    if g > current and gain > margin:
-        return KeepDecision(
-            "keep", best, gain, margin, spread, f"{label}: {_pct(gain)} > margin {margin:.1%}"
-        )
+    # the spreads are (max - min) / mean, so the difference is weighed on that scale too
+    # ("apart"): a gain over the current score reads larger, by far for large differences
+    apart = relative_spread([g, current]) or 0.0
+    both = _pct(gain) if math.isinf(gain) else f"{_pct(gain)} ({apart:.1%} apart)"
+    if g > current and gain > plateau and apart > margin:
+        why = f"{label}: {both} > margin {margin:.1%}"
+        return KeepDecision("keep", best, gain, margin, spread, why, apart)
     if g > current and gain > plateau:
-        return KeepDecision(
-            "tie",
-            best,
-            gain,
-            margin,
-            spread,
-            f"{label}: {_pct(gain)} is inside the run-to-run spread "
-            f"{spread or 0:.1%}: a tie, the current value stays",
-        )
-    return KeepDecision(
-        "revert", best, gain, margin, spread, f"{label}: {_pct(gain)} <= plateau {plateau:.0%}"
-    )
+        why = f"{label}: {both} is inside the margin {margin:.1%}: a tie, the current value stays"
+        return KeepDecision("tie", best, gain, margin, spread, why, apart)
+    why = f"{label}: {_pct(gain)} <= plateau {plateau:.0%}"
+    return KeepDecision("revert", best, gain, margin, spread, why, apart)
 
 
 def _pct(gain: float) -> str:

@@ -159,10 +159,11 @@ PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType(
             # on an H200, vLLM's defaults hold 2.1 M tokens of KV (113 GiB, lab 03's log):
             # more than 1024 sequences of 1536 tokens need, so that pool cannot fill. The
             # case rehearses a 4090 (its budget and defaults, not a pool shrunk for the
-            # exercise) at a rate that fills the 4090's pool. Measured at 10 req/s
-            # (h200-2026-12-01c/kv): the pool held 115,920 tokens and peaked at 83 % with
-            # 90 running, nothing bound. A request holds about 1024 tokens for about 7.7 s,
-            # so the pool fills near 15 req/s; 20 req/s asks for about 158k tokens (a
+            # exercise) at a rate that fills that pool on this GPU (the rehearsal keeps the
+            # 4090's pool, not its speed). Measured at 10 req/s (h200-2026-12-01c/kv): the
+            # pool held 115,920 tokens and peaked at 83 % with 90 running, nothing bound. A
+            # request holds about 1024 tokens for about 7.6 s, so by Little's law its mean
+            # use reaches the pool near 15 req/s; 20 req/s asks for about 156k tokens (a
             # prediction the next run checks: the baseline's diagnosis must say kv)
             _p(
                 name="kv",

@@ -341,6 +341,19 @@ _WARM_ZH = {
 }
 
 
+def _gain_text(v: Mapping[str, Any], lang: str) -> str:
+    """The verdict's gain, and, where it reads larger, the difference on the spread's own
+    scale ((max - min) / mean), which is what the margin is weighed against."""
+    if v.get("gain") is None:
+        return "n/a"
+    gain, apart = float(v["gain"]), v.get("apart")
+    if apart is None or abs(float(apart) - gain) < 0.001:
+        return f"{gain:+.1%}"
+    if lang == "zh":
+        return f"{gain:+.1%}（按 (最大 - 最小) / 平均 算，相差 {float(apart):.1%}）"
+    return f"{gain:+.1%} ({float(apart):.1%} apart as (max - min) / mean)"
+
+
 def _num(x: Any, nd: int = 2) -> str:
     return "n/a" if x is None else f"{float(x):.{nd}f}"
 
@@ -382,7 +395,7 @@ def loop_vs_grid(cmp: Mapping[str, Any], lang: str = "en") -> str:
     fill = {
         "best": _label(best["label"], lang) if best else t["none"],
         "pick": _label(pick["label"], lang) if pick else loop_label,
-        "gain": "n/a" if v.get("gain") is None else f"{float(v['gain']):+.1%}",
+        "gain": _gain_text(v, lang),
         "margin": "n/a" if v.get("margin") is None else f"{float(v['margin']):.1%}",
     }
     lines = [

@@ -17,16 +17,17 @@ that compares the choices.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from course_utils.core import knobs as knobs_mod
 from course_utils.core.keep import best_point, decide, objective_value
 from course_utils.core.records import ServedPoint, relative_spread
 from course_utils.core.slo import SLO
 from course_utils.lab.grid import combo_label, grid_points, read_grid_meta
 
-__all__ = ["compare", "cross_spreads", "grid_best", "table"]
+__all__ = ["compare", "cross_spreads", "grid_best", "same_config", "table"]
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -64,14 +65,40 @@ def _timing(grid_dir: Path) -> dict[str, Any] | None:
     return None
 
 
+SameConfig = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
+
+
+def same_config(meta: Mapping[str, Any]) -> SameConfig:
+    """Whether two knob sets are one server for this grid. A 2-knob grid spells every value
+    out (``max_num_seqs=1024, max_num_batched_tokens=8192``) where the loop leaves vLLM's
+    defaults unset: with the grid's GPU size (grid.json) the knobs of its axes are compared
+    with the defaults filled in; without it, as written."""
+    gib = meta.get("gpu_memory_gib")
+    names = [str(a[0]) for a in (meta.get("spec") or {}).get("axes") or []]
+    if gib is None or not names:
+        return lambda a, b: dict(a) == dict(b)
+
+    def same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+        def eff(k: Mapping[str, Any]) -> dict[str, Any]:
+            return knobs_mod.effective(k, names, gpu_memory_gib=float(gib))
+
+        return eff(a) == eff(b)
+
+    return same
+
+
 def cross_spreads(
-    grid: Sequence[ServedPoint], loop: Sequence[ServedPoint], objective: str
+    grid: Sequence[ServedPoint],
+    loop: Sequence[ServedPoint],
+    objective: str,
+    same: SameConfig | None = None,
 ) -> dict[str, float]:
     """Per configuration both sides measured validly (label -> (max - min) / mean over the
     grid's and the loop's valid measurements of it): the spread between servers."""
+    same_ = same or (lambda a, b: dict(a) == dict(b))
     out: dict[str, float] = {}
     for g in grid:
-        mine = next((p for p in loop if p.knobs == g.knobs), None)
+        mine = next((p for p in loop if same_(p.knobs, g.knobs)), None)
         if mine is None or not g.valid_windows or not mine.valid_windows:
             continue
         spread = relative_spread(
@@ -120,8 +147,9 @@ def compare(
     meta = read_grid_meta(gdir) or {}
     best = grid_best(points, objective)
     loop, loop_points = _loop(Path(tune_dir), slo_, objective, plateau)
-    cross = cross_spreads(points, loop_points, objective)
-    pick = next((p for p in points if p.knobs == loop["knobs"]), None)
+    same = same_config(meta)
+    cross = cross_spreads(points, loop_points, objective, same)
+    pick = next((p for p in points if same(p.knobs, loop["knobs"])), None)
     loop["label"] = pick.knob if pick is not None else None
     tim = _timing(gdir)
     grid_side: dict[str, Any] = {
@@ -195,6 +223,7 @@ def _verdict(
         "decision": decision,
         "why": f"against {where}: {d.why}",
         "gain": d.gain,
+        "apart": d.apart,
         "margin": d.margin,
         "spread": d.spread,
     }

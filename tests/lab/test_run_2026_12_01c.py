@@ -218,3 +218,24 @@ def test_bench_calls_spend_their_time_before_vllms_main_run() -> None:
     assert long_prompts["bench_after_s"]["max"] < 0.1 and short_prompts["bench_after_s"]["max"] < 0.5
     assert 4.5 < long_prompts["bench_before_main_s"]["min"]
     assert short_prompts["bench_before_main_s"]["max"] < 2.5
+
+
+def test_decode_order_follows_the_server_on_the_same_prompts() -> None:
+    """The decode row's note: on the grid's prompts (seed 0) the loop's servers scored the
+    defaults and max_num_seqs=256 alike, the grid's 27 % apart."""
+    from course_utils.core.records import ServedPoint, relative_spread
+    from course_utils.core.store import read_jsonl
+
+    loop_dir = ROOT / "labs" / "results" / "h200-2026-11-30" / "decode12"
+    loop = {p.label: p for p in (ServedPoint.from_json(r)
+                                 for r in read_jsonl(loop_dir / "points.jsonl"))}
+    seed0 = {k: next(w.score.request_goodput for w in p.valid_windows if w.seed == 0)
+             for k, p in loop.items()}
+    assert round(seed0["baseline"], 2) == round(seed0["max_num_seqs=256"], 2) == 1.35
+    g = _points(EARLIER / "grid-decode", "ttft:2000 tpot:15")
+    d, best = (g[k].windows[0].score.request_goodput for k in ("defaults", "max_num_seqs=256"))
+    assert (round(d, 2), round(best, 2)) == (1.13, 1.48)
+    assert relative_spread([d, best]) == pytest.approx(0.267, abs=0.001)
+    row = {r.case: r for r in loopvsgrid.rows()}["decode"]
+    assert row.verdict == "tie" and "1.35 req/s each" in row.note["en"]
+

@@ -154,8 +154,32 @@ def knee_ranking(q: Any, p: dict[str, Any]) -> None:
     assert p["loop"].split("labs/results/")[-1] in q.prompt["en"]
 
 
+def spread_scale(q: Any, p: dict[str, Any]) -> None:
+    """Through core.keep.decide on the grid's two runs, with the margin recomputed from
+    core.records.relative_spread over every configuration both sides measured."""
+    from course_utils.core.keep import decide
+    from course_utils.core.records import ServedPoint, relative_spread
+    from course_utils.core.store import read_jsonl
+    from course_utils.lab import grid
+
+    sweep = ROOT / p["grid"]
+    slo = str((grid.read_grid_meta(sweep) or {})["slo"])
+    pts = {x.knob: x for x in grid.grid_points(sweep, slo)}
+    loop = [ServedPoint.from_json(r) for r in read_jsonl(ROOT / p["loop"] / "points.jsonl")]
+    margin = max(relative_spread([*(w.score.request_goodput for w in g.valid_windows),
+                                  *(w.score.request_goodput for w in m.valid_windows)]) or 0.0
+                 for g in pts.values() for m in loop if m.knobs == g.knobs)
+    best = max(pts.values(), key=lambda x: x.windows[0].score.request_goodput)
+    pick = pts["max_num_batched_tokens=16384"]  # the loop kept 16384 (its tune.jsonl)
+    d = decide([best], pick.windows[0].score.request_goodput, current_spread=margin)
+    assert d.decision == "tie" and d.gain is not None and d.gain > margin > (d.apart or 0)
+    assert _keys(q) == {"tie"}
+    assert f"{d.apart:.0%}" in q.explain["en"] and f"{margin:.0%}" in q.explain["zh"]
+
+
 RUN_CHECKS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
     "littles_law": littles_law, "littles_cap": littles_cap, "ttft_split": ttft_split,
     "prefix_replay": prefix_replay, "jit_window": jit_window, "kv_preempt": kv_preempt,
     "replicas_plan": replicas_plan, "loop_ending": loop_ending, "knee_ranking": knee_ranking,
+    "spread_scale": spread_scale,
 }

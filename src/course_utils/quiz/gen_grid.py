@@ -260,3 +260,85 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
             f"去找拐点（更低的速率），或者像实验 03 那样加副本。{named_zh}",
         },
     }
+
+
+@generator("spread_scale")
+def _g_spread_scale(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: loop (a tune folder), grid (its grid's vllm_sweep folder). The grid's best
+    against its run of the loop's pick, with gridcompare's margin: the key is the keep rule's
+    verdict when the gain over the lower score passes the margin but the difference measured
+    like the spread ((max - min) / mean) does not. Refuses data where the two scales agree."""
+    from course_utils.lab.gridcompare import compare
+
+    loop, sweep = resolve_path(p["loop"]), resolve_path(p["grid"])
+    from course_utils.lab.grid import read_grid_meta
+
+    slo = str((read_grid_meta(sweep) or {}).get("slo") or "")
+    cmp = compare(sweep, loop, slo)
+    v, pick, best = cmp["verdict"], cmp["loop_pick_in_grid"], cmp["grid"]["best"]
+    if pick is None or best is None or v.get("apart") is None:
+        raise QuizError("spread_scale: the grid has no run of the loop's pick")
+    gain, apart, margin = float(v["gain"]), float(v["apart"]), float(v["margin"])
+    if not (apart <= margin < gain) or v["decision"] != "tie":
+        raise QuizError("spread_scale: the two scales agree here; the item needs them apart")
+    run = loop.as_posix().split("labs/results/")[-1]
+    b, k = f"{best['score']:.2f}", f"{pick['score']:.2f}"
+    opts = [
+        (
+            {
+                "en": f"A tie: measured like the spread, the two runs are {apart:.0%} apart, "
+                f"inside {margin:.0%}.",
+                "zh": f"打平：按波动的算法量，两次运行相差 {apart:.0%}，在 {margin:.0%} 之内。",
+            },
+            True,
+            "tie",
+        ),
+        (
+            {
+                "en": f"The grid's best wins: +{gain:.0%} is more than the {margin:.0%} margin.",
+                "zh": f"网格最佳胜出：高出 {gain:.0%}，超过了 {margin:.0%} 的边界。",
+            },
+            False,
+            "gain",
+        ),
+        (
+            {
+                "en": "The loop wins: its own measurement of its pick is the higher number.",
+                "zh": "闭环胜出：它自己测的那个取值的数更高。",
+            },
+            False,
+            "loop",
+        ),
+        (
+            {
+                "en": "Nothing: runs from two hosts can never be compared at all.",
+                "zh": "什么也说明不了：两台机器上的运行根本不能比。",
+            },
+            False,
+            "hosts",
+        ),
+    ]
+    return {
+        "type": "single",
+        "prompt": {
+            "en": f"Against the recorded loop `{run}`, vLLM's grid measured its best, "
+            f"{best['label']}, at {b} req/s and the loop's pick, {pick['label']}, at {k} req/s. "
+            f"The same configuration, measured on two servers, moved up to {margin:.0%} "
+            "((max - min) / mean). What is the verdict?",
+            "zh": f"对照已录制的闭环 `{run}`，vLLM 的网格测得它的最佳 {best['label']} 为 {b} req/s，"
+            f"闭环选中的 {pick['label']} 为 {k} req/s。同一配置在两台服务器上测，最多相差 "
+            f"{margin:.0%}（(最大 - 最小) / 平均）。结论是什么？",
+        },
+        "choices": _opts(opts),
+        "explain": {
+            "en": f"{b} against {k} is +{gain:.0%} over the lower number, but a spread is "
+            f"(max - min) / mean, and on that scale the two are {apart:.0%} apart: inside the "
+            f"{margin:.0%} one configuration moves between servers. A gain over the lower "
+            "number grows without bound; (max - min) / mean of two numbers stays under 200 %. "
+            "Weigh a difference the way the spread was measured (keep.decide's apart).",
+            "zh": f"{b} 对 {k}，以小的为基准是高出 {gain:.0%}；可波动是按 (最大 - 最小) / 平均 算的，"
+            f"按这个算法两者只差 {apart:.0%}，落在同一配置换台服务器就会有的 {margin:.0%} 之内。"
+            "以小的为基准算提升，可以无限变大；两个数的 (最大 - 最小) / 平均 却不会超过 200%。"
+            "差距要按波动的算法来量（keep.decide 的 apart）。",
+        },
+    }

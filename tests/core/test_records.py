@@ -134,7 +134,7 @@ def test_the_keep_rule_weighs_the_difference_on_the_spreads_scale() -> None:
     tie = decide([best], 2.37, current_spread=1.49)
     assert tie.decision == "tie" and tie.gain == pytest.approx(1.523, abs=0.001)
     assert tie.apart == pytest.approx(0.865, abs=0.001) and tie.margin == 1.49
-    assert "(86.5% apart) is inside the margin 149.0%" in tie.why
+    assert "(86.5% apart) is inside the run-to-run spread 149.0%" in tie.why
     kept = decide([best], 2.37, current_spread=0.80)
     assert kept.decision == "keep" and "(86.5% apart) > margin 80.0%" in kept.why
     # small differences read the same on both scales: +10 % is 9.5 % apart

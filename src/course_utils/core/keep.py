@@ -1,8 +1,9 @@
 """The rules the course teaches for deciding from measurements, written once.
 
 - the objective: vLLM's per-request goodput (default) or the p99 gate;
-- keep or revert a value: only on valid windows, and only when the gain is larger than
-  the plateau and the measured run-to-run spread; a gain inside the spread is a tie;
+- keep or revert a value: only on valid windows, and only when the two scores lie further
+  apart than the plateau and the measured run-to-run spread, both as (max - min) / mean; a
+  difference inside the spread is a tie;
 - the knee of an offered-rate scan, as the range its valid data supports;
 - what a finished SLO loop concluded (met, past the knee, unfinished);
 - lab 01's verdict for an offline sweep (the triple, the KV check, the same-batch spread).
@@ -199,13 +200,13 @@ def decide(
     # ("apart"): a gain over the current score reads larger, by far for large differences
     apart = relative_spread([g, current]) or 0.0
     both = _pct(gain) if math.isinf(gain) else f"{_pct(gain)} ({apart:.1%} apart)"
-    if g > current and gain > plateau and apart > margin:
+    if g > current and (current <= 0 or apart > margin):
         why = f"{label}: {both} > margin {margin:.1%}"
         return KeepDecision("keep", best, gain, margin, spread, why, apart)
-    if g > current and gain > plateau:
-        why = f"{label}: {both} is inside the margin {margin:.1%}: a tie, the current value stays"
+    if g > current and apart > plateau:
+        why = f"{label}: {both} is inside the run-to-run spread {margin:.1%}: a tie, the current value stays"
         return KeepDecision("tie", best, gain, margin, spread, why, apart)
-    why = f"{label}: {_pct(gain)} <= plateau {plateau:.0%}"
+    why = f"{label}: {both} <= plateau {plateau:.0%}"
     return KeepDecision("revert", best, gain, margin, spread, why, apart)
 
 

@@ -4,12 +4,13 @@ restarts and GPU minutes of each, and a tie called a tie.
 The grid (lab.grid.grid_points) is re-derived from its recorded per-combo results; the loop
 from its recorded points with today's validity rules (lab.replay.replay_tune). The verdict
 uses the keep rule of the loop itself (core.keep.decide): the grid's best "beats" the loop's
-pick only if it is higher by more than the plateau and the measured run-to-run spread (of
+pick only if the two lie further apart, as (max - min) / mean, than the plateau and the
+measured run-to-run spread (of
 the pick and the best in the grid when they ran more than once, and of the loop's own final
 point), and the spread between the two sides: every configuration both measured, each on its
 own server (``cross_spread``: (max - min) / mean over both sides' valid measurements; with one
 run per combo in the grid it is the only measured spread of the grid's numbers); a smaller
-gain is a tie. The pick is measured twice: by the loop on its own servers, and by the grid on
+difference is a tie. The pick is measured twice: by the loop on its own servers, and by the grid on
 the grid's server for the same knobs; the ratio in the grid's own measurements is the one
 that compares the choices.
 """

@@ -1,5 +1,6 @@
 """The closed tuning loop: baseline -> diagnose -> sweep the knob the diagnosis names ->
-keep the best value only if it beats the plateau and the measured run-to-run spread ->
+keep the best value only if it lies further from the current score than the plateau and the
+measured run-to-run spread, both as (max - min) / mean ->
 diagnose again -> next knob, until a plateau, a "not a tuning problem" diagnosis, or the
 GPU-minute budget. One line per step in ``out_dir/tune.jsonl``, a summary last.
 
@@ -213,9 +214,9 @@ def tune(
     ``candidates``: values to try per knob, e.g. {"max_num_seqs": [64, 128, 256]}; the knob
     swept next is the first one the diagnosis names that has candidates left. Served-point
     options go in ``config`` or as keywords (``SweepConfig.make``). A step keeps the best
-    valid value only if it beats the current score by more than ``plateau`` and the
-    run-to-run spread of both points (``repeats`` windows each); a gain inside the spread is
-    a tie and the current value stays. The loop stops when the diagnosis names no engine
+    valid value only if it lies further from the current score than ``plateau`` and the
+    run-to-run spread of both points (``repeats`` windows each), both as (max - min) / mean
+    (core.keep.decide); a difference inside the spread is a tie and the current value stays. The loop stops when the diagnosis names no engine
     knob, when no named knob helps (plateau), after ``max_steps``, or when the GPU-minute
     budget would be overspent by a point that still has to run (a normal end: the summary
     says so; rerun to resume from points.jsonl).

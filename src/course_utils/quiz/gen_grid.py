@@ -264,31 +264,41 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
 
 @generator("spread_scale")
 def _g_spread_scale(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: loop (a tune folder), grid (its grid's vllm_sweep folder). The grid's best
-    against its run of the loop's pick, with gridcompare's margin: the key is the keep rule's
-    verdict when the gain over the lower score passes the margin but the difference measured
-    like the spread ((max - min) / mean) does not. Refuses data where the two scales agree."""
-    from course_utils.lab.gridcompare import compare
+    """params: loop (a tune folder), grid (its grid's vllm_sweep folder). The grid's best run
+    against its run of the loop's kept value, weighed by core.keep.decide with the margin
+    of the spread between servers (core.records.relative_spread over both sides' runs of each
+    configuration both measured): the key is the rule's verdict where the gain over the lower
+    score passes that margin but the difference measured like the spread does not. Refuses
+    data where the two scales agree."""
+    from course_utils.core.keep import decide
+    from course_utils.core.records import relative_spread
 
-    loop, sweep = resolve_path(p["loop"]), resolve_path(p["grid"])
-    from course_utils.lab.grid import read_grid_meta
-
-    slo = str((read_grid_meta(sweep) or {}).get("slo") or "")
-    cmp = compare(sweep, loop, slo)
-    v, pick, best = cmp["verdict"], cmp["loop_pick_in_grid"], cmp["grid"]["best"]
-    if pick is None or best is None or v.get("apart") is None:
-        raise QuizError("spread_scale: the grid has no run of the loop's pick")
-    gain, apart, margin = float(v["gain"]), float(v["apart"]), float(v["margin"])
-    if not (apart <= margin < gain) or v["decision"] != "tie":
+    loop, grid = resolve_path(p["loop"]), resolve_path(p["grid"]) / "grid"
+    wins, kept, _ = _loop_windows(loop)
+    runs = {
+        d.name.removeprefix("SERVE--"): float(
+            json.loads((d / "run=0.json").read_text())["request_goodput"]
+        )
+        for d in sorted(grid.glob("SERVE--*"))
+        if (d / "run=0.json").is_file()
+    }
+    pick = kept.label
+    if pick not in runs or len(runs) < 2:
+        raise QuizError(f"spread_scale: the grid has no run of {pick}")
+    margin = max(relative_spread([*wins[k], runs[k]]) or 0.0 for k in runs if k in wins)
+    best = max(runs, key=lambda k: runs[k])
+    d = decide([_run_point(best, runs[best])], runs[pick], current_spread=margin)
+    gain, apart = float(d.gain or 0.0), float(d.apart or 0.0)
+    if d.decision != "tie" or not apart <= margin < gain:
         raise QuizError("spread_scale: the two scales agree here; the item needs them apart")
     run = loop.as_posix().split("labs/results/")[-1]
-    b, k = f"{best['score']:.2f}", f"{pick['score']:.2f}"
+    b, k = f"{runs[best]:.2f}", f"{runs[pick]:.2f}"
     opts = [
         (
             {
                 "en": f"A tie: measured like the spread, the two runs are {apart:.0%} apart, "
                 f"inside {margin:.0%}.",
-                "zh": f"打平：按波动的算法量，两次运行相差 {apart:.0%}，在 {margin:.0%} 之内。",
+                "zh": f"打平：按波动的同一算法算，两次运行相差 {apart:.0%}，在 {margin:.0%} 之内。",
             },
             True,
             "tie",
@@ -303,8 +313,8 @@ def _g_spread_scale(p: Mapping[str, Any]) -> dict[str, Any]:
         ),
         (
             {
-                "en": "The loop wins: its own measurement of its pick is the higher number.",
-                "zh": "闭环胜出：它自己测的那个取值的数更高。",
+                "en": f"{pick} wins: the loop kept it after its own two windows.",
+                "zh": f"{pick} 胜出：闭环凭自己的两个窗口保留了它。",
             },
             False,
             "loop",
@@ -321,24 +331,47 @@ def _g_spread_scale(p: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "type": "single",
         "prompt": {
-            "en": f"Against the recorded loop `{run}`, vLLM's grid measured its best, "
-            f"{best['label']}, at {b} req/s and the loop's pick, {pick['label']}, at {k} req/s. "
-            f"The same configuration, measured on two servers, moved up to {margin:.0%} "
+            "en": f"The recorded loop `{run}` kept {pick}. vLLM's grid, on the same workload, "
+            f"measured {best} at {b} req/s and {pick} at {k} req/s. The same configuration, "
+            f"measured by the loop and by the grid on two servers, moved up to {margin:.0%} "
             "((max - min) / mean). What is the verdict?",
-            "zh": f"对照已录制的闭环 `{run}`，vLLM 的网格测得它的最佳 {best['label']} 为 {b} req/s，"
-            f"闭环选中的 {pick['label']} 为 {k} req/s。同一配置在两台服务器上测，最多相差 "
-            f"{margin:.0%}（(最大 - 最小) / 平均）。结论是什么？",
+            "zh": f"已录制的闭环 `{run}` 保留了 {pick}。vLLM 的网格在同一份负载上测得 {best} 为 "
+            f"{b} req/s，{pick} 为 {k} req/s。同一配置由闭环和网格在两台服务器上分别测，最多相差 "
+            f"{margin:.0%}（(最大 − 最小) / 均值）。结论是什么？",
         },
         "choices": _opts(opts),
         "explain": {
             "en": f"{b} against {k} is +{gain:.0%} over the lower number, but a spread is "
             f"(max - min) / mean, and on that scale the two are {apart:.0%} apart: inside the "
             f"{margin:.0%} one configuration moves between servers. A gain over the lower "
-            "number grows without bound; (max - min) / mean of two numbers stays under 200 %. "
+            "number grows without bound; (max - min) / mean of two numbers is at most 200 %. "
             "Weigh a difference the way the spread was measured (keep.decide's apart).",
-            "zh": f"{b} 对 {k}，以小的为基准是高出 {gain:.0%}；可波动是按 (最大 - 最小) / 平均 算的，"
-            f"按这个算法两者只差 {apart:.0%}，落在同一配置换台服务器就会有的 {margin:.0%} 之内。"
-            "以小的为基准算提升，可以无限变大；两个数的 (最大 - 最小) / 平均 却不会超过 200%。"
-            "差距要按波动的算法来量（keep.decide 的 apart）。",
+            "zh": f"{b} 对 {k}，以小的为基准是高出 {gain:.0%}；可波动是按 (最大 − 最小) / 均值 算的，"
+            f"按同一算法两者只差 {apart:.0%}，落在同一配置换台服务器就会有的 {margin:.0%} 之内。"
+            "以小的为基准算提升，可以无限变大；两个数的 (最大 − 最小) / 均值 最多是 200%。"
+            "差距要按波动的同一算法来量（keep.decide 的 apart）。",
         },
+    }
+
+
+def _run_point(label: str, score: float) -> dict[str, Any]:
+    """One grid run as a point record for core.keep.decide: one valid window, no repeat."""
+    window = {
+        "status": "ok",
+        "purpose": "measure",
+        "index": 0,
+        "seed": 0,
+        "valid": True,
+        "validity_issues": [],
+        "score": {"request_goodput": score, "meets_slo": False},
+    }
+    return {
+        "key": label,
+        "knob": label,
+        "value": None,
+        "knobs": {},
+        "workload": {},
+        "slo": "",
+        "status": "ok",
+        "windows": [window],
     }

@@ -37,6 +37,17 @@ def _loop_windows(loop: Any) -> tuple[dict[str, list[float]], Any, Any]:
     return out, kept, base
 
 
+def _grid_runs(grid: Any) -> dict[str, float]:
+    """combo label -> vLLM's request goodput in its first run file, as the sweep wrote it."""
+    return {
+        d.name.removeprefix("SERVE--"): float(
+            json.loads((d / "run=0.json").read_text())["request_goodput"]
+        )
+        for d in sorted(grid.glob("SERVE--*"))
+        if (d / "run=0.json").is_file()
+    }
+
+
 @generator("knee_ranking")
 def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: loop (a tune folder), grid (its grid's vllm_sweep folder). Answer: only the
@@ -46,12 +57,11 @@ def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
     loop, grid = resolve_path(p["loop"]), resolve_path(p["grid"]) / "grid"
     wins, kept, base = _loop_windows(loop)
     kept_label = kept.label
-    runs: dict[str, float] = {}
+    every = _grid_runs(grid)
     for label in ("defaults", kept_label):
-        f = grid / f"SERVE--{label}" / "run=0.json"
-        if not f.is_file():
+        if label not in every:
             raise QuizError(f"knee_ranking: the grid has no run of {label}")
-        runs[label] = float(json.loads(f.read_text())["request_goodput"])
+    runs = {label: every[label] for label in ("defaults", kept_label)}
     cross = {k: relative_spread([*wins[k], runs[k]]) or 0.0 for k in runs}
     if runs[kept_label] >= runs["defaults"]:
         raise QuizError("knee_ranking: the grid orders the values as the loop did")
@@ -275,13 +285,7 @@ def _g_spread_scale(p: Mapping[str, Any]) -> dict[str, Any]:
 
     loop, grid = resolve_path(p["loop"]), resolve_path(p["grid"]) / "grid"
     wins, kept, _ = _loop_windows(loop)
-    runs = {
-        d.name.removeprefix("SERVE--"): float(
-            json.loads((d / "run=0.json").read_text())["request_goodput"]
-        )
-        for d in sorted(grid.glob("SERVE--*"))
-        if (d / "run=0.json").is_file()
-    }
+    runs = _grid_runs(grid)
     pick = kept.label
     if pick not in runs or len(runs) < 2:
         raise QuizError(f"spread_scale: the grid has no run of {pick}")

@@ -194,8 +194,7 @@ def decide(
     spreads = [s for s in (current_spread, best.spread(objective)) if s is not None]
     spread = max(spreads) if spreads else None
     margin = max([plateau, *spreads])
-    # a grid combo's knob is already its label ("max_num_seqs=256"), with no value
-    label = best.knob if best.value is None else f"{best.knob}={best.value}"
+    label = best.label  # a grid combo's knob is already its name, with no value
     # the spreads are (max - min) / mean, so the difference is weighed on that scale too
     # ("apart"): a gain over the current score reads larger, by far for large differences
     apart = relative_spread([g, current]) or 0.0

@@ -69,6 +69,10 @@ def _timing(grid_dir: Path) -> dict[str, Any] | None:
 SameConfig = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
 
 
+def _as_written(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return dict(a) == dict(b)
+
+
 def same_config(meta: Mapping[str, Any]) -> SameConfig:
     """Whether two knob sets are one server for this grid. A 2-knob grid spells every value
     out (``max_num_seqs=1024, max_num_batched_tokens=8192``) where the loop leaves vLLM's
@@ -77,7 +81,7 @@ def same_config(meta: Mapping[str, Any]) -> SameConfig:
     gib = meta.get("gpu_memory_gib")
     names = [str(a[0]) for a in (meta.get("spec") or {}).get("axes") or []]
     if gib is None or not names:
-        return lambda a, b: dict(a) == dict(b)
+        return _as_written
 
     def same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
         def eff(k: Mapping[str, Any]) -> dict[str, Any]:
@@ -96,7 +100,7 @@ def cross_spreads(
 ) -> dict[str, float]:
     """Per configuration both sides measured validly (label -> (max - min) / mean over the
     grid's and the loop's valid measurements of it): the spread between servers."""
-    same_ = same or (lambda a, b: dict(a) == dict(b))
+    same_ = same or _as_written
     out: dict[str, float] = {}
     for g in grid:
         mine = next((p for p in loop if same_(p.knobs, g.knobs)), None)

@@ -239,3 +239,19 @@ def test_decode_order_follows_the_server_on_the_same_prompts() -> None:
     row = {r.case: r for r in loopvsgrid.rows()}["decode"]
     assert row.verdict == "tie" and "1.35 req/s each" in row.note["en"]
 
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_field_notes_prefill_windows_are_the_recorded_ones(lang: str) -> None:
+    """Field notes §11 quotes the prefill loop's windows in order: each pair is the record's,
+    to 2 decimals, and so is the share of the offered rate."""
+    import re
+
+    page = (ROOT / "book" / lang / "field-notes.md").read_text(encoding="utf-8")
+    sec = page[page.index("## 11 · "):]
+    pairs = re.findall(r"(\d+\.\d\d) / (\d+\.\d\d)", sec)[:3]
+    pts = [json.loads(x) for x in (RUN / "prefill" / "points.jsonl").read_text().splitlines()]
+    want = [tuple(f"{w['score']['request_goodput']:.2f}" for w in p["windows"]) for p in pts]
+    assert pairs == want
+    share = replay_tune(RUN / "prefill")["outcome"]["goodput_share"]
+    assert f"{share:.0%}".replace("%", " %" if lang == "en" else "%") in sec

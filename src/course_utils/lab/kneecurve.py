@@ -65,19 +65,30 @@ def plot_load_latency(
         pts = scan_points(folder)
         (ln,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", lw=1.2, label=label)
         for x, y, ok in pts:
-            ax.plot(x, y, markers[i % len(markers)], color=ln.get_color(), ms=6,
-                    mfc=ln.get_color() if ok else "white")
+            ax.plot(
+                x,
+                y,
+                markers[i % len(markers)],
+                color=ln.get_color(),
+                ms=6,
+                mfc=ln.get_color() if ok else "white",
+            )
     lo, hi = knee_range([scan_points(f) for _, f in scans])
     ax.axvspan(lo, hi, color="grey", alpha=0.12, label=_T["knee"][lang].format(lo=lo, hi=hi))
     ax.axhline(ttft_slo_ms, color="grey", ls="--", lw=1)
-    ax.text(ax.get_xlim()[0], ttft_slo_ms, " " + _T["slo"][lang].format(ms=ttft_slo_ms),
-            va="bottom", fontsize=8, color="grey")
+    ax.text(
+        ax.get_xlim()[0],
+        ttft_slo_ms,
+        " " + _T["slo"][lang].format(ms=ttft_slo_ms),
+        va="bottom",
+        fontsize=8,
+        color="grey",
+    )
     ax.set_xlabel(_T["x"][lang])
     ax.set_ylabel(_T["y"][lang])
     ax.set_ylim(bottom=0)
     ax.set_title(_T["title"][lang])
-    ax.legend(fontsize=8, title=f"● {_T['met'][lang]}  ○ {_T['missed'][lang]}",
-              title_fontsize=8)
+    ax.legend(fontsize=8, title=f"● {_T['met'][lang]}  ○ {_T['missed'][lang]}", title_fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return _save(fig, path)

@@ -53,9 +53,11 @@ def plot_load_latency(
     ttft_slo_ms: float,
     lang: str = "en",
     path: str | Path | None = None,
+    band: Sequence[Path] | None = None,
 ) -> Any:
     """One line per (label, folder with knee.jsonl); filled markers met the SLO; the shaded
-    band is ``knee_range`` of the scans."""
+    band is ``knee_range`` of the folders in ``band`` (all the scans when None: give it
+    the scans of one GPU and workload only)."""
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {LANGS}, not {lang!r}")
     plt = _plt()
@@ -73,7 +75,7 @@ def plot_load_latency(
                 ms=6,
                 mfc=ln.get_color() if ok else "white",
             )
-    lo, hi = knee_range([scan_points(f) for _, f in scans])
+    lo, hi = knee_range([scan_points(f) for f in (band or [f for _, f in scans])])
     ax.axvspan(lo, hi, color="grey", alpha=0.12, label=_T["knee"][lang].format(lo=lo, hi=hi))
     ax.axhline(ttft_slo_ms, color="grey", ls="--", lw=1)
     ax.text(

@@ -348,7 +348,7 @@ _SPECTRUM_WORDS: dict[str, tuple[str, ...]] = {
         "<- toward throughput",
         "toward low latency ->",
         "close to free on both ends:",
-        "conditions and costs: the direction map below",
+        "conditions and costs: the direction map in section 4",
     ),
     "zh": (
         "吞吐",
@@ -358,7 +358,7 @@ _SPECTRUM_WORDS: dict[str, tuple[str, ...]] = {
         "<- 推向吞吐",
         "推向低延迟 ->",
         "两端都几乎免费：",
-        "条件与代价：见下文的方向表",
+        "条件与代价：见第 4 节的方向图",
     ),
 }
 

@@ -77,6 +77,7 @@ HTML_ZH = [
     ('aria-label="Section Navigation"', 'aria-label="章节导航"'),
 ]
 _COPYRIGHT_RE = re.compile(r"©\s*Copyright\s+([^<]*?)\.(\s*<)")
+_FIG_RE = re.compile(r'(<span class="caption-number">)Fig\. ([\d.]+)( </span>)')
 _NAV_RE = re.compile(r'(<nav class="bd-links bd-docs-nav"[^>]*>)(.*?)(</nav>)', re.DOTALL)
 _CAPTION_RE = re.compile(r'(?=<p aria-level="2" class="caption")')
 _BODY_RE = re.compile(r">(" + "|".join(re.escape(e) for e, _ in BODY_ZH) + r")<")
@@ -146,6 +147,7 @@ def localize_html(page: str, lang: str) -> str:
         return page
     for en, zh in HTML_ZH:
         page = page.replace(en, zh)
+    page = _FIG_RE.sub(r"\1图 \2\3", page)
     return _COPYRIGHT_RE.sub(r"版权所有 © \1\2", page)
 
 

@@ -442,6 +442,7 @@ def test_plots_are_captioned_described_and_legible_on_a_phone(site_run: dict[str
     for img in images:
         assert img["alt"] and "/" not in img["alt"] and not img["alt"].endswith(".png"), img
         assert img["caption"], img
+        assert ("图 " if zh else "Fig. ") in img["caption"], img["caption"]
         assert bool(CJK.search(img["alt"])) == zh and bool(CJK.search(img["caption"])) == zh
         # tick labels use the book rc's font size (lab.plots sets none smaller)
         shown = _rc_font_px() * img["width"] / img["natural_width"]
@@ -486,8 +487,8 @@ def _zh_pages_with(word: str) -> set[str]:
         m = re.search(r"<article.*?</article>", text, re.S)
         body = re.sub(r'<pre class="mermaid".*?</pre>|<script.*?</script>|<style.*?</style>', "",
                       m.group(0) if m else "", flags=re.S)
-        title = re.search(r"<title>(.*?)</title>", text, re.S)
-        plain = html_mod.unescape(re.sub(r"<[^>]+>", "", body + (title.group(1) if title else "")))
+        # the page's own text (its <title> also carries the site name, which names no page)
+        plain = html_mod.unescape(re.sub(r"<[^>]+>", "", body))
         if word in plain:
             found.add(f"/book/zh/{page.name}")
     return found

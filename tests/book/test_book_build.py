@@ -407,6 +407,7 @@ def test_alt_checker_rejects_paths_and_empty_alts() -> None:
     assert _bad_alts('<img alt="../../_images/x.png" src="x.png"><img src="y.png">') == 2
     assert _bad_alts('<img alt="" src="x.png">') == 1
     assert _bad_alts('<img alt="Line chart of latency against load" src="x.png">') == 0
+    assert _bad_alts('<img alt="折线图（req/s）" src="x.png">') == 0
 
 
 def _bad_alts(text: str) -> int:
@@ -414,8 +415,8 @@ def _bad_alts(text: str) -> int:
     for tag in _img_tags(text):
         alt = re.search(r'\balt="([^"]*)"', tag)
         value = alt.group(1).strip() if alt else ""
-        if not value or re.fullmatch(r"\S*/\S*", value) or re.search(r"\.(png|jpe?g|svg|gif)$",
-                                                                      value):
+        path_like = re.fullmatch(r"[\w.-]*/[\w./-]*|[\w./-]*\.(png|jpe?g|svg|gif)", value, re.A)
+        if not value or path_like:
             bad += 1
     return bad
 

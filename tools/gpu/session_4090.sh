@@ -14,6 +14,15 @@ mkdir -p "$RUN"
 t0=$(date +%s)
 left() { echo $(( CALL - ($(date +%s) - t0) )); }
 say() { echo "$(date -u +%FT%TZ) session_4090: $*" | tee -a "$RUN/commands.log"; }
+pack_out() {  # written aside, then renamed: a call cut mid-tar keeps the last whole archive
+  [ -n "${OUT:-}" ] || return 0
+  local pack
+  pack=$(mktemp -d)
+  python3 tools/gpu/collect.py "$RUN" "$pack/labrun" > /dev/null
+  tar czf "$OUT/.run.tgz.part" -C "$pack" labrun && mv -f "$OUT/.run.tgz.part" "$OUT/run.tgz"
+  cp "$RUN/commands.log" "$OUT/commands.log"
+  rm -rf "$pack"
+}
 finished_lab() {  # papermill rc 0 and, for lab 02, a loop that did not stop on the budget
   [ -e "$RUN/.done-$1" ]
 }
@@ -28,6 +37,7 @@ run_lab() {  # LAB [papermill args]
     say "$lab not finished (rc=$rc)"
   fi
   rm -f "$log"
+  pack_out
 }
 if ! finished_lab knobs-4090; then
   run_lab knobs-4090
@@ -42,10 +52,5 @@ if finished_lab slo-4090 && [ "$(left)" -ge 240 ]; then
 fi
 bash tools/gpu/environment.sh "$RUN" > /dev/null 2>&1
 bash tools/gpu/cleanup_gpu.sh | tee -a "$RUN/commands.log"
-if [ -n "${OUT:-}" ]; then
-  pack=$(mktemp -d)
-  python3 tools/gpu/collect.py "$RUN" "$pack/labrun" > /dev/null
-  tar czf "$OUT/run.tgz" -C "$pack" labrun
-  cp "$RUN/commands.log" "$OUT/commands.log"
-fi
+pack_out
 say "call done in $(( $(date +%s) - t0 ))s"

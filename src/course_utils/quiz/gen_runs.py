@@ -205,15 +205,21 @@ def ttft_key(parts: Mapping[str, float]) -> str:
     raise QuizError("ttft_split: no part holds more than half of TTFT")
 
 
+# The options of ttft_split; the wrong ones are the readings learners bring: "under load
+# TTFT is queueing" (queue), "TTFT is the prompt's compute" (prefill), "the first token
+# needs a decode step" (decode).
 _PART_TEXT = {
-    "queue": {"en": "Waiting in the engine's queue for a slot", "zh": "在引擎队列里等待进入运行批"},
+    "queue": {
+        "en": "Waiting in the engine core's queue for a free slot",
+        "zh": "在引擎核心的队列里等空出的名额",
+    },
     "prefill": {
         "en": "Prefill compute, from scheduling to the first token",
         "zh": "prefill 计算：从被调度到产出首 token",
     },
     "outside": {
-        "en": "Outside the engine core: before queueing and after",
-        "zh": "在引擎核心之外：入队之前与出结果之后",
+        "en": "Before the engine queues it, or on the way back",
+        "zh": "进入引擎队列之前，或首 token 的回程上",
     },
     "decode": {
         "en": "The first decode step, after the prefill ends",
@@ -230,17 +236,19 @@ def _part_why(k: str, parts: Mapping[str, float], lg: str) -> str:
         "token budget act here",
         "prefill": f"prefill time {ms['prefill']} ({share['prefill']}); "
         "`--max-num-batched-tokens` acts here",
-        "outside": f"TTFT minus both is {ms['outside']} ({share['outside']}): HTTP, "
-        "tokenisation and the hand-off between API server and engine core; no "
-        "scheduler knob acts on it",
+        "outside": f"TTFT minus both is {ms['outside']} ({share['outside']}): tokenising, "
+        "the hand-off to the engine core, waiting there for the running step to end (new "
+        "requests are taken only between steps) and the way back of the first token; "
+        "longer steps and bigger batches lengthen it",
         "decode": "never part of TTFT: the step that finishes the prompt emits the first token",
     }
     zh = {
         "queue": f"排队时间 {ms['queue']}（{share['queue']}）；`--max-num-seqs` 或 token 预算作用在这里",
         "prefill": f"prefill 时间 {ms['prefill']}（{share['prefill']}）；"
         "`--max-num-batched-tokens` 作用在这里",
-        "outside": f"TTFT 减去前两段还剩 {ms['outside']}（{share['outside']}）：HTTP、分词以及 "
-        "API 服务器与引擎核心之间的交接；没有调度旋钮能作用于它",
+        "outside": f"TTFT 减去前两段还剩 {ms['outside']}（{share['outside']}）：分词、交给引擎核心、"
+        "在那里等正在跑的这一步结束（引擎核心只在两步之间接收新请求），以及首 token 的回程；"
+        "每步越长、批越大，这一段就越长",
         "decode": "从来不属于 TTFT：算完 prompt 的那一步就产出首 token",
     }
     return (zh if lg == "zh" else en)[k]
@@ -277,12 +285,16 @@ def _g_ttft_split(p: Mapping[str, Any]) -> dict[str, Any]:
         },
         "choices": _opts(opts),
         "explain": {
-            "en": "vLLM stamps a request when it arrives at the API server, when the engine "
-            "core queues it, when it is scheduled and when its first token comes out "
-            f"(vllm/v1/metrics/stats.py). {lines['en']}. Turn the knob of the part "
-            "that dominates, and only that one.",
-            "zh": "vLLM 给每个请求打了几个时间戳：到达 API 服务器、进入引擎核心队列、被调度、产出首 token"
-            f"（vllm/v1/metrics/stats.py）。{lines['zh']}。只去拧占大头的那一段对应的旋钮。",
+            "en": "vLLM stamps a request's arrival before tokenising it "
+            "(vllm/renderers/base.py), then when the engine core queues it, when it is "
+            "scheduled and when the step with its first token ends; TTFT ends when the API "
+            "server has that token (vllm/v1/metrics/stats.py). The engine core takes new "
+            "requests only between steps (`run_busy_loop` in vllm/v1/engine/core.py). "
+            f"{lines['en']}. Turn the knob of the part that dominates, and only that one.",
+            "zh": "vLLM 在分词之前就记下请求的到达时间（vllm/renderers/base.py），之后依次记下进入引擎核心"
+            "队列、被调度、产出首 token 的那一步结束的时间；TTFT 到 API 服务器拿到这个 token 为止"
+            "（vllm/v1/metrics/stats.py）。引擎核心只在两步之间接收新请求（vllm/v1/engine/core.py 的 "
+            f"`run_busy_loop`）。{lines['zh']}。只去拧占大头的那一段对应的旋钮。",
         },
     }
 

@@ -79,12 +79,15 @@ def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
     worst = max(cross, key=lambda k: cross[k])
     worst_zh = "默认配置" if worst == "defaults" else worst
     run = loop.as_posix().split("labs/results/")[-1]
+    # Wrong options, as learners read two disagreeing measurements: the loop's windows taken
+    # as the spread (kept_wins), the grid taken as the truth (grid_wins), disagreement taken
+    # as invalidity (grid_invalid).
     opts = [
         (
             {
-                "en": "Only the ending: with these knobs the rate is past the knee. The order of "
-                "the values is inside the spread between servers.",
-                "zh": "只有结局站得住：只靠这些旋钮，这个速率已过拐点。各取值的高下落在服务器之间的波动里。",
+                "en": "Only the ending (past the knee); the values' order is inside the spread "
+                "between servers.",
+                "zh": "只有结局站得住（已过拐点）；各取值的高下落在服务器之间的波动里。",
             },
             True,
             "ending_only",
@@ -100,8 +103,8 @@ def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
         ),
         (
             {
-                "en": "The defaults are better: vLLM's grid is the ground truth.",
-                "zh": "默认配置更好：vLLM 的网格就是标准答案。",
+                "en": "The defaults are better: vLLM's own grid is the ground truth for a ranking.",
+                "zh": "默认配置更好：排高下时，vLLM 自己的网格就是标准答案。",
             },
             False,
             "grid_wins",
@@ -207,20 +210,22 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
     share = f"{o['goodput_share']:.0%}"
     named_en, named_zh = _named_knobs_note(o["untried"], o.get("in_effect") or [])
     best = f"{float(summary['request_goodput'] or 0):.2f}"
+    # Wrong options, as learners read such an ending: more of the same knobs (more_values),
+    # the best score taken as good enough (ship_best), "kept" read as "meets the SLO"
+    # (ship_defaults).
     opts = [
         (
             {
-                "en": "With these knobs the rate is past the knee for this SLO: lower it or "
-                "add replicas.",
-                "zh": "只靠这些旋钮，对这个 SLO 这个速率已过拐点：降低速率或加副本。",
+                "en": "With these knobs the rate is past the knee: lower it or add replicas.",
+                "zh": "只靠这些旋钮，这个速率已过拐点：降低速率或加副本。",
             },
             True,
             "past_knee",
         ),
         (
             {
-                "en": "Try wider values of the same knobs until one meets the SLO.",
-                "zh": "把同样的旋钮试更极端的取值，直到有一个达标。",
+                "en": "Try wider values of the same knobs until one of them meets the SLO.",
+                "zh": "把同样的旋钮换成更极端的取值继续试，直到有一个满足 SLO。",
             },
             False,
             "more_values",
@@ -235,11 +240,11 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
         ),
         (
             {
-                "en": "The run is invalid: a finished loop always meets the SLO.",
-                "zh": "这次运行无效：跑完的闭环一定满足 SLO。",
+                "en": "Ship the defaults: the loop kept them, so they meet the SLO here.",
+                "zh": "上线默认配置：闭环保留了它，说明它在这里满足 SLO。",
             },
             False,
-            "invalid",
+            "ship_defaults",
         ),
     ]
     return {
@@ -303,6 +308,9 @@ def _g_spread_scale(p: Mapping[str, Any]) -> dict[str, Any]:
         "en": ", on two different hosts" if apart_hosts else ", on one host",
         "zh": "（两次运行在两台不同的机器上）" if apart_hosts else "（两次运行在同一台机器上）",
     }
+    # Wrong options: the gain over the lower score weighed against a (max - min) / mean
+    # spread (gain), the loop's own windows taken as enough (loop), and "another host" taken
+    # to forbid any comparison (hosts).
     opts = [
         (
             {
@@ -397,10 +405,8 @@ def _budget_choices(used: str, budget: str, prompt: int) -> list[dict[str, Any]]
         [
             (
                 {
-                    "en": f"Steps carry {used} of {budget} tokens and a {prompt}-token prompt "
-                    "fits in one: no step changes",
-                    "zh": f"每步只用了 {budget} 里的 {used} 个 token，{prompt} token 的 prompt 一步就装得下："
-                    "没有哪一步会变",
+                    "en": f"Steps use {used} of {budget} tokens: a bigger budget changes no step",
+                    "zh": f"每步只用了 {budget} 里的 {used} 个 token：预算再大也没有哪一步会变",
                 },
                 True,
                 "unused",

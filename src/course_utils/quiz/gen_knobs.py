@@ -230,24 +230,24 @@ def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     opts = [
         (
             {
-                "en": f"No: {load['en']} in flight, under the {logged} it logged",
-                "zh": f"不会：同时在服务器里的是 {load['zh']} 个，低于日志里的 {logged}",
+                "en": f"No: {load['en']} in flight, under {logged}",
+                "zh": f"不会：同时在服务器里 {load['zh']} 个，低于 {logged}",
             },
             True,
             "fits",
         ),
         (
             {
-                "en": f"Yes: {load['en']} in flight, over the declared {fd}",
-                "zh": f"会：同时在服务器里的是 {load['zh']} 个，超过字段声明的 {fd}",
+                "en": f"Yes: {load['en']} in flight, over the {fd} the config declares",
+                "zh": f"会：同时在服务器里 {load['zh']} 个，超过配置字段声明的 {fd}",
             },
             False,
             "field",
         ),
         (
             {
-                "en": f"Yes: {load['en']} in flight, over the default {small}",
-                "zh": f"会：同时在服务器里的是 {load['zh']} 个，超过默认的 {small}",
+                "en": f"Yes: {load['en']} in flight, over the default of {small} requests",
+                "zh": f"会：同时在服务器里 {load['zh']} 个，超过默认的 {small} 个上限",
             },
             False,
             "small",

@@ -320,13 +320,15 @@ def _replay_rows(root: Path) -> list[dict[str, float]]:
 def _replay_choices(
     rows: list[dict[str, float]], bad: list[dict[str, float]]
 ) -> list[dict[str, Any]]:
-    """The four choices of prefix_replay (the first is right)."""
+    """The four choices of prefix_replay (the first is right). Wrong: a flat p99 taken as
+    proof (trust), the default prefix caching taken as what users get (default), the first
+    rate blamed as cold (cold)."""
     bad_rates = "/".join(_fmt(r["rate"]) for r in bad)
     opts = [
         (
             {
-                "en": f"Not at {bad_rates} req/s: replayed prompts skipped most of their prefill",
-                "zh": f"{bad_rates} req/s 的点不可信：重放的 prompt 跳过了大部分 prefill",
+                "en": f"Not at {bad_rates} req/s: replayed prompts skipped their prefill",
+                "zh": f"{bad_rates} req/s 不可信：重放的 prompt 跳过了 prefill",
             },
             True,
             "replay",
@@ -341,16 +343,16 @@ def _replay_choices(
         ),
         (
             {
-                "en": "Yes: prefix caching is on by default, so this is what users will see",
-                "zh": "可信：prefix caching 默认开启，用户看到的就是这个",
+                "en": "Yes: prefix caching is on by default, so this is what your users will see too",
+                "zh": "可信：prefix caching 默认就是开启的，用户实际看到的也就是这个结果",
             },
             False,
             "default",
         ),
         (
             {
-                "en": f"Not at {_fmt(rows[0]['rate'])} req/s: the first rate ran on a cold server",
-                "zh": f"{_fmt(rows[0]['rate'])} req/s 的点不可信：第一个速率跑在冷服务器上",
+                "en": f"Not at {_fmt(rows[0]['rate'])} req/s: the first rate ran on a cold server, unwarmed",
+                "zh": f"{_fmt(rows[0]['rate'])} req/s 的点不可信：第一个速率跑在还没预热的冷服务器上",
             },
             False,
             "cold",
@@ -421,12 +423,14 @@ def _overrides(text: Any) -> Any:
 
 
 def _jit_choices() -> list[dict[str, Any]]:
-    """The four choices of jit_window (the first is right)."""
+    """The four choices of jit_window (the first is right). Wrong: the compile taken as part
+    of the setting's cost (cost), compiles taken to happen at start-up (startup), the queue
+    blamed on the cap (cap)."""
     opts = [
         (
             {
-                "en": "No: a one-time compile stalled the first requests inside the window",
-                "zh": "不可信：一次性的编译卡住了窗口里最早的那批请求",
+                "en": "No: a one-time compile stalled requests inside the window",
+                "zh": "不可信：一次性的编译卡住了窗口里的请求",
             },
             True,
             "jit",
@@ -485,13 +489,13 @@ def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
             f"server `{flags}`, {_fmt(res['request_rate'])} req/s, no warm-up requests. "
             "Between `Starting main benchmark run...` and the end of that benchmark the "
             f"server logged `Triton kernel JIT compilation during inference: {k}`. The "
-            f"run reports p99 TTFT {_fmt(round(res['p99_ttft_ms']))} ms. Can you compare "
-            "this number with another setting's?",
+            f"run reports p99 TTFT {_fmt(round(res['p99_ttft_ms']))} ms. Can you trust "
+            "this number in a comparison with another setting?",
             "zh": f"已录制的实测 `{run_name(log)}` 里 vLLM 的 `vllm bench sweep serve`，服务器 "
             f"`{flags}`，{_fmt(res['request_rate'])} req/s，没有预热请求。在 `Starting main "
             "benchmark run...` 与这次压测结束之间，服务器日志出现 `Triton kernel JIT compilation "
             f"during inference: {k}`。这次报告 p99 TTFT {_fmt(round(res['p99_ttft_ms']))} ms。"
-            "这个数能拿去和别的配置比吗？",
+            "拿它和别的配置比，这个数可信吗？",
         },
         "choices": _jit_choices(),
         "explain": {
@@ -535,7 +539,8 @@ def _preempt_stats(root: Path, value: Any) -> tuple[dict[str, Any], list[Any], A
 
 
 def _preempt_choices() -> list[dict[str, Any]]:
-    """The four choices of kv_preempt (the first is right)."""
+    """The four choices of kv_preempt (the first is right). Wrong: the usual causes of a queue
+    read without the stats lines (arrivals, cap, budget)."""
     opts = [
         (
             {
@@ -547,24 +552,24 @@ def _preempt_choices() -> list[dict[str, Any]]:
         ),
         (
             {
-                "en": "New requests kept arriving faster than they finished",
-                "zh": "新请求持续到达，比完成得还快",
+                "en": "New requests kept arriving faster than the running ones finished",
+                "zh": "新请求持续到达，来得比运行中的请求完成得还快",
             },
             False,
             "arrivals",
         ),
         (
             {
-                "en": "The running batch hit its `max_num_seqs` cap",
-                "zh": "运行批顶到了 `max_num_seqs` 上限",
+                "en": "The running batch hit its `max_num_seqs` cap, so the rest had to wait",
+                "zh": "运行批顶到了 `max_num_seqs` 上限，其余的请求只能等",
             },
             False,
             "cap",
         ),
         (
             {
-                "en": "The step's token budget was spent on prefill",
-                "zh": "每步的 token 预算都花在了 prefill 上",
+                "en": "Each step's token budget was spent on prefill, so no one else got in",
+                "zh": "每步的 token 预算都花在了 prefill 上，别的请求挤不进来",
             },
             False,
             "budget",

@@ -165,7 +165,7 @@ def helps_both(k: Any) -> bool:
 
 
 DEPENDS_NOTE = {
-    "en": " ({ax} \"depends\": it can also get worse, so measure it too)",
+    "en": ' ({ax} "depends": it can also get worse, so measure it too)',
     "zh": "（{ax}「看情况」：也可能变差，所以也要测）",
 }
 
@@ -196,7 +196,7 @@ def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "multiple",
         "prompt": {
             "en": "By the direction map, which moves raise throughput and improve a latency, "
-            "with no latency marked worse (a \"depends\" is a condition, not a cost), "
+            'with no latency marked worse (a "depends" is a condition, not a cost), '
             "because what they pay lies off the throughput↔latency curve?",
             "zh": "按方向地图，哪些动作既提高吞吐、又改善某项延迟，而且没有哪项延迟被标为变差"
             "（「看情况」是前提，不是代价）？它们付出的东西不在吞吐↔延迟曲线上。",
@@ -224,7 +224,10 @@ def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     n = rate * e2e
     if not fd < small < n < logged:
         raise QuizError("default_cap: needs field default < small-GPU default < load < cap")
-    load = {"en": f"{_fmt(rate)} × {_fmt(e2e)} s = {_fmt(n)}", "zh": f"{_fmt(rate)} × {_fmt(e2e)} 秒 = {_fmt(n)}"}
+    load = {
+        "en": f"{_fmt(rate)} × {_fmt(e2e)} s = {_fmt(n)}",
+        "zh": f"{_fmt(rate)} × {_fmt(e2e)} 秒 = {_fmt(n)}",
+    }
     # The wrong options are the two caps learners read instead of the logged one: the
     # field's declared default, and the small-GPU default remembered as "the" default.
     opts = [

@@ -248,7 +248,9 @@ def _sweep_rows(pts: list[dict[str, Any]], s: Any, how: str, lang: str) -> str:
             continue
         good = round(float(slo_mod.request_goodput(b, s) or 0.0) * float(b.duration))
         if lang == "zh":
-            rows.append(f"{pt['value']}：{b.completed} 个请求里 {good} 个各项达标，用时 {_fmt(b.duration)} 秒")
+            rows.append(
+                f"{pt['value']}：{b.completed} 个请求里 {good} 个各项达标，用时 {_fmt(b.duration)} 秒"
+            )
         else:
             rows.append(
                 f"{pt['value']}: {good} of {b.completed} requests within every target "

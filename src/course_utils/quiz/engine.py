@@ -291,7 +291,15 @@ def generator(name: str) -> Callable[[GeneratorFn], GeneratorFn]:
     return deco
 
 
-GENERATOR_MODULES = ("gen_knobs", "gen_capacity", "gen_slo", "gen_runs", "gen_scaleout", "gen_grid")
+GENERATOR_MODULES = (
+    "gen_knobs",
+    "gen_capacity",
+    "gen_slo",
+    "gen_runs",
+    "gen_trust",
+    "gen_scaleout",
+    "gen_grid",
+)
 
 
 def _register_generators() -> None:

@@ -808,6 +808,14 @@ def test_errata_are_gone_from_every_explanation() -> None:
                 "tpot_floor", "same_batch_spread"), q.id  # goodput is in req/s
 
 
+def test_no_space_after_chinese_punctuation() -> None:
+    """YAML folds leave no space after 。，；：in Chinese texts (the renderer keeps them)."""
+    for lesson in quiz.LESSONS:
+        for q in quiz.load(lesson):
+            texts = [q.prompt["zh"], q.explain["zh"], *(c.text["zh"] for c in q.choices)]
+            assert not any(re.search(r"[。，；：？！] ", t) for t in texts), q.id
+
+
 def test_zh_explanations_space_latin_and_chinese() -> None:
     bad = re.compile(r"[\u4e00-\u9fff][A-Za-z0-9`]|[A-Za-z0-9`][\u4e00-\u9fff]")
     for lesson in quiz.LESSONS:

@@ -211,8 +211,8 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
     named_en, named_zh = _named_knobs_note(o["untried"], o.get("in_effect") or [])
     best = f"{float(summary['request_goodput'] or 0):.2f}"
     # Wrong options, as learners read such an ending: more of the same knobs (more_values),
-    # the best score taken as good enough (ship_best), "kept" read as "meets the SLO"
-    # (ship_defaults).
+    # the best score taken as good enough (ship_best), "kept nothing" read as "the defaults
+    # are fine" (ship_defaults).
     opts = [
         (
             {
@@ -240,8 +240,8 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
         ),
         (
             {
-                "en": "Ship the defaults: the loop kept them, so they meet the SLO here.",
-                "zh": "上线默认配置：闭环保留了它，说明它在这里满足 SLO。",
+                "en": "Ship the defaults: the loop stayed on them, so they are good enough here.",
+                "zh": "上线默认配置：闭环最后停在默认值上，说明它在这里够用了。",
             },
             False,
             "ship_defaults",

@@ -335,6 +335,8 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
     except knobs.KnobError as e:
         ok, why = False, str(e)
     on = f" ({_fmt(gib)} GiB GPU)" if gib else ""
+    # The wrong options are the two ways learners expect a bad combination to be handled:
+    # accepted as given, or quietly adjusted by vLLM.
     on_zh = f"（{_fmt(gib)} GiB 显卡）" if gib else ""
     opts = [
         (

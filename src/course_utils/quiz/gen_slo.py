@@ -25,12 +25,13 @@ from course_utils.quiz.gen_knobs import CONSTRAINTS, NO_KNOB, each, move_word
 
 def _requests_text(p: Mapping[str, Any], b: Any) -> dict[str, str]:
     per = _per_request(b)
-    rows = "; ".join(f"{t:.0f}/{d:.0f}" for t, d in zip(per["ttft"], per["tpot"], strict=True))
+    pairs = [f"{t:.0f}/{d:.0f}" for t, d in zip(per["ttft"], per["tpot"], strict=True)]
+    rows, rows_zh = "; ".join(pairs), "；".join(pairs)
     return {
         "en": f"A run of {b.completed} requests took {_fmt(b.duration)} s. Per request, "
         f"TTFT/TPOT in ms: {rows}.",
         "zh": f"一次压测 {b.completed} 个请求，用时 {_fmt(b.duration)} 秒。逐请求 TTFT/TPOT"
-        f"（ms）：{rows}。",
+        f"（ms）：{rows_zh}。",
     }
 
 
@@ -84,7 +85,8 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
     sc = slo_mod.score(b, s)
     keys = [k for k in s.targets() if b.percentile(k, s.percentile) is not None]
     over = {k for k in keys if b.percentile(k, s.percentile) > s.targets()[k]}
-    pcts = ", ".join(f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms" for k in keys)
+    each_p99 = [f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms" for k in keys]
+    pcts, pcts_zh = ", ".join(each_p99), "，".join(each_p99)
     opts: list[tuple[dict[str, str], bool, str]] = [
         (
             {
@@ -145,7 +147,7 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
             "en": f"{pcts}. "
             + (f"Violations: {'; '.join(sc.violations)}. " if sc.violations else "")
             + sc.why_they_differ("en"),
-            "zh": f"{pcts}。"
+            "zh": f"{pcts_zh}。"
             + (f"不达标：{'; '.join(sc.violations)}。" if sc.violations else "")
             + sc.why_they_differ("zh"),
         },
@@ -177,6 +179,7 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
     if best_req != best_gate:
         raise QuizError("slo_compare: the two goodputs rank the configs differently")
     opts = [({lg: r["name"] for lg in LANGS}, r["name"] == best_req, r["name"]) for r in rows]
+    # "tie": the mistake of scoring both by the share of requests that met the SLO alone
     opts.append(({"en": "Neither: they score the same", "zh": "都不是：得分一样"}, False, "tie"))
 
     def desc(r: dict[str, Any], lg: str) -> str:
@@ -297,6 +300,7 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
         ({"en": "None: every value scores 0", "zh": "都不行：每个值都得 0"}, win == "none", "none")
     )
     listing = "; ".join(f"{v}: {sc:.2f} req/s" for v, sc in scores)
+    listing_zh = "；".join(f"{v}：{sc:.2f} req/s" for v, sc in scores)
     shown = {lg: _sweep_rows(pts, s, how, lg) for lg in LANGS}
     return {
         "type": "single",
@@ -311,7 +315,7 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
         "explain": {
             "en": f"Scores: {listing}. The gate is all-or-nothing on p99; vLLM "
             "counts good requests one by one, so the two can pick differently.",
-            "zh": f"得分：{listing}。门槛对 p99 是全有或全无；vLLM 逐个数达标请求，"
+            "zh": f"得分：{listing_zh}。门槛对 p99 是全有或全无；vLLM 逐个数达标请求，"
             "所以两种分数可能选出不同的值。",
         },
     }

@@ -298,10 +298,11 @@ def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
     rec, stats, full, peak = _preempt_stats(root, p["value"])
     first = stats[0]
     n = rec.get("load_prompts")
-    rows = "; ".join(
+    lines = [
         f"t={s.t_s} s: Running {s.running}, Waiting {s.waiting}, KV {s.kv_usage:.1%}"
         for s in (first, full, peak)
-    )
+    ]
+    rows, rows_zh = "; ".join(lines), "；".join(lines)
     return {
         "type": "single",
         "prompt": {
@@ -310,7 +311,7 @@ def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
             f"later. vLLM's 10 s stats lines: {rows}. Why do requests wait?",
             "zh": f"已录制的实测 `{run_name(root)}` 中的实验 01，`gpu_memory_utilization="
             f"{p['value']}`：{n} 个请求一次性提交，之后不再有新请求。vLLM 每 10 秒的统计行："
-            f"{rows}。为什么会有请求在等？",
+            f"{rows_zh}。为什么会有请求在等？",
         },
         "choices": _preempt_choices(),
         "explain": {

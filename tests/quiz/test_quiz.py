@@ -808,6 +808,19 @@ def test_errata_are_gone_from_every_explanation() -> None:
                 "tpot_floor", "same_batch_spread"), q.id  # goodput is in req/s
 
 
+def test_written_distractors_name_their_mistake(lesson: str) -> None:
+    """In a written choice item, each wrong option has a comment naming the mistake it
+    stands for (the generators' options carry theirs in the code)."""
+    text = quiz.quiz_path(lesson).read_text(encoding="utf-8")
+    for block in text.split("\n  - id: ")[1:]:
+        if "\n    choices:" not in block:
+            continue
+        choices = block.split("\n    choices:", 1)[1].split("\n    explain:", 1)[0]
+        wrong = choices.count("- text") - choices.count("correct: true")
+        comments = len(re.findall(r"^\s+# ", choices, re.M))
+        assert comments >= wrong, (block.split("\n", 1)[0], comments, wrong)
+
+
 def test_no_space_after_chinese_punctuation() -> None:
     """YAML folds leave no space after 。，；：in Chinese texts (the renderer keeps them)."""
     for lesson in quiz.LESSONS:

@@ -20,7 +20,7 @@ import bisect
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -42,6 +42,7 @@ __all__ = [
     "problem",
     "scheduled_rate",
     "trace_lines",
+    "workload_from_dict",
 ]
 
 # vLLM's default `--timed-trace-chunk-hash-size`, equal to vLLM's KV block size (16 tokens):
@@ -471,6 +472,11 @@ class TraceWorkload(Workload):
 
     def slice_text(self) -> str:
         return "\n".join(trace_lines(self.requests())) + "\n"
+
+
+def workload_from_dict(d: Mapping[str, Any]) -> Workload:
+    """A recorded workload (``to_dict()``): a trace's (it has ``trace``) or a random one."""
+    return TraceWorkload.from_dict(d) if "trace" in d else Workload.from_dict(d)
 
 
 def expected_prefix_hit_rate(w: Workload) -> float | None:

@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -257,6 +258,12 @@ def test_a_trace_slice_is_a_workload(tmp_path: Path) -> None:
     assert [r.timestamp for r in lap] == sorted(r.timestamp for r in lap)
     assert str(lap[10].hash_ids[0]).startswith("0.1.")
     assert workload_from_dict(w.to_dict()) == w
+    # a replaced field keeps the slice's own numbers consistent (the knee's batch-1 slice)
+    five = replace(w, num_prompts=5, request_rate=math.inf)
+    assert five.output_len == round(sum(r.output_length for r in reqs[:5]) / 5) != w.output_len
+    # read back where the trace is not: as recorded
+    gone = workload_from_dict({**w.to_dict(), "trace": str(tmp_path / "absent.jsonl")})
+    assert (gone.input_len, gone.expected_hit_rate) == (w.input_len, w.expected_hit_rate)
     assert workload_from_dict(Workload().to_dict()) == Workload()
 
 

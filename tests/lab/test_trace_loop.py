@@ -18,6 +18,13 @@ from course_utils.core.workload import TraceWorkload, parse_trace
 from course_utils.lab import measure as lab_measure
 from course_utils.lab.cli import add_cli
 from course_utils.lab.tune import tune
+from tests.lab.test_labs_replay import (  # noqa: F401 (fixture)
+    LAB02,
+    SLO_PARAMS,
+    _run,
+    _text,
+    fake_env,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = dict(server_kwargs={"startup_timeout_s": 20, "stop_timeout_s": 5},
@@ -113,3 +120,21 @@ def test_cli_workload_flag(tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Pat
     rec = json.loads((tmp_path / "o" / "points.jsonl").read_text().splitlines()[0])
     assert rec["workload"]["num_prompts"] == 12 and rec["workload"]["request_rate"] == 40.0
     assert rec["slo"].startswith("ttft")
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_lab02_runs_the_loop_on_a_trace(small_trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "slo"
+    params = {**SLO_PARAMS, "workload": str(small_trace), "num_prompts": 24,
+              "knee_rates": [20, 60], "rate": 30, "candidates": [2, 8], "max_steps": 2}
+    nb = _run(LAB02, out, {"backend": "vllm", **params})
+    text = _text(nb)
+    w = TraceWorkload.load(small_trace, num_prompts=24)
+    assert (f"trace {small_trace}: 24 requests, recorded at {w.trace_rate:.2f} req/s (a rate "
+            f"scales its time), {w.expected_hit_rate:.0%} of prompt tokens") in text
+    knee_recs = [json.loads(x) for x in (out / "knee.jsonl").read_text().splitlines()]
+    assert {r["workload"]["request_rate"] for r in knee_recs if "windows" in r} == {20.0, 60.0}
+    points = [json.loads(x) for x in (out / "points.jsonl").read_text().splitlines()]
+    assert points and all(p["workload"]["trace"] == str(small_trace) for p in points)
+    assert {p["workload"]["request_rate"] for p in points} == {30.0}
+    assert json.loads((out / "params.json").read_text())["workload"] == str(small_trace)

@@ -395,16 +395,11 @@ class TraceWorkload(Workload):
         Raises TraceError for a bad trace file, ValueError for a bad slice."""
         data = Path(path).read_bytes()
         reqs = parse_trace(data.decode("utf-8", errors="replace"), str(path), chunk_size)
-        d = distribution(reqs, chunk=chunk_size)
-        rate = d.rate or math.inf
+        rate = distribution(reqs, chunk=chunk_size).rate or math.inf
         n = len(reqs) if num_prompts is None else num_prompts
         if n < 1 or start < 0:
             raise ValueError("a trace slice needs num_prompts >= 1 and start >= 0")
-        part = _slice(reqs, start, n, seed)
-        hits, queries = expected_hits(part, chunk_size)
         return cls(
-            input_len=max(1, round(sum(r.input_length for r in part) / n)),
-            output_len=max(1, round(sum(r.output_length for r in part) / n)),
             num_prompts=n,
             request_rate=rate if request_rate is None else float(request_rate),
             seed=seed,
@@ -414,8 +409,26 @@ class TraceWorkload(Workload):
             start=start,
             chunk_size=chunk_size,
             trace_rate=rate,
-            expected_hit_rate=round(hits / queries, 4) if queries else 0.0,
         )
+
+    def __post_init__(self) -> None:
+        """The slice's mean lengths and expected hit rate, from the trace when it is here
+        unchanged (so ``dataclasses.replace`` of any field stays consistent); else (a
+        recorded workload read back elsewhere) as recorded."""
+        try:
+            part = self.requests() if self.trace else None
+        except (OSError, ValueError):
+            part = None
+        if part:
+            n = len(part)
+            hits, queries = expected_hits(part, self.chunk_size)
+            for k, v in (
+                ("input_len", max(1, round(sum(r.input_length for r in part) / n))),
+                ("output_len", max(1, round(sum(r.output_length for r in part) / n))),
+                ("expected_hit_rate", round(hits / queries, 4) if queries else 0.0),
+            ):
+                object.__setattr__(self, k, v)
+        super().__post_init__()
 
     @cached_property
     def _all(self) -> list[TraceRequest]:

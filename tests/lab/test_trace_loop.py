@@ -138,3 +138,36 @@ def test_lab02_runs_the_loop_on_a_trace(small_trace: Path, tmp_path: Path) -> No
     assert points and all(p["workload"]["trace"] == str(small_trace) for p in points)
     assert {p["workload"]["request_rate"] for p in points} == {30.0}
     assert json.loads((out / "params.json").read_text())["workload"] == str(small_trace)
+
+
+@pytest.mark.usefixtures("fake_env")
+def test_trace_vs_fixed_runs_both_arms_at_the_fixed_arms_rate(
+        small_trace: Path, tmp_path: Path, dummy_model: Path) -> None:
+    """tools/gpu/trace_vs_fixed.sh: the fixed arm (the trace's mean lengths) picks its rate
+    from its knee; the trace arm runs lab 02 on the trace at that rate."""
+    import os
+
+    run = tmp_path / "run"
+    env = {**os.environ, "PY": sys.executable, "MODEL": str(dummy_model),
+           "PYTHONPATH": str(ROOT / "src"), "TRACE": str(small_trace), "PROMPTS": "16",
+           "KNEE_RATES": "[20, 60]", "KNEE_FRACTION": "0.5", "SLO": "ttft:5000 tpot:1000",
+           "CANDIDATES": "[8]", "SECOND": "[]", "LAB_TIMEOUT_S": "200"}
+    env.pop("OUT", None)
+    script = str(ROOT / "tools" / "gpu" / "trace_vs_fixed.sh")
+    early = subprocess.run(["bash", script, "trace", str(run)], env=env, capture_output=True,
+                           text=True, timeout=60, check=False)
+    assert early.returncode == 2 and "run the fixed arm first, or set RATE" in early.stdout
+    for arm in ("fixed", "trace"):
+        p = subprocess.run(["bash", script, arm, str(run)], env=env, capture_output=True,
+                           text=True, timeout=400, check=False)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    w = TraceWorkload.load(small_trace, num_prompts=16)
+    fixed = [json.loads(x) for x in (run / "fixed" / "slo" / "points.jsonl").read_text().splitlines()]
+    trace = [json.loads(x) for x in (run / "trace" / "slo" / "points.jsonl").read_text().splitlines()]
+    assert fixed[0]["workload"]["request_rate"] == 30.0  # 0.5 x the knee, 60
+    assert (fixed[0]["workload"]["input_len"], fixed[0]["workload"]["output_len"]) == (
+        w.input_len, w.output_len)
+    assert "trace" not in fixed[0]["workload"] and fixed[0]["workload"]["prefix_len"] == 0
+    assert {p["workload"]["request_rate"] for p in trace} == {30.0}
+    assert all(p["workload"]["trace"] == str(small_trace) for p in trace)
+    assert (run / "trace" / "slo" / "knee.jsonl").is_file()

@@ -32,6 +32,8 @@ __all__ = ["LoggedRequest", "ReadLog", "read_log"]
 TIME_KEYS = ("timestamp", "arrival_time", "created")
 IN_KEYS = ("prompt_tokens", "input_tokens")
 OUT_KEYS = ("completion_tokens", "output_tokens")
+TIME_FIX = "log when each request arrived (Unix seconds or ISO 8601)"
+USAGE_FIX = "log the response's usage (streams: stream_options include_usage)"
 
 
 @dataclass(frozen=True)
@@ -141,31 +143,12 @@ def _openai_line(
             ],
             False,
         )
-    probs = []
-    if ts is None:
-        probs.append(
-            problem(
-                where,
-                "no timestamp (timestamp, arrival_time or created)",
-                "log when each request arrived (Unix seconds or ISO 8601)",
-            )
-        )
-    if not n_in:
-        probs.append(
-            problem(
-                where,
-                "no prompt token count (usage.prompt_tokens)",
-                "log the response's usage (streams: stream_options include_usage)",
-            )
-        )
-    if n_out is None:
-        probs.append(
-            problem(
-                where,
-                "no answer token count (usage.completion_tokens)",
-                "log the response's usage (streams: stream_options include_usage)",
-            )
-        )
+    missing = (
+        (ts is None, "no timestamp (timestamp, arrival_time or created)", TIME_FIX),
+        (not n_in, "no prompt token count (usage.prompt_tokens)", USAGE_FIX),
+        (n_out is None, "no answer token count (usage.completion_tokens)", USAGE_FIX),
+    )
+    probs = [problem(where, what, fix) for bad, what, fix in missing if bad]
     if probs or ts is None or not n_in or not n_out:
         return None, probs, False
     return LoggedRequest(where, ts, n_in, n_out, _prompt(d)), [], False

@@ -21,7 +21,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -250,7 +250,6 @@ class Distribution:
     input_len: dict[str, float]
     output_len: dict[str, float]
     prefix_share: float | None
-    extras: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -262,7 +261,6 @@ class Distribution:
             "input_len": self.input_len,
             "output_len": self.output_len,
             "prefix_share": self.prefix_share,
-            **self.extras,
         }
 
     def text(self) -> str:

@@ -66,7 +66,8 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="TRACE.jsonl",
         help="replay a trace (python -m course_utils workload): --num-prompts of its "
-        "requests, its time scaled so its mean rate is --rate (default: as recorded)",
+        "requests, its time scaled so its mean rate is --rate (default: as recorded); "
+        "its lengths and shared prefixes replace --input-len, --output-len, --prefix-len",
     )
     p.add_argument("--input-len", type=int, default=None, help="512")
     p.add_argument("--output-len", type=int, default=None, help="128")

@@ -171,3 +171,18 @@ def test_trace_vs_fixed_runs_both_arms_at_the_fixed_arms_rate(
     assert {p["workload"]["request_rate"] for p in trace} == {30.0}
     assert all(p["workload"]["trace"] == str(small_trace) for p in trace)
     assert (run / "trace" / "slo" / "knee.jsonl").is_file()
+
+
+def test_a_trace_bench_uses_vllm_0_26_flags_only(small_trace: Path, tmp_path: Path) -> None:
+    from course_utils.lab.bench import bench_args
+
+    flags = {ln.strip() for ln in (ROOT / "tests" / "fakes" / "vllm_0_26_0_bench_serve_flags.txt")
+             .read_text().splitlines() if ln.startswith("--")}
+    w = TraceWorkload.load(small_trace, num_prompts=16, request_rate=10.0, max_concurrency=4)
+    argv = bench_args("http://h:1", "m", w, None, tmp_path, "bench-w2.json")
+    used = {a for a in argv if a.startswith("--")}
+    assert used <= flags, used - flags
+    assert argv[argv.index("--dataset-path") + 1] == str(tmp_path / "bench-w2.trace.jsonl")
+    assert argv[argv.index("--num-prompts") + 1] == "16"
+    assert argv[argv.index("--max-concurrency") + 1] == "4"
+    assert "--request-rate" not in argv and "--random-input-len" not in argv

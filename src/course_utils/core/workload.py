@@ -6,7 +6,9 @@ object per line, ``timestamp`` (seconds), ``input_length``, ``output_length`` an
 ``hash_ids``. From the 0.26.0 source:
 - each hash id becomes ``--timed-trace-chunk-hash-size`` (default 16) prompt tokens drawn from
   a seed of ``hash(f"{id}:{size}")``: equal ids give equal tokens within one bench process,
-  so ids shared by two requests are a shared prompt prefix; a prompt is as long as its ids
+  so ids shared by two requests are a shared prompt prefix (str hashes are salted per
+  process unless PYTHONHASHSEED is set, but a persistent bench worker is one process:
+  ``TraceWorkload`` salts the ids with its seed so that no two windows share tokens); a prompt is as long as its ids
   cover (``ceil(input_length / chunk)`` ids give ``input_length`` tokens);
 - requests are sent in file order at ``timestamp * --timed-trace-sec-multiplier`` seconds
   after the start (``--self-timed``, the default for this dataset; ``--request-rate`` and

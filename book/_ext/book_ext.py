@@ -16,6 +16,13 @@ What it does:
   diagrams.mjs (diagram size policy, enlarge view) on every page.
 - `# NBVAL_*` marker lines are dropped from the rendered code cells; `**bold**` that
   CommonMark left literal next to CJK punctuation becomes bold.
+- Per page, only what it uses: MathJax where the page itself has math, sphinx-design where
+  it has a design component, the icon font trimmed to the icons used (book_assets.py); the
+  theme's icon script and the search index on every page are left out (templates/).
+- Search: Chinese split into character pairs, a Chinese search page for zh pages
+  (book_search.py). The rendered HTML is post-processed per language: chapter list in the
+  page's language first (the zh list starts with its home page), and on zh pages the English
+  that templates and the HTML writer hard-code (book_i18n.py).
 - Getting the code: config `course_repo_url` (one value; default: `git remote get-url origin`,
   else empty) and a source archive `_downloads/vllm-tuning-labs.zip` (`git archive HEAD`).
   Pages use the MyST substitutions {{ course_repo_url }}, {{ course_get_code }} (a shell line

@@ -25,6 +25,9 @@ __all__ = [
     "POINTS_FILE",
     "TUNE_FILE",
     "append_jsonl",
+    "check_run_folder",
+    "read_records",
+    "set_aside",
     "gzip_file",
     "is_present",
     "jsonable",
@@ -158,3 +161,105 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 # a knee scan's records (one ServedPoint per rate; the last line of a rate wins)
+
+
+# ---------------------------------------------------------------- a run folder's integrity
+
+# the files a run folder may hold, with the key each of their records must carry
+RUN_FILES: dict[str, str | None] = {
+    POINTS_FILE: "key",
+    TUNE_FILE: "kind",
+    "knee.jsonl": "rate_key",
+    "batch1.jsonl": None,
+    "results.jsonl": None,
+}
+RUN_JSON = ("gpu.json", "params.json", "model_config.json", "environment.json")
+
+
+def _bad(what: str, fix: str) -> Exception:
+    from course_utils.core.validate import BadInput
+
+    return BadInput(what, fix)
+
+
+def read_records(
+    path: str | Path, *, need: str | None = None, torn_ok: bool = False
+) -> list[dict[str, Any]]:
+    """The records of a recorded JSONL file, strictly: a line that is not a JSON object (or
+    lacks ``need``) raises BadInput naming the file and line. ``torn_ok``: a last line
+    without its newline that does not parse is the trace of a killed writer and is
+    skipped (its point was never finished). Missing file: []."""
+    p = Path(path)
+    if p.exists() and not p.is_file():
+        raise _bad(
+            f"{p} is a directory, not a file", f"move {p} out of the way, or use a new folder"
+        )
+    if not is_present(p):
+        return []
+    try:
+        text = read_text(p)
+    except (OSError, UnicodeDecodeError, EOFError) as exc:
+        raise _bad(f"{p}: cannot be read ({exc})", "restore the file or use a new folder") from None
+    lines = text.splitlines()
+    out: list[dict[str, Any]] = []
+    fix = f"restore {p.name} from a copy, or move the folder aside and run into a new one"
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if torn_ok and i == len(lines) and not text.endswith("\n"):
+                break
+            raise _bad(f"{p} line {i} is not JSON (a torn or edited line)", fix) from None
+        if not isinstance(rec, dict):
+            raise _bad(f"{p} line {i} is a JSON {type(rec).__name__}, not a record", fix)
+        if need and need not in rec:
+            raise _bad(f"{p} line {i} has no {need!r}", fix)
+        if need == "key" and not isinstance(rec.get("key"), str):
+            raise _bad(f"{p} line {i}: 'key' is not a string", fix)
+        out.append(rec)
+    return out
+
+
+def check_run_folder(out: str | Path, *, resume: bool = True) -> None:
+    """Before a run writes into ``out``: it is a folder (or absent), each of its recorded
+    files is a file whose every line is a record, and ``resume=False`` finds no finished
+    point to measure again (nothing finished is ever overwritten). Raises BadInput."""
+    d = Path(out)
+    if d.exists() and not d.is_dir():
+        raise _bad(f"--out {d} is a file, not a folder", "give a folder path for --out")
+    if not d.exists():
+        return
+    for name in RUN_JSON:
+        if (d / name).exists() and not (d / name).is_file():
+            raise _bad(f"{d / name} is a directory, not a file", f"move {d / name} out of the way")
+    if (d / "points").exists() and not (d / "points").is_dir():
+        raise _bad(f"{d / 'points'} is a file, not a folder", f"move {d / 'points'} out of the way")
+    points: list[dict[str, Any]] = []
+    for name, need in RUN_FILES.items():
+        recs = read_records(d / name, need=need, torn_ok=True)
+        if name == POINTS_FILE:
+            points = recs
+    if not resume and any(r.get("status") == "ok" for r in points):
+        raise _bad(
+            f"{d / POINTS_FILE} holds finished points and --no-resume would measure them again",
+            f"drop --no-resume to resume from them, or give a new --out than {d}",
+        )
+
+
+def set_aside(path: str | Path) -> Path | None:
+    """Move an earlier attempt's file or folder to the first free ``<name>.<n>`` name (its
+    bytes unchanged), so a new attempt never writes over it. None when nothing was there."""
+    p = Path(path)
+    if not p.exists() or (p.is_dir() and not any(p.iterdir())):
+        return None
+    if p.is_file() and not p.stat().st_size:
+        return None
+    stem, suffix = (p.stem, p.suffix) if p.is_file() else (p.name, "")
+    n = 1
+    while (p.with_name(f"{stem}.{n}{suffix}")).exists():
+        n += 1
+    new = p.with_name(f"{stem}.{n}{suffix}")
+    p.rename(new)
+    return new

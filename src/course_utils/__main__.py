@@ -18,6 +18,7 @@ from course_utils.core import capacity, diagnose, knobs, metrics, replicas, slo
 from course_utils.core import validate as v
 from course_utils.core.validate import EXIT_BAD_INPUT, BadInput, error_line
 from course_utils.lab import cli as lab_cli
+from course_utils.lab import modelfolder, replay
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
@@ -354,6 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_replicas)
 
     lab_cli.add_cli(sub)
+    replay.add_cli(sub)
+    modelfolder.add_cli(sub)
     quiz.add_cli(sub)
     return p
 

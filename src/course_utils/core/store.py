@@ -2,7 +2,10 @@
 
 ``append_jsonl`` is the one writer (append + fsync; a writer killed mid-line never glues onto
 the next record; non-finite floats are written as strings, so every line is strict JSON) and
-``read_jsonl`` the one reader (a torn last line is ignored).
+``read_jsonl`` the one reader (a torn last line is ignored; the next append moves it to
+``<file>.torn``). ``read_records`` reads a recorded file strictly (a bad line names the file
+and line), ``check_run_folder`` checks a folder before a run writes into it, and
+``set_aside`` gives an earlier attempt's files a new name: nothing finished is overwritten.
 
 A recorded run (labs/results/, package examples) keeps its metric series and long logs
 gzipped (tools/gpu/compress_results.py, ``gzip_file``); a live run writes them plain.
@@ -96,15 +99,29 @@ def append_jsonl(path: str | Path, record: Any) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(jsonable(record), ensure_ascii=False, allow_nan=False) + "\n"
-    with open(p, "a+b") as fh:
+    with open(p, "r+b" if p.exists() else "w+b") as fh:
         fh.seek(0, os.SEEK_END)
         if fh.tell() > 0:  # a writer killed mid-line left no newline: do not glue onto it
             fh.seek(-1, os.SEEK_END)
             if fh.read(1) != b"\n":
-                line = "\n" + line
+                _move_torn_tail(p, fh)
+        fh.seek(0, os.SEEK_END)
         fh.write(line.encode("utf-8"))
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _move_torn_tail(p: Path, fh: Any) -> None:
+    """A killed writer's unfinished last line goes, byte for byte, to ``<file>.torn``; the
+    file keeps only whole records (so a strict reader finds no fragment in the middle)."""
+    fh.seek(0)
+    data = fh.read()
+    cut = data.rfind(b"\n") + 1
+    with open(p.with_name(p.name + ".torn"), "ab") as side:
+        side.write(data[cut:] + b"\n")
+        side.flush()
+        os.fsync(side.fileno())
+    fh.truncate(cut)
 
 
 def _numbers(v: Any) -> list[float]:
@@ -209,9 +226,14 @@ def read_records(
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
-            if torn_ok and i == len(lines) and not text.endswith("\n"):
-                break
-            raise _bad(f"{p} line {i} is not JSON (a torn or edited line)", fix) from None
+            if i == len(lines) and not text.endswith("\n"):
+                if torn_ok:
+                    break
+                raise _bad(
+                    f"{p} line {i} is torn (the run was killed while writing it)",
+                    "run the same command again to resume (that point is measured again)",
+                ) from None
+            raise _bad(f"{p} line {i} is not JSON (an edited or damaged line)", fix) from None
         if not isinstance(rec, dict):
             raise _bad(f"{p} line {i} is a JSON {type(rec).__name__}, not a record", fix)
         if need and need not in rec:
@@ -236,16 +258,14 @@ def check_run_folder(out: str | Path, *, resume: bool = True) -> None:
             raise _bad(f"{d / name} is a directory, not a file", f"move {d / name} out of the way")
     if (d / "points").exists() and not (d / "points").is_dir():
         raise _bad(f"{d / 'points'} is a file, not a folder", f"move {d / 'points'} out of the way")
-    points: list[dict[str, Any]] = []
     for name, need in RUN_FILES.items():
         recs = read_records(d / name, need=need, torn_ok=True)
-        if name == POINTS_FILE:
-            points = recs
-    if not resume and any(r.get("status") == "ok" for r in points):
-        raise _bad(
-            f"{d / POINTS_FILE} holds finished points and --no-resume would measure them again",
-            f"drop --no-resume to resume from them, or give a new --out than {d}",
-        )
+        if not resume and name in (POINTS_FILE, "knee.jsonl"):
+            if any(r.get("status") == "ok" for r in recs):
+                raise _bad(
+                    f"{d / name} holds finished points and --no-resume would measure them again",
+                    f"drop --no-resume to resume from them, or give a new --out than {d}",
+                )
 
 
 def set_aside(path: str | Path) -> Path | None:

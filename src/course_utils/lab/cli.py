@@ -122,8 +122,12 @@ def _rehearse(
 
     from course_utils.lab import rehearsal
 
+    cache = Path(a.out) / "gpu.json"
+    here = None  # measured once on this host (cache), else the GPU table for --gpu, else torch
+    if not cache.is_file() and a.gpu:
+        here = GPUS[a.gpu].cuda_total_gib or GPUS[a.gpu].memory_gib
     r, base, sweeps = rehearsal.apply(
-        a.rehearse_gpu, "serve", base, sweeps, cache=Path(a.out) / "gpu.json"
+        a.rehearse_gpu, "serve", base, sweeps, here_total_gib=here, cache=cache
     )
     a.gpu_memory_gib = r.target_total_gib  # defaults of unset knobs: the target's
     for line in r.explain("en"):
@@ -235,7 +239,7 @@ def _check_args(a: argparse.Namespace, base: dict[str, Any], cand: dict[str, lis
         gib = SweepConfig.gpu_gib(SweepConfig(None, None, a.out))  # type: ignore[arg-type]
     v.check_knobs(base, "--base", entry="serve")
     flag = "--values" if a.cmd == "sweep" else "--candidate"
-    couple = a.couple if a.cmd == "sweep" else not a.no_couple
+    couple = a.couple if a.cmd == "sweep" else not getattr(a, "no_couple", False)
     for knob, vals in cand.items():
         try:
             check_values(knob, vals, base, couple, gib)
@@ -421,3 +425,52 @@ def add_cli(subparsers: Any) -> None:
     f.add_argument("--min-disk-gib", type=v.non_negative_float, default=MIN_FREE_DISK_GIB)
     f.add_argument("--lang", choices=("en", "zh"), default="en")
     f.set_defaults(func=_cmd_preflight)
+    add_knee_cli(subparsers)
+
+
+def _cmd_knee(a: argparse.Namespace) -> int:
+    from course_utils.core.keep import pick_knee
+    from course_utils.lab.knee import knee_scan
+
+    _apply_preset(a, tune=False)
+    base = _base(a)
+    rates = parse_values(a.rates, "--rates")
+    bad = [r for r in rates if isinstance(r, bool) or not isinstance(r, int | float) or r <= 0]
+    if bad or not rates:
+        raise BadInput(f"--rates {a.rates!r}: rates are req/s > 0", "write e.g. --rates 2,4,6,8")
+    _check_args(a, base, {})
+    _preflight_first(a, base_knobs=base, candidates={})
+    kw = _kwargs_from(a)
+    recs = knee_scan(
+        a.model,
+        [float(r) for r in rates],
+        workload=kw["workload"],
+        slo=kw["slo"],
+        out_dir=a.out,
+        base_knobs=kw["base_knobs"],
+        server_kwargs=kw["server_kwargs"],
+        bench_kwargs=kw["bench_kwargs"],
+        gpu_memory_gib=a.gpu_memory_gib,
+        batch1_prompts=a.batch1_prompts,
+        bracket_repeats=a.bracket_repeats,
+        progress=None if a.no_progress else (lambda m: print(m, file=sys.stderr)),
+    )
+    print(json.dumps(pick_knee(recs), indent=2, default=str))
+    return 0
+
+
+def add_knee_cli(subparsers: Any) -> None:
+    """Register `knee`: the offered-rate scan on one server (lab 02 step 0)."""
+    k = subparsers.add_parser("knee", help="offered-rate scan on one server: where the SLO breaks")
+    _common_cli(k)
+    k.add_argument("--rates", required=True, help="offered req/s, comma-separated, e.g. 2,4,6,8")
+    k.add_argument(
+        "--batch1-prompts", type=v.non_negative_int, default=0, help="one-at-a-time requests"
+    )
+    k.add_argument(
+        "--bracket-repeats",
+        type=v.non_negative_int,
+        default=1,
+        help="more windows at the two rates around the knee",
+    )
+    k.set_defaults(func=_cmd_knee, cmd="knee")

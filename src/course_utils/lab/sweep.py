@@ -27,18 +27,17 @@ from typing import Any
 
 from course_utils.core import knobs as knobs_mod
 from course_utils.core.cost import point_cost
+from course_utils.core.diagnose import diagnose
 from course_utils.core.keep import early_stop_reason, objective_label
+from course_utils.core.metrics import load_series
 from course_utils.core.records import (
     PointPaths,
+    Scores,
     ServedPoint,
     Workload,
     append_jsonl,
     point_key,
-    read_jsonl,
 )
-from course_utils.core.diagnose import diagnose
-from course_utils.core.metrics import load_series
-from course_utils.core.records import Scores
 from course_utils.core.slo import SLO, BenchResult, score
 from course_utils.core.store import (
     POINTS_FILE,
@@ -131,9 +130,10 @@ class SweepConfig:
 
 
 def load_points(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a points.jsonl (or of the folder that holds one), as written."""
+    """Records of a points.jsonl (or of the folder that holds one), as written; a bad or
+    torn line raises BadInput naming the file and line."""
     p = Path(path)
-    return read_jsonl(p / POINTS_FILE if p.is_dir() else p)
+    return read_records(p / POINTS_FILE if p.is_dir() else p, need="key")
 
 
 def load_served(path: str | Path) -> list[ServedPoint]:

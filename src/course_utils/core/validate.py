@@ -26,6 +26,8 @@ __all__ = [
     "check_listed",
     "error_line",
     "fraction",
+    "gpu",
+    "gpu_key",
     "knob_arg",
     "non_negative_float",
     "non_negative_int",
@@ -52,6 +54,9 @@ class BadInput(ValueError):
     def __init__(self, what: str, fix: str = "") -> None:
         self.what, self.fix = _one(what), _one(fix)
         super().__init__(f"{self.what} {FIX_MARK} {self.fix}" if self.fix else self.what)
+
+    def _render_traceback_(self) -> list[str]:  # IPython (a lab): this line, no traceback
+        return [error_line(self)]
 
 
 def _one(s: str) -> str:
@@ -163,6 +168,21 @@ def knob_arg(name: str, *, auto: bool = True) -> Callable[[str], Any]:
         return v
 
     return _arg(rule, name)
+
+
+def gpu_key(text: Any) -> str:
+    """A GPU name of core.capacity's table; "4090" and "RTX 4090" mean rtx4090. The one
+    spelling every ``--gpu`` / ``-p gpu`` / ``--rehearse-gpu`` takes. ValueError if unknown."""
+    from course_utils.core.capacity import GPUS
+
+    key = str(text).strip().lower().replace(" ", "").replace("_", "-")
+    key = "rtx4090" if key in ("4090", "rtx-4090") else key
+    if key not in GPUS:
+        raise ValueError(f"unknown GPU {text!r}: one of {', '.join(sorted(GPUS))}")
+    return key
+
+
+gpu = _arg(gpu_key, "gpu")
 
 
 # ------------------------------------------------------------------------- values

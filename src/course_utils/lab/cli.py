@@ -28,13 +28,7 @@ __all__ = ["add_cli", "process_kwargs", "workload_from_args"]
 GPU_HELP = "the GPU the run is for (a name from core.capacity; the preset's size); 4090 = rtx4090"
 
 
-def gpu_name(text: str) -> str:
-    """``--gpu``: a core.capacity GPU name; "4090" and "RTX 4090" mean rtx4090."""
-    key = text.strip().lower().replace(" ", "").replace("_", "-")
-    key = "rtx4090" if key in ("4090", "rtx-4090") else key
-    if key not in GPUS:
-        raise argparse.ArgumentTypeError(f"unknown GPU {text!r}: one of {', '.join(sorted(GPUS))}")
-    return key
+gpu_name = v.gpu  # --gpu / --rehearse-gpu: core.validate.gpu_key
 
 
 def _common_cli(p: argparse.ArgumentParser) -> None:

@@ -51,6 +51,7 @@ __all__ = [
     "check_gpu_memory",
     "check_model",
     "check_output",
+    "check_params",
     "check_port",
     "check_vllm_cli",
     "check_vllm_package",
@@ -366,6 +367,14 @@ def preflight(
     if output_dir is not None:
         checks.append(check_output(output_dir, min_free_disk_gib))
     return Report(checks, time.monotonic() - t0)
+
+
+def check_params(lab: str, params: Mapping[str, Any], root: str | Path | None = None) -> None:
+    """A lab's parameters, before its preflight: a bad one stops the notebook with one line
+    naming it (core.lab_params; the rules the command line uses)."""
+    from course_utils.core.lab_params import check_lab_params
+
+    check_lab_params(lab, params, root)
 
 
 def lab_check(

@@ -558,11 +558,34 @@ def test_lab01_replay_of_a_lab02_folder_names_the_lab(tmp_path: Path) -> None:
         check_lab_params("01", p, ROOT)
 
 
-def test_each_notebook_checks_its_parameters_before_preflight() -> None:
+def test_each_notebook_checks_its_parameters_first() -> None:
+    """The check runs before the preset, the setup's own asserts and the preflight."""
     for lab, nb in NB.items():
-        cells = json.loads((ROOT / "labs" / nb).read_text())["cells"]
-        src = next("".join(c["source"]) for c in cells if "preflight.lab_check(" in "".join(c["source"]))
-        assert src.index(f'preflight.check_params("{lab}"') < src.index("preflight.lab_check(")
+        cells = ["".join(c["source"]) for c in json.loads((ROOT / "labs" / nb).read_text())["cells"]
+                 if c["cell_type"] == "code"]
+        call = f'preflight.check_params("{lab}", globals()'
+        at = next(i for i, c in enumerate(cells) if call in c)
+        flight = next(i for i, c in enumerate(cells) if "preflight.lab_check(" in c)
+        assert 1 <= at <= flight  # right after the parameters cell
+        cell = cells[at]
+        for later in ("if preset:", "assert backend", "preflight.lab_check("):
+            assert later not in cell or cell.index(call) < cell.index(later), (nb, later)
+
+
+@pytest.mark.parametrize("module", ["replay", "knee", "modelfolder"])
+def test_module_entry_points_have_help(capsys: pytest.CaptureFixture[str], module: str) -> None:
+    import importlib
+
+    mod = importlib.import_module(f"course_utils.lab.{module}")
+    assert mod.main(["--help"]) == 0
+    assert f"python -m course_utils {module}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("verb", ["knobs", "capacity", "goodput", "diagnose", "replicas", "sweep",
+                                  "tune", "knee", "replay", "preflight", "modelfolder", "quiz"])
+def test_every_verb_has_help(capsys: pytest.CaptureFixture[str], verb: str) -> None:
+    assert main([verb, "--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: python -m course_utils " + verb)
 
 
 # ------------------------------------------------------------------------ properties

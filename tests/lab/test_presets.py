@@ -89,7 +89,7 @@ def test_lab02_preset_cell_sets_the_parameters() -> None:
     assert "preset = None" in params and "if preset:" in preflight
     start = preflight.index("if preset:")
     assert start < preflight.index("preflight.lab_check(")
-    preset_cell = preflight[start:preflight.index("preflight.check_params(")]
+    preset_cell = preflight[start:preflight.index("_preflight = ")]
     ns: dict[str, Any] = {}
     exec(params, ns)  # noqa: S102 - the notebook's own cells
     ns.update(preset="kv", gpu="h200")

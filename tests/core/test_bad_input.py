@@ -414,6 +414,10 @@ def _damage(d: Path, how: str) -> str:
         shutil.rmtree(d / "points")
         (d / "points").write_text("x")
         return "points"
+    elif how == "bad-status":
+        pts.write_text(pts.read_text() + json.dumps({**_point("k3"), "status": None}) + "\n")
+    elif how == "bad-windows":
+        pts.write_text(pts.read_text() + json.dumps({**_point("k3"), "windows": 5}) + "\n")
     elif how == "binary":
         pts.write_bytes(pts.read_bytes() + b"\xff\xfe\x00garbage\n")
     return "points.jsonl"
@@ -421,7 +425,7 @@ def _damage(d: Path, how: str) -> str:
 
 DAMAGE = ["mid-not-json", "wrong-type", "string-line", "missing-key", "key-not-string",
           "tune-no-kind", "tune-mid-torn", "knee-no-rate", "points-dir", "tune-dir", "knee-dir",
-          "gpu-dir", "params-dir", "points-file", "binary"]
+          "gpu-dir", "params-dir", "points-file", "binary", "bad-status", "bad-windows"]
 
 
 @pytest.mark.parametrize("cmd", ["tune", "sweep", "knee"])
@@ -435,7 +439,7 @@ def test_damaged_folder_is_refused_and_kept(capsys: pytest.CaptureFixture[str], 
     assert tree(d) == before
 
 
-@pytest.mark.parametrize("how", DAMAGE[:8] + ["torn-last", "empty-points", "no-baseline",
+@pytest.mark.parametrize("how", DAMAGE[:8] + DAMAGE[-2:] + ["torn-last", "empty-points", "no-baseline",
                                               "baseline-missing"])
 def test_replay_of_a_damaged_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                     how: str) -> None:

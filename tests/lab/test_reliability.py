@@ -107,3 +107,13 @@ def test_no_resume_refuses_a_finished_folder(tmp_path: Path, fake_vllm: Path) ->
         tune("fake-model", {"max_num_seqs": [2]}, workload=W, slo=LOOSE, out_dir=out,
              resume=False, **FAST)
     assert _starts(tmp_path) == n and _digests(out) == before
+
+
+@pytest.mark.parametrize("name", ["points.jsonl", "tune.jsonl", "knee.jsonl", "gpu.json"])
+def test_preflight_catches_a_folder_in_place_of_a_file(tmp_path: Path, name: str) -> None:
+    from course_utils.lab import preflight as pf
+
+    (tmp_path / name).mkdir()
+    check = pf.check_recorded(tmp_path)
+    assert not check.ok and name in check.line("en") and "→" in check.line("en")
+    assert pf.check_recorded(tmp_path / "new").ok  # a folder not made yet holds nothing

@@ -19,7 +19,7 @@ import gzip
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ __all__ = [
     "POINTS_FILE",
     "TUNE_FILE",
     "append_jsonl",
+    "RUN_CHECKS",
     "check_run_folder",
     "read_records",
     "set_aside",
@@ -190,6 +191,21 @@ RUN_FILES: dict[str, str | None] = {
     "batch1.jsonl": None,
     "results.jsonl": None,
 }
+
+
+def _point_record(rec: dict[str, Any]) -> None:
+    """A points.jsonl / knee.jsonl line that a resume or a replay can use."""
+    from course_utils.core.records import ServedPoint
+
+    if rec.get("status") not in ("ok", "failed"):
+        raise ValueError(f"status {rec.get('status')!r}")
+    ServedPoint.from_json(rec)
+
+
+RUN_CHECKS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    POINTS_FILE: _point_record,
+    "knee.jsonl": _point_record,
+}
 RUN_JSON = ("gpu.json", "params.json", "model_config.json", "environment.json")
 
 
@@ -200,10 +216,14 @@ def _bad(what: str, fix: str) -> Exception:
 
 
 def read_records(
-    path: str | Path, *, need: str | None = None, torn_ok: bool = False
+    path: str | Path,
+    *,
+    need: str | None = None,
+    torn_ok: bool = False,
+    check: Callable[[dict[str, Any]], Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The records of a recorded JSONL file, strictly: a line that is not a JSON object (or
-    lacks ``need``) raises BadInput naming the file and line. ``torn_ok``: a last line
+    lacks ``need``, or fails ``check``) raises BadInput naming the file and line. ``torn_ok``: a last line
     without its newline that does not parse is the trace of a killed writer and is
     skipped (its point was never finished). Missing file: []."""
     p = Path(path)
@@ -240,6 +260,11 @@ def read_records(
             raise _bad(f"{p} line {i} has no {need!r}", fix)
         if need == "key" and not isinstance(rec.get("key"), str):
             raise _bad(f"{p} line {i}: 'key' is not a string", fix)
+        if check is not None:
+            try:
+                check(rec)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise _bad(f"{p} line {i} is not a whole record ({exc!r})", fix) from None
         out.append(rec)
     return out
 
@@ -259,7 +284,7 @@ def check_run_folder(out: str | Path, *, resume: bool = True) -> None:
     if (d / "points").exists() and not (d / "points").is_dir():
         raise _bad(f"{d / 'points'} is a file, not a folder", f"move {d / 'points'} out of the way")
     for name, need in RUN_FILES.items():
-        recs = read_records(d / name, need=need, torn_ok=True)
+        recs = read_records(d / name, need=need, torn_ok=True, check=RUN_CHECKS.get(name))
         if not resume and name in (POINTS_FILE, "knee.jsonl"):
             if any(r.get("status") == "ok" for r in recs):
                 raise _bad(

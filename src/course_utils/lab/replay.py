@@ -501,7 +501,7 @@ def environment() -> dict[str, Any]:
 def check_folder(folder: str | Path) -> str:
     """What a recorded folder holds ("tune", "knee", "points" or "lab01"), every recorded
     file read strictly first (a bad line names its file and line). Raises BadInput."""
-    from course_utils.core.store import RUN_FILES
+    from course_utils.core.store import RUN_CHECKS, RUN_FILES
 
     d = Path(folder)
     if not d.is_dir():
@@ -510,7 +510,7 @@ def check_folder(folder: str | Path) -> str:
             f"replay folder {d} {what}", "give a run folder (e.g. labs/results/<run>/slo)"
         )
     for name, need in RUN_FILES.items():
-        read_records(d / name, need=need)
+        read_records(d / name, need=need, check=RUN_CHECKS.get(name))
     if is_present(d / TUNE_FILE):
         return "tune"
     if is_present(d / KNEE_FILE):

@@ -41,6 +41,7 @@ from course_utils.core.records import (
 from course_utils.core.slo import SLO, BenchResult, score
 from course_utils.core.store import (
     POINTS_FILE,
+    RUN_CHECKS,
     check_run_folder,
     is_present,
     read_records,
@@ -133,7 +134,9 @@ def load_points(path: str | Path) -> list[dict[str, Any]]:
     """Records of a points.jsonl (or of the folder that holds one), as written; a bad or
     torn line raises BadInput naming the file and line."""
     p = Path(path)
-    return read_records(p / POINTS_FILE if p.is_dir() else p, need="key")
+    return read_records(
+        p / POINTS_FILE if p.is_dir() else p, need="key", check=RUN_CHECKS[POINTS_FILE]
+    )
 
 
 def load_served(path: str | Path) -> list[ServedPoint]:
@@ -328,7 +331,7 @@ def _done_points(
     slo = str(cfg.slo)
     same: dict[str, dict[str, Any]] = {}
     other: dict[str, dict[str, Any]] = {}
-    for r in read_records(points_path, need="key", torn_ok=True):
+    for r in read_records(points_path, need="key", torn_ok=True, check=RUN_CHECKS[POINTS_FILE]):
         if cfg.retry_failed and r.get("status") == "failed":
             continue
         (same if r.get("slo", slo) == slo else other)[r["key"]] = r

@@ -219,11 +219,17 @@ def config_dir(name: str = "qwen2.5-7b-instruct") -> Path:
     return Path(str(resources.files("course_utils") / "data" / "models" / name))
 
 
-def get_gpu(name: str) -> GPU:
-    key = name.lower().replace(" ", "").replace("_", "-")
+def gpu_key(name: str) -> str:
+    """The table's name for a GPU; "4090" and "RTX 4090" mean rtx4090. ValueError if unknown."""
+    key = str(name).strip().lower().replace(" ", "").replace("_", "-")
+    key = "rtx4090" if key in ("4090", "rtx-4090") else key
     if key not in GPUS:
-        raise ValueError(f"unknown GPU {name!r}: use one of {', '.join(GPUS)}")
-    return GPUS[key]
+        raise ValueError(f"unknown GPU {name!r}: one of {', '.join(sorted(GPUS))}")
+    return key
+
+
+def get_gpu(name: str) -> GPU:
+    return GPUS[gpu_key(name)]
 
 
 @dataclass

@@ -171,15 +171,11 @@ def knob_arg(name: str, *, auto: bool = True) -> Callable[[str], Any]:
 
 
 def gpu_key(text: Any) -> str:
-    """A GPU name of core.capacity's table; "4090" and "RTX 4090" mean rtx4090. The one
-    spelling every ``--gpu`` / ``-p gpu`` / ``--rehearse-gpu`` takes. ValueError if unknown."""
-    from course_utils.core.capacity import GPUS
+    """A GPU name of core.capacity's table (``capacity.gpu_key``): the one spelling every
+    ``--gpu`` / ``-p gpu`` / ``--rehearse-gpu`` takes. ValueError if unknown."""
+    from course_utils.core.capacity import gpu_key as key
 
-    key = str(text).strip().lower().replace(" ", "").replace("_", "-")
-    key = "rtx4090" if key in ("4090", "rtx-4090") else key
-    if key not in GPUS:
-        raise ValueError(f"unknown GPU {text!r}: one of {', '.join(sorted(GPUS))}")
-    return key
+    return key(text)
 
 
 gpu = _arg(gpu_key, "gpu")

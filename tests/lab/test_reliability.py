@@ -117,3 +117,25 @@ def test_preflight_catches_a_folder_in_place_of_a_file(tmp_path: Path, name: str
     check = pf.check_recorded(tmp_path)
     assert not check.ok and name in check.line("en") and "→" in check.line("en")
     assert pf.check_recorded(tmp_path / "new").ok  # a folder not made yet holds nothing
+
+
+def test_knee_verb_measures_again_under_another_slo(tmp_path: Path, fake_vllm: Path,
+                                                    fake_nvidia_smi: Path, dummy_model: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from course_utils.__main__ import main
+
+    out = tmp_path / "k"
+    argv = ["knee", "--model", str(dummy_model), "--load-format", "dummy", "--rates", "400",
+            "--out", str(out), "--input-len", "16", "--output-len", "8", "--num-prompts", "8",
+            "--bracket-repeats", "0", "--startup-timeout", "20", "--gpu-memory-gib", "24",
+            "--no-progress"]
+    assert main([*argv, "--slo", "ttft:5000 tpot:1000"]) == 0
+    grown = {p: p.read_bytes() for p in (out / "knee.jsonl", out / "knee" / "serve.log")}
+    first = _digests(out) - {hashlib.sha256(b).hexdigest() for b in grown.values()}
+    assert main([*argv, "--slo", "ttft:4000 tpot:900"]) == 0
+    assert all(p.read_bytes().startswith(b) for p, b in grown.items())  # appended to only
+    recs = [json.loads(x) for x in (out / "knee.jsonl").read_text().splitlines()]
+    assert [r["slo"] for r in recs] == ["ttft:5000 tpot:1000", "ttft:4000 tpot:900"]
+    assert (out / "knee" / "rate-400.1").is_dir()  # the first SLO's files, kept
+    assert first <= _digests(out)
+    assert "knee_rate" in capsys.readouterr().out

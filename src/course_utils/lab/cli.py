@@ -227,10 +227,10 @@ def _check_args(a: argparse.Namespace, base: dict[str, Any], cand: dict[str, lis
     workload_from_args(a)
     process_kwargs(a)
     gib = a.gpu_memory_gib or (GPUS[a.gpu].memory_gib if a.gpu else None)
-    if gib is None:
-        from course_utils.lab.sweep import SweepConfig
+    if gib is None:  # as sweep() reads it: this host's GPU, else a 24 GiB one
+        from course_utils.lab.server import gpu_memory_gib
 
-        gib = SweepConfig.gpu_gib(SweepConfig(None, None, a.out))  # type: ignore[arg-type]
+        gib = gpu_memory_gib() or 24.0
     v.check_knobs(base, "--base", entry="serve")
     flag = "--values" if a.cmd == "sweep" else "--candidate"
     couple = a.couple if a.cmd == "sweep" else not getattr(a, "no_couple", False)

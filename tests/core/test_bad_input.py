@@ -660,3 +660,13 @@ def test_empty_items_are_refused() -> None:
     for bad in ("", ",", "1,,2", "1,", " , "):
         with pytest.raises(BadInput, match="empty value"):
             parse_values(bad)
+
+
+def test_the_real_process_prints_one_line_and_exits_2() -> None:
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "course_utils", "capacity", "--max-model-len", "0"],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: argument --max-model-len")

@@ -19,6 +19,7 @@ from course_utils.core import validate as v
 from course_utils.core.validate import EXIT_BAD_INPUT, BadInput, error_line
 from course_utils.lab import cli as lab_cli
 from course_utils.lab import modelfolder, replay
+from course_utils.lab import workload as lab_workload
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
@@ -357,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     lab_cli.add_cli(sub)
     replay.add_cli(sub)
     modelfolder.add_cli(sub)
+    lab_workload.add_parser(sub)
     quiz.add_cli(sub)
     return p
 

@@ -13,12 +13,8 @@ from course_utils.core.capacity import GPUS
 from course_utils.core.keep import OBJECTIVES
 from course_utils.core.knobs import KnobError
 from course_utils.core.knobs import get as get_knob
-from course_utils.core.validate import (
-    BadInput,
-    parse_values,
-    process_kwargs,
-    workload_from_args,
-)
+from course_utils.core.records import Workload
+from course_utils.core.validate import BadInput, parse_values, process_kwargs
 from course_utils.core.validate import parse_assign as _parse_assign
 from course_utils.lab.preflight import MIN_FREE_DISK_GIB, preflight, requested_gmu
 
@@ -43,6 +39,14 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=v.rate, default=None, help="offered request rate (req/s)")
     p.add_argument("--out", required=True, help="output folder (points.jsonl, tune.jsonl)")
     p.add_argument("--base", action="append", metavar="KNOB=VALUE", help="fixed knob values")
+    p.add_argument(
+        "--workload",
+        default=None,
+        metavar="TRACE.jsonl",
+        help="replay a trace (python -m course_utils workload): --num-prompts of its "
+        "requests, its time scaled so its mean rate is --rate (default: as recorded); "
+        "its lengths and shared prefixes replace --input-len, --output-len, --prefix-len",
+    )
     p.add_argument("--input-len", type=v.positive_int, default=None, help="512")
     p.add_argument("--output-len", type=v.positive_int, default=None, help="128")
     p.add_argument("--num-prompts", type=v.positive_int, default=None, help="200")
@@ -185,6 +189,16 @@ def _base(a: argparse.Namespace) -> dict[str, Any]:
     for item in a.base or []:
         out.update(_parse_assign([item], False, "--base"))
     return out
+
+
+def workload_from_args(a: Any, base: dict[str, Any] | None = None) -> Workload:
+    """The workload of a command line (core.validate.workload_from_args); with
+    ``--workload TRACE``: that trace (lab.workload.trace_from_args)."""
+    if getattr(a, "workload", None):
+        from course_utils.lab.workload import trace_from_args
+
+        return trace_from_args(a)
+    return v.workload_from_args(a, base)
 
 
 def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:

@@ -368,7 +368,10 @@ def report(exc: BaseException, fix: str = "") -> None:
     lines = [x for x in str(exc).splitlines() if x.strip()] or [type(exc).__name__]
     for line in lines[:-1]:
         print(f"  ✗ {line}", file=sys.stderr)
-    last = lines[-1] + (f" (and {len(lines) - 1} more above)" if len(lines) > 1 else "")
+    last = lines[-1]
+    if len(lines) > 1:
+        what, arrow, how = last.partition(" → ")
+        last = f"{what} (and {len(lines) - 1} more above){arrow and ' → '}{how}"
     print(error_line(last, fix), file=sys.stderr)
 
 

@@ -200,9 +200,10 @@ def _coerce(knob: Knob, value: Any) -> Any:
                 return False
             raise ValueError
         if t == "json":
-            if value is None or isinstance(value, dict):
-                return value
-            return json.loads(str(value))
+            out = value if value is None or isinstance(value, dict) else json.loads(str(value))
+            if out is not None and not isinstance(out, dict):
+                raise ValueError  # vLLM reads a config object, e.g. {"method": "ngram"}
+            return out
         return None if value is None else str(value)
     except (ValueError, TypeError, json.JSONDecodeError):
         raise KnobError(f"{knob.name}: {value!r} is not a valid {t}") from None

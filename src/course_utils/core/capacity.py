@@ -387,6 +387,23 @@ def predict(
     """
     from course_utils.core import knobs as knobs_mod
 
+    # vLLM's own rules on the knobs (knobs.validate); a length is needed here, not auto
+    given = {"gpu_memory_utilization": gpu_memory_utilization, "max_model_len": max_model_len}
+    given.update(
+        {
+            k: x
+            for k, x in (
+                ("max_num_seqs", max_num_seqs),
+                ("max_num_batched_tokens", max_num_batched_tokens),
+            )
+            if x is not None
+        }
+    )
+    knobs_mod.validate(given, entry="serve" if entry == "serve" else "llm")
+    if max_model_len < 1:
+        raise ValueError(f"max_model_len must be a length >= 1 here, got {max_model_len}")
+    if overhead_gib is not None and overhead_gib < 0:
+        raise ValueError(f"overhead_gib must be >= 0, got {overhead_gib}")
     shape = model if isinstance(model, ModelShape) else load_model(model)
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
     kw: dict[str, Any] = {"gpu_memory_gib": g.total_gib, "entry": entry, "gpu_name": g.name}

@@ -139,3 +139,19 @@ def test_knee_verb_measures_again_under_another_slo(tmp_path: Path, fake_vllm: P
     assert (out / "knee" / "rate-400.1").is_dir()  # the first SLO's files, kept
     assert first <= _digests(out)
     assert "knee_rate" in capsys.readouterr().out
+
+
+def test_a_lab_stops_on_a_bad_parameter_with_its_one_line(tmp_path: Path) -> None:
+    """One papermill run (the rest of the corpus calls the check directly): the lab's line
+    is the error papermill reports, and the output folder is never made."""
+    import papermill as pm
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "lab02"
+    with pytest.raises(pm.PapermillExecutionError) as exc:
+        pm.execute_notebook(str(root / "labs" / "02_slo_loop.ipynb"), str(tmp_path / "o.ipynb"),
+                            parameters={"slo": "ttft", "output_dir": str(out)}, progress_bar=False,
+                            cwd=str(root))
+    lines = [x for x in str(exc.value).splitlines() if x.startswith("error:")]
+    assert lines == [lines[0]] and lines[0].startswith("error: -p slo 'ttft'")
+    assert exc.value.ename == "BadInput" and not out.exists()

@@ -88,7 +88,8 @@ def plot_load_latency(
     )
     ax.set_xlabel(_T["x"][lang])
     ax.set_ylabel(_T["y"][lang])
-    ax.set_ylim(bottom=0)
+    top = max([ttft_slo_ms] + [y for line in ax.get_lines() for y in line.get_ydata()])
+    ax.set_ylim(0, top * 1.5)  # room above the data for the legend, clear of the SLO label
     ax.set_title(_T["title"][lang])
     ax.legend(fontsize=8, title=f"● {_T['met'][lang]}  ○ {_T['missed'][lang]}", title_fontsize=8)
     ax.grid(alpha=0.3)

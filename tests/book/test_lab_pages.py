@@ -146,7 +146,7 @@ def test_autodl_environment_cell_is_not_a_failure_on_the_build_machine(lang: str
     if here:  # a GPU machine: the cell checks it
         assert here in out, out
     else:  # the build machine: the recorded H200's versions pass the same check
-        assert ("OK: ready for the labs" if lang == "en" else "OK：可以开始做 lab 了") in out, out
+        assert ("OK: ready for the labs" if lang == "en" else "OK：可以开始做实验了") in out, out
         assert "NVIDIA H200" in out
 
 

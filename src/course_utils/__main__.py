@@ -16,6 +16,7 @@ from typing import Any
 from course_utils import quiz
 from course_utils.core import capacity, diagnose, knobs, metrics, replicas, slo
 from course_utils.lab import cli as lab_cli
+from course_utils.lab import workload as lab_workload
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
@@ -244,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_replicas)
 
     lab_cli.add_cli(sub)
+    lab_workload.add_parser(sub)
     quiz.add_cli(sub)
     return p
 

@@ -61,6 +61,14 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=None, help="offered request rate (req/s)")
     p.add_argument("--out", required=True, help="output folder (points.jsonl, tune.jsonl)")
     p.add_argument("--base", action="append", metavar="KNOB=VALUE", help="fixed knob values")
+    p.add_argument(
+        "--workload",
+        default=None,
+        metavar="TRACE.jsonl",
+        help="replay a trace (python -m course_utils workload): --num-prompts of its "
+        "requests, its time scaled so its mean rate is --rate (default: as recorded); "
+        "its lengths and shared prefixes replace --input-len, --output-len, --prefix-len",
+    )
     p.add_argument("--input-len", type=int, default=None, help="512")
     p.add_argument("--output-len", type=int, default=None, help="128")
     p.add_argument("--num-prompts", type=int, default=None, help="200")
@@ -219,7 +227,12 @@ _WORKLOAD_FLAGS = (
 
 def workload_from_args(a: Any, base: dict[str, Any] | None = None) -> Workload:
     """The workload of a command line: ``base`` (a preset's ``workload_kwargs()``), then
-    every workload flag the command has and was given (None: not given)."""
+    every workload flag the command has and was given (None: not given). With
+    ``--workload TRACE``: that trace (lab.workload.trace_from_args)."""
+    if getattr(a, "workload", None):
+        from course_utils.lab.workload import trace_from_args
+
+        return trace_from_args(a)
     kw = dict(base or {})
     for flag, name in _WORKLOAD_FLAGS:
         value = getattr(a, flag, None)

@@ -30,6 +30,7 @@ from course_utils.core.records import (
     read_jsonl,
 )
 from course_utils.core.slo import SLO
+from course_utils.core.workload import workload_from_dict
 from course_utils.lab.measure import MeasureConfig, measure
 from course_utils.lab.server import ServerStartError, VllmServer
 from course_utils.lab.server import gpu_memory_gib as _gpu_gib
@@ -285,7 +286,7 @@ def _repeat_rate(
     slo: SLO,
 ) -> dict[str, Any]:
     p = as_point(rec)
-    w = Workload.from_dict(p.workload)
+    w = workload_from_dict(p.workload)
     t0 = time.monotonic()
     _, more = measure(
         srv,

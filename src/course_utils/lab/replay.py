@@ -34,6 +34,7 @@ from course_utils.core.validity import (
     warmed_peak,
     warmup_issue,
 )
+from course_utils.core.workload import workload_from_dict
 from course_utils.lab.knee import BATCH1_FILE, KNEE_FILE, latest_by_rate, rate_key
 
 __all__ = [
@@ -71,7 +72,7 @@ def recheck(rec: Mapping[str, Any], folder: Path) -> dict[str, Any]:
         out["valid"] = False
         return out
     paths = PointPaths(folder)
-    wl = Workload.from_dict(out["workload"]) if out.get("workload") else None
+    wl = workload_from_dict(out["workload"]) if out.get("workload") else None
     if "windows" in out:
         warm = out.get("warmup") or {}
         covered = warm.get("running_max") if warm.get("status") == "ok" else None

@@ -116,6 +116,10 @@ def test_bad_logs_get_one_line_per_problem(tmp_path: Path, capsys: pytest.Captur
     assert rc == 2 and stdout == "" and not out.exists()
     lines = err.splitlines()
     f = str(log)
+    # every problem shown: the others as "✗" lines, the last as the one error line
+    assert all(x.startswith("  ✗ ") for x in lines[:-1]) and lines[-1].startswith("error: ")
+    lines = ["error: " + x.removeprefix("  ✗ ").removeprefix("error: ").replace(
+        " (and 3 more above)", "") for x in lines]
     assert lines == [
         f"error: {f}:2: no prompt token count (usage.prompt_tokens) → fix: log the response's "
         "usage (streams: stream_options include_usage)",
@@ -143,8 +147,9 @@ def test_failed_requests_are_refused_unless_dropped(tmp_path: Path, capsys: pyte
     log = _write(tmp_path / "f.jsonl", [_req(1.0), _req(2.0, error="timeout"), _req(3.0, n_out=0), _req(4.0)])
     rc, _, err = _run([str(log)], capsys)
     assert rc == 2 and len(err.splitlines()) == 2
-    assert err.splitlines()[0].startswith(f"error: {log}:2: the request failed: its answer length is unknown")
+    assert err.splitlines()[0].startswith(f"  ✗ {log}:2: the request failed: its answer length is unknown")
     assert err.splitlines()[1].startswith(f"error: {log}:3: completion_tokens is 0")
+    assert "(and 1 more above) → fix:" in err.splitlines()[1]
     rc, out, _ = _run([str(log), "--drop-failed"], capsys)
     assert rc == 0 and "note: dropped 2 failed request(s)" in out and "requests       2 over 3.0 s" in out
 

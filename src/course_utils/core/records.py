@@ -31,7 +31,6 @@ __all__ = [
     "GZ",
     "KNEE_FILE",
     "PointPaths",
-    "ProbeRecord",
     "Workload",
     "append_jsonl",
     "gzip_file",
@@ -558,41 +557,3 @@ class OfflinePoint:
         )
         p.update({k: v for k, v in d.items() if k not in ("key", "knobs", "model")})
         return p
-
-
-# --------------------------------------------------------------------------------------
-# capacity probe: one `vllm serve` start-up and the memory vLLM logged
-# --------------------------------------------------------------------------------------
-
-
-@dataclass
-class ProbeRecord:
-    """One capacity-probe case (lab/capacity_probe.py): the serve config, the GPU it ran on
-    (CUDA total, bytes) and, from the log, the start-up facts and the memory profile
-    (``vllm_logs.StartupFacts`` / ``MemoryProfile`` as dicts, plus the lines verbatim)."""
-
-    case: str
-    status: str  # "ok" | "failed"
-    model: str
-    config: dict[str, Any]  # the model folder's config.json: the prediction's only model input
-    entry: str  # whose defaults were passed: "serve" | "llm"
-    knobs: dict[str, Any]
-    gpu_total_bytes: int
-    target_gpu: str | None = None  # rehearsed GPU (None: this GPU's own defaults)
-    reason: str | None = None
-    note: str = ""
-    argv: list[str] = field(default_factory=list)
-    started_at: str = ""
-    startup_s: float | None = None
-    wall_s: float | None = None
-    log: str = ""
-    facts: dict[str, Any] = field(default_factory=dict)
-    memory: dict[str, Any] = field(default_factory=dict)
-    memory_lines: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ProbeRecord:
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})

@@ -30,7 +30,7 @@ def stamp_datetime(stamp: str, year: int) -> datetime:
     return datetime(year, mo, d, h, mi, s)
 
 
-def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+def last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
     found = None
     for found in pattern.finditer(text):  # noqa: B007 - the last one wins
         pass

@@ -159,7 +159,7 @@ def memory_profile(text: str) -> MemoryProfile:
 
 @dataclass
 class ProbeRecord:
-    """One capacity-probe case (lab/capacity_probe.py): the serve config, the GPU it ran on
+    """One capacity-probe case: the serve config, the GPU it ran on
     (CUDA total, bytes) and, from the log, the start-up facts and the memory profile
     (``vllm_logs.StartupFacts`` / ``MemoryProfile`` as dicts, plus the lines verbatim)."""
 
@@ -401,7 +401,7 @@ def _vs_prediction(rec: ProbeRecord) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m course_utils.lab.capacity_probe",
+        prog="python tools/gpu/capacity_probe.py",
         description="Start vllm serve per memory case and record what vLLM logged.",
     )
     ap.add_argument("run_dir", type=Path)

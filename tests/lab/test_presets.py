@@ -29,8 +29,8 @@ def test_tune_preset_fills_what_was_not_given() -> None:
     assert (a.input_len, a.output_len, a.num_prompts, a.prefix_len) == (3072, 256, 150, 0)
     assert a.rate == 6 and a.slo == "ttft:2000 tpot:15" and a.ignore_eos
     # base: the preset's, then the explicit one (which wins on a clash)
-    assert cli._parse_assign(a.base, False) == {"max_model_len": 4096, "max_num_seqs": 512}
-    assert cli._parse_assign(a.candidate, True) == {
+    assert cli.parse_assign(a.base, False) == {"max_model_len": 4096, "max_num_seqs": 512}
+    assert cli.parse_assign(a.candidate, True) == {
         "max_num_batched_tokens": [2048, 4096], "max_num_seqs": [128, 256]}
     # the recorded decode run's command line, from the preset alone
     kw = cli._kwargs_from(a)

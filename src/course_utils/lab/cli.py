@@ -39,7 +39,7 @@ def parse_values(s: str) -> list[Any]:
     return [parse_value(x) for x in s.split(",") if x.strip()]
 
 
-def _parse_assign(items: Sequence[str] | None, many: bool) -> dict[str, Any]:
+def parse_assign(items: Sequence[str] | None, many: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items or []:
         k, sep, v = item.partition("=")
@@ -107,13 +107,6 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
         default=None,
         help="warm-up prompts at the load's rate, as a share of --num-prompts "
         "(default: the preset's, else 0.5)",
-    )
-    p.add_argument(
-        "--bench-worker",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="run each `vllm bench serve` in one process that imports vLLM once "
-        "(default: COURSE_UTILS_BENCH_WORKER=1 turns it on)",
     )
     p.add_argument("--no-progress", action="store_true")
 
@@ -239,7 +232,7 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
         slo=slo,
         out_dir=a.out,
         # the rehearsed knobs when --rehearse-gpu set them, else --base as given
-        base_knobs=getattr(a, "base_knobs", None) or _parse_assign(a.base, False),
+        base_knobs=getattr(a, "base_knobs", None) or parse_assign(a.base, False),
         resume=a.resume,
         patience=a.patience,
         server_kwargs=server_kwargs,
@@ -250,7 +243,6 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
         repeats=a.repeats,
         remeasure=a.remeasure,
         warmup_share=a.warmup_share,
-        bench_worker=a.bench_worker,
     )
 
 
@@ -295,7 +287,7 @@ def _cmd_preflight(a: argparse.Namespace) -> int:
 def _cmd_sweep(a: argparse.Namespace) -> int:
     _apply_preset(a, tune=False)
     base, sweeps = _rehearse(
-        a, _parse_assign(a.base, False), {get_knob(a.knob).name: parse_values(a.values)}
+        a, parse_assign(a.base, False), {get_knob(a.knob).name: parse_values(a.values)}
     )
     a.base_knobs = base
     _preflight_first(a, base_knobs=base, candidates=sweeps)
@@ -329,10 +321,10 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
 
 def _cmd_tune(a: argparse.Namespace) -> int:
     _apply_preset(a, tune=True)
-    cand = _parse_assign(a.candidate, True)
+    cand = parse_assign(a.candidate, True)
     if not cand:
         raise SystemExit("give at least one --candidate KNOB=V1,V2,...")
-    a.base_knobs, cand = _rehearse(a, _parse_assign(a.base, False), cand)
+    a.base_knobs, cand = _rehearse(a, parse_assign(a.base, False), cand)
     _preflight_first(a, base_knobs=a.base_knobs, candidates=cand)
     kw = _kwargs_from(a)
     summary = tune(

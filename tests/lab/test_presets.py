@@ -126,7 +126,7 @@ def test_a_presets_warm_up_share_reaches_the_loop_and_its_grid(tmp_path: Path) -
     for args, share in (([], 1.0), (["--warmup-share", "0.5"], 0.5)):
         out = tmp_path / f"grid{share}"
         assert gridrun.main(["prepare", str(out), "--model", "m", "--port", "1", "--preset",
-                             "knee", "--gpu", "h200", "--bench-worker", *args]) == 0
+                             "knee", "--gpu", "h200", *args]) == 0
         bench = (out / "bench_cmd.txt").read_text()
         assert f"--warmup-share {share:g} " in bench
         assert json.loads((out / "grid.json").read_text())["warmup"]["share"] == share

@@ -134,9 +134,9 @@ def loop_ending(q: Any, p: dict[str, Any]) -> None:
 
 def knee_ranking(q: Any, p: dict[str, Any]) -> None:
     """Through lab (the grid's validity gate, JIT compiles in its log included, and
-    gridcompare's spread between servers), not the generator's own reading of the files."""
+    grid.compare's spread between servers), not the generator's own reading of the files."""
     from course_utils.lab import grid
-    from course_utils.lab.gridcompare import compare
+    from course_utils.lab.grid import compare
 
     loop, sweep = ROOT / p["loop"], ROOT / p["grid"]
     slo = str((grid.read_grid_meta(sweep) or {})["slo"])

@@ -197,4 +197,3 @@ def run_bench(
 # `vllm bench serve --num-warmups` that tools/gpu/side_by_side.sh gives vLLM's own sweep (the
 # course's harness warms up through lab.measure instead: a share of the load at its rate)
 WARMUP_PROMPTS = 8
-

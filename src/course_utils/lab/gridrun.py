@@ -313,8 +313,8 @@ def _record(
     cover = warmup_issue(warm.get("running_max"), run["running_max"])
     if cover:
         issues.append(cover)
-    out = {"workload": w.to_dict(), "warmup": warm, "run": run}
-    out.update(valid=not issues, validity_issues=issues)
+    out = {"workload": w.to_dict(), "warmup": warm, "run": run, "valid": not issues}
+    out["validity_issues"] = issues
     harness_path(result).write_text(json.dumps(out, indent=1))
     print(f"gridbench: {json.dumps({'valid': not issues, 'issues': issues})}", flush=True)
 

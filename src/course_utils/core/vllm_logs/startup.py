@@ -36,7 +36,11 @@ class StartupFacts:
 
 
 def startup_facts(text: str) -> StartupFacts:
-    kv, conc, gib = last_match(_KV_TOKENS, text), last_match(_MAX_CONC, text), last_match(_KV_GIB, text)
+    kv, conc, gib = (
+        last_match(_KV_TOKENS, text),
+        last_match(_MAX_CONC, text),
+        last_match(_KV_GIB, text),
+    )
     weights, comp = last_match(_WEIGHTS, text), last_match(_COMPILE, text)
     return StartupFacts(
         kv_cache_tokens=int(kv.group(1).replace(",", "")) if kv else None,

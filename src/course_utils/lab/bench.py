@@ -33,7 +33,6 @@ __all__ = [
     "Workload",
     "bench_args",
     "run_bench",
-    "WARMUP_PROMPTS",
 ]
 
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
@@ -192,8 +191,3 @@ def run_bench(
         }
         out.write_text(json.dumps(result.raw))
     return result
-
-
-# `vllm bench serve --num-warmups` that tools/gpu/side_by_side.sh gives vLLM's own sweep (the
-# course's harness warms up through lab.measure instead: a share of the load at its rate)
-WARMUP_PROMPTS = 8

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from course_utils.quiz.data import _opts
-from course_utils.quiz.engine import LANGS, QuizError, _fmt, generator
+from course_utils.quiz.data import option_list
+from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator
 
 # ---------------------------------------------------------------- generators
 # Each returns question fields (type, prompt, explain, choices | answer+tolerance+unit).
@@ -49,7 +49,7 @@ def _knob_choices(
     from course_utils.core import knobs
 
     ks = [knobs.get(n) for n in names] if names else list(knobs.KNOBS.values())
-    return _opts([(_knob_text(k, move), k.name in correct, k.name) for k in ks])
+    return option_list([(_knob_text(k, move), k.name in correct, k.name) for k in ks])
 
 
 MOVE_WORD = {
@@ -114,7 +114,7 @@ def _g_knob_direction(p: Mapping[str, Any]) -> dict[str, Any]:
             "zh": f"{given['zh']}方向地图：{k.label['zh']}（`{k.flag}`），动作：{k.move['zh']}。"
             f"{AXES[axis]['zh']} 会怎样？",
         },
-        "choices": _opts([(knobs.EFFECT_WORD[e], e == eff, e) for e in order]),
+        "choices": option_list([(knobs.EFFECT_WORD[e], e == eff, e) for e in order]),
         "explain": {
             "en": f"{AXES[axis]['en']}: {knobs.EFFECT_WORD[eff]['en']}. Trade: {k.trade['en']}. "
             f"{note['en']}".strip(),
@@ -170,7 +170,7 @@ def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
     from course_utils.core import knobs
 
     shown = [knobs.get(n) for n in p["knobs"]]
-    choices = _opts([(_knob_text(k), helps_both(k), k.name) for k in shown])
+    choices = option_list([(_knob_text(k), helps_both(k), k.name) for k in shown])
 
     def line(k: Any, lg: str) -> str:
         w = knobs.EFFECT_WORD
@@ -257,7 +257,7 @@ def _g_default_source(p: Mapping[str, Any]) -> dict[str, Any]:
             "zh": f"`{k.source}` 里 `{k.config}` 的字段默认值是 {fd}。可是不设 `{k.flag}` 时，"
             f"`vllm serve` 上 {got['zh']}。为什么？",
         },
-        "choices": _opts(opts),
+        "choices": option_list(opts),
         "explain": {
             "en": "The field's default is for tests (its docstring says so); when the flag is "
             "unset, `EngineArgs.get_batch_defaults` in vllm/engine/arg_utils.py fills it "
@@ -320,8 +320,8 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
         ok, why = True, None
     except knobs.KnobError as e:
         ok, why = False, str(e)
-    on = f" ({_fmt(gib)} GiB GPU)" if gib else ""
-    on_zh = f"（{_fmt(gib)} GiB 显卡）" if gib else ""
+    on = f" ({fmt_num(gib)} GiB GPU)" if gib else ""
+    on_zh = f"（{fmt_num(gib)} GiB 显卡）" if gib else ""
     opts = [
         (
             {
@@ -371,6 +371,6 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
             "en": f"`vllm serve MODEL {argv}`{on}: what happens?",
             "zh": f"`vllm serve MODEL {argv}`{on_zh}：会发生什么？",
         },
-        "choices": _opts(opts),
+        "choices": option_list(opts),
         "explain": explain,
     }

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core.store import POINTS_FILE
-from course_utils.quiz.data import _opts, recorded_point, resolve_path
-from course_utils.quiz.engine import LANGS, QuizError, _fmt, generator
+from course_utils.quiz.data import option_list, recorded_point, resolve_path
+from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator
 
 REPO_RUNS = "labs/results/"
 
@@ -73,10 +73,10 @@ def _g_littles_law(p: Mapping[str, Any]) -> dict[str, Any]:
         "prompt": {
             "en": f"Recorded run `{pt['where']}`, point `--max-num-seqs {cap}`: `vllm bench "
             f"serve` completed {thr:.2f} req/s with a mean end-to-end latency of "
-            f"{_fmt(round(e2e))} ms. On average, how many requests were inside the server "
+            f"{fmt_num(round(e2e))} ms. On average, how many requests were inside the server "
             "(running or waiting)?",
             "zh": f"已录制的实测 `{pt['where']}`，`--max-num-seqs {cap}` 这个点：`vllm bench serve` "
-            f"完成 {thr:.2f} req/s，平均端到端延迟 {_fmt(round(e2e))} ms。平均有多少个请求"
+            f"完成 {thr:.2f} req/s，平均端到端延迟 {fmt_num(round(e2e))} ms。平均有多少个请求"
             "在服务器里（运行中或排队中）？",
         },
         "explain": {
@@ -139,12 +139,12 @@ def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
             verdict = "小于" if x["value"] < n else "不小于"
             return (
                 f"{x['value']}：{verdict} {n:.0f}，实测排队均值 {s.waiting_mean:.1f}、"
-                f"运行数最多 {_fmt(s.running_max)}"
+                f"运行数最多 {fmt_num(s.running_max)}"
             )
         verdict = "below" if x["value"] < n else "not below"
         return (
             f"{x['value']}: {verdict} {n:.0f}; recorded waiting mean {s.waiting_mean:.1f}, "
-            f"running max {_fmt(s.running_max)}"
+            f"running max {fmt_num(s.running_max)}"
         )
 
     opts = [
@@ -154,17 +154,17 @@ def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "type": "multiple",
         "prompt": {
-            "en": f"Recorded run `{where}`: {_fmt(rate)} req/s offered, 512 tokens in / 128 out. "
+            "en": f"Recorded run `{where}`: {fmt_num(rate)} req/s offered, 512 tokens in / 128 out. "
             f"With `--max-num-seqs {ref['value']}` nothing queued: it completed "
             f"{b['request_throughput']:.2f} req/s at a mean end-to-end latency of "
-            f"{_fmt(round(b['mean_e2el_ms']))} ms. By Little's law, which caps must make "
+            f"{fmt_num(round(b['mean_e2el_ms']))} ms. By Little's law, which caps must make "
             "requests queue at this load?",
-            "zh": f"已录制的实测 `{where}`：压测速率 {_fmt(rate)} req/s，512 入 / 128 出。"
+            "zh": f"已录制的实测 `{where}`：压测速率 {fmt_num(rate)} req/s，512 入 / 128 出。"
             f"`--max-num-seqs {ref['value']}` 时没有排队：完成 {b['request_throughput']:.2f} "
-            f"req/s，平均端到端延迟 {_fmt(round(b['mean_e2el_ms']))} ms。按利特尔定律，"
+            f"req/s，平均端到端延迟 {fmt_num(round(b['mean_e2el_ms']))} ms。按利特尔定律，"
             "在这个负载下哪些上限一定会让请求排队？",
         },
-        "choices": _opts(opts),
+        "choices": option_list(opts),
         "explain": {
             "en": f"Requests in flight = {b['request_throughput']:.2f} x "
             f"{b['mean_e2el_ms'] / 1000:.3f} s = {n:.0f}. A cap below that cannot hold "
@@ -267,15 +267,15 @@ def _g_ttft_split(p: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "type": "single",
         "prompt": {
-            "en": f"Recorded run `{pt['where']}`, `--max-num-seqs {cap}` at {_fmt(rate)} req/s. "
+            "en": f"Recorded run `{pt['where']}`, `--max-num-seqs {cap}` at {fmt_num(rate)} req/s. "
             f"From its /metrics histograms (mean per request): `{tt}` "
             f"{parts['ttft']:.0f} ms, `{q}` {parts['queue']:.1f} ms, `{pf}` "
             f"{parts['prefill']:.1f} ms. Where does most of the TTFT go?",
-            "zh": f"已录制的实测 `{pt['where']}`，`--max-num-seqs {cap}`，{_fmt(rate)} req/s。"
+            "zh": f"已录制的实测 `{pt['where']}`，`--max-num-seqs {cap}`，{fmt_num(rate)} req/s。"
             f"它的 /metrics 直方图（每请求均值）：`{tt}` {parts['ttft']:.0f} ms，`{q}` "
             f"{parts['queue']:.1f} ms，`{pf}` {parts['prefill']:.1f} ms。TTFT 大部分花在哪？",
         },
-        "choices": _opts(opts),
+        "choices": option_list(opts),
         "explain": {
             "en": "vLLM stamps a request when it arrives at the API server, when the engine "
             "core queues it, when it is scheduled and when its first token comes out "
@@ -309,7 +309,7 @@ def _replay_choices(
     rows: list[dict[str, float]], bad: list[dict[str, float]]
 ) -> list[dict[str, Any]]:
     """The four choices of prefix_replay (the first is right)."""
-    bad_rates = "/".join(_fmt(r["rate"]) for r in bad)
+    bad_rates = "/".join(fmt_num(r["rate"]) for r in bad)
     opts = [
         (
             {
@@ -321,8 +321,8 @@ def _replay_choices(
         ),
         (
             {
-                "en": f"Yes: p99 TTFT stays near 300 ms up to {_fmt(rows[-1]['rate'])} req/s",
-                "zh": f"可信：直到 {_fmt(rows[-1]['rate'])} req/s，p99 TTFT 都在 300 ms 附近",
+                "en": f"Yes: p99 TTFT stays near 300 ms up to {fmt_num(rows[-1]['rate'])} req/s",
+                "zh": f"可信：直到 {fmt_num(rows[-1]['rate'])} req/s，p99 TTFT 都在 300 ms 附近",
             },
             False,
             "trust",
@@ -337,14 +337,14 @@ def _replay_choices(
         ),
         (
             {
-                "en": f"Not at {_fmt(rows[0]['rate'])} req/s: the first rate ran on a cold server",
-                "zh": f"{_fmt(rows[0]['rate'])} req/s 的点不可信：第一个速率跑在冷服务器上",
+                "en": f"Not at {fmt_num(rows[0]['rate'])} req/s: the first rate ran on a cold server",
+                "zh": f"{fmt_num(rows[0]['rate'])} req/s 的点不可信：第一个速率跑在冷服务器上",
             },
             False,
             "cold",
         ),
     ]
-    return _opts(opts)
+    return option_list(opts)
 
 
 @generator("prefix_replay")
@@ -361,12 +361,12 @@ def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
     where = run_name(root)
     listing = {
         "en": "; ".join(
-            f"{_fmt(r['rate'])} req/s: p99 TTFT {r['p99']:.0f} ms, hits {r['hit']:.1%}"
+            f"{fmt_num(r['rate'])} req/s: p99 TTFT {r['p99']:.0f} ms, hits {r['hit']:.1%}"
             for r in rows
         )
         + ".",
         "zh": "；".join(
-            f"{_fmt(r['rate'])} req/s：p99 TTFT {r['p99']:.0f} ms，命中率 {r['hit']:.1%}"
+            f"{fmt_num(r['rate'])} req/s：p99 TTFT {r['p99']:.0f} ms，命中率 {r['hit']:.1%}"
             for r in rows
         )
         + "。",
@@ -444,7 +444,7 @@ def _jit_choices() -> list[dict[str, Any]]:
             "cap",
         ),
     ]
-    return _opts(opts)
+    return option_list(opts)
 
 
 @generator("jit_window")
@@ -470,15 +470,15 @@ def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "single",
         "prompt": {
             "en": f"vLLM's `vllm bench sweep serve` in the recorded run `{run_name(log)}`, "
-            f"server `{flags}`, {_fmt(res['request_rate'])} req/s, no warm-up requests. "
+            f"server `{flags}`, {fmt_num(res['request_rate'])} req/s, no warm-up requests. "
             "Between `Starting main benchmark run...` and the end of that benchmark the "
             f"server logged `Triton kernel JIT compilation during inference: {k}`. The "
-            f"run reports p99 TTFT {_fmt(round(res['p99_ttft_ms']))} ms. Can you compare "
+            f"run reports p99 TTFT {fmt_num(round(res['p99_ttft_ms']))} ms. Can you compare "
             "this number with another setting's?",
             "zh": f"已录制的实测 `{run_name(log)}` 里 vLLM 的 `vllm bench sweep serve`，服务器 "
-            f"`{flags}`，{_fmt(res['request_rate'])} req/s，没有预热请求。在 `Starting main "
+            f"`{flags}`，{fmt_num(res['request_rate'])} req/s，没有预热请求。在 `Starting main "
             "benchmark run...` 与这次压测结束之间，服务器日志出现 `Triton kernel JIT compilation "
-            f"during inference: {k}`。这次报告 p99 TTFT {_fmt(round(res['p99_ttft_ms']))} ms。"
+            f"during inference: {k}`。这次报告 p99 TTFT {fmt_num(round(res['p99_ttft_ms']))} ms。"
             "这个数能拿去和别的配置比吗？",
         },
         "choices": _jit_choices(),
@@ -558,7 +558,7 @@ def _preempt_choices() -> list[dict[str, Any]]:
             "budget",
         ),
     ]
-    return _opts(opts)
+    return option_list(opts)
 
 
 @generator("kv_preempt")

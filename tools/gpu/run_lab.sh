@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run one lab notebook through papermill on the offline H200 host, within one device call.
-#   bash tools/gpu/run_lab.sh knobs|slo [RUN_DIR] [extra papermill args...]
+#   bash tools/gpu/run_lab.sh knobs|slo|knobs-4090|slo-4090 [RUN_DIR] [extra papermill args...]
 # RUN_DIR (default /tmp/labrun) lives outside the repo copy so it survives between calls;
 # a rerun resumes (finished points are not run again). At the end, RUN_DIR is copied to
 # $OUT (the device tool's return folder) when $OUT is set. The H200 parameters and why
@@ -8,7 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-LAB=${1:?usage: run_lab.sh knobs|slo [RUN_DIR] [papermill args...]}
+LAB=${1:?usage: run_lab.sh knobs|slo|knobs-4090|slo-4090 [RUN_DIR] [papermill args...]}
 RUN=${2:-/tmp/labrun}
 shift $(( $# >= 2 ? 2 : 1 ))
 source tools/gpu/hostenv.sh
@@ -76,7 +76,20 @@ case "$LAB" in
             -p startup_timeout_s 300)
     PREFLIGHT=(--entry serve --load-format dummy)
     ;;
-  *) echo "unknown lab $LAB (knobs|slo)"; exit 2 ;;
+  knobs-4090|slo-4090)
+    # What a learner with one RTX 4090 runs: the notebook's own defaults (its 4090 values,
+    # rates, candidates and SLO), rehearsed at the 4090's memory budget and vLLM defaults
+    # (lab.rehearsal). Memory, KV capacity and concurrency are the 4090's; speed is this GPU's.
+    if [ "$LAB" = knobs-4090 ]; then
+      NB=labs/01_knob_sweep.ipynb; SUB=lab01-4090; ENTRY=llm
+    else
+      NB=labs/02_slo_loop.ipynb; SUB=lab02-4090; ENTRY=serve
+    fi
+    OUTNAME=$SUB.ipynb
+    PARAMS=(-p model "$MODEL" -p load_format dummy -p rehearse_gpu rtx4090)
+    PREFLIGHT=(--entry "$ENTRY" --load-format dummy)
+    ;;
+  *) echo "unknown lab $LAB (knobs|slo|knobs-4090|slo-4090)"; exit 2 ;;
 esac
 
 # before any GPU time: one line per missing piece (vLLM, GPU, driver, memory, model, disk)
@@ -84,7 +97,7 @@ python3 -m course_utils preflight --model "$MODEL" --out "$RUN/$SUB" "${PREFLIGH
   | tee -a "$RUN/commands.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 2
 
-OUTNB="$RUN/$(basename "$NB")"
+OUTNB="$RUN/${OUTNAME:-$(basename "$NB")}"
 CMD=(python3 -m papermill "$NB" "$OUTNB" -k python3 --cwd "$ROOT" --log-output
      --no-progress-bar -p output_dir "$RUN/$SUB"
      -p backend vllm "${PARAMS[@]}" "$@")

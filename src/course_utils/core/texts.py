@@ -284,7 +284,7 @@ def loop_outcome(o: Mapping[str, Any], lang: str = "en") -> str:
     }.get(str(o.get("outcome")), str(o.get("why") or ""))
 
 
-# ---- the loop against vLLM's grid (lab.gridcompare.compare) -------------------------------
+# ---- the loop against vLLM's grid (lab.grid.compare) ------------------------------------
 
 _LVG_HEAD = {
     "en": ["", "vLLM's grid (`vllm bench sweep serve`)", "the loop (`tune()`)", "loop / grid"],

@@ -1,20 +1,17 @@
 """vLLM's own grid (`vllm bench sweep serve`, 0.26.0) over one or two knobs, read back, and
-the loop (lab.tune) against it; running it on the GPU host is lab.gridrun.
+the loop (lab.tune) against it; running it is lab.gridrun.
 
-vLLM 0.26.0 facts (vllm/benchmarks/sweep/):
-- param_sweep.py: ``--serve-params`` is a JSON list of dicts, one per server, run in that
-  order; the sweep takes no product inside it (a two-knob grid lists every pair). A dict's
-  ``_benchmark_name`` names its folder; every other key becomes a serve flag. The folder is
-  ``SERVE--`` + the name, or + ``k=v`` pairs joined by "-" (serve.py
-  ``_get_comb_base_path``); vLLM's defaults are ``{"_benchmark_name": "defaults"}``.
-- serve.py: each run writes ``SERVE--<combo>/run=N.json`` (the bench result with the serve
-  overrides merged in), then the combo's ``summary.json``; on ``--resume`` a combo with a
-  ``summary.json`` starts no server and an existing ``run=N.json`` is not run again.
+vLLM 0.26.0 (vllm/benchmarks/sweep/): ``--serve-params`` is a JSON list of dicts, one server
+each, in order (no product inside it: a two-knob grid lists every pair); ``_benchmark_name``
+names a combo's folder, every other key is a serve flag; the folder is ``SERVE--`` + the
+name or the ``k=v`` pairs joined by "-" (serve.py ``_get_comb_base_path``). Each run writes
+``SERVE--<combo>/run=N.json`` (the bench result, serve overrides merged in), then the
+combo's ``summary.json``; ``--resume`` starts no server for a combo that has one.
 
-A grid run's validity is lab.measure's gate, as the grid's bench command (lab.gridrun's
-``bench``) recorded it in ``run=N.harness.json``, plus the JIT compiles vLLM logged inside
-the run (the sweep's log). ``compare`` judges the loop's pick against the grid's best by the
-loop's own keep rule (core.keep.decide); ``rows``/``case_table`` are the book's table.
+A run's validity is lab.measure's gate as the grid's bench command recorded it
+(``run=N.harness.json``) plus the JIT compiles vLLM logged inside it (the sweep's log).
+``compare`` judges the loop's pick against the grid's best by the loop's keep rule
+(core.keep.decide); ``rows``/``case_table`` are the book's table.
 """
 
 from __future__ import annotations
@@ -55,7 +52,6 @@ __all__ = [
     "parse_grid",
     "read_grid_meta",
     "rows",
-    "table",
 ]
 
 DEFAULTS_NAME = "defaults"
@@ -507,13 +503,6 @@ def _verdict(
         "margin": d.margin,
         "spread": d.spread,
     }
-
-
-def table(cmp: dict[str, Any], lang: str = "en") -> str:
-    """compare()'s table in the page's language (core.texts.loop_vs_grid)."""
-    from course_utils.core.texts import loop_vs_grid
-
-    return loop_vs_grid(cmp, lang)
 
 
 # --------------------------------------------------------------------------------------

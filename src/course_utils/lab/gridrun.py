@@ -160,7 +160,7 @@ def prepare(
         "model": model,
         "warmup": {"kind": "vllm --num-warmups", "n": num_warmups}
         if num_warmups is not None
-        else {"kind": "gridrun bench (lab.measure's warm-up)", "share": share},
+        else {"kind": "gridbench (lab.measure's warm-up)", "share": share},
         "serve_cmd": shlex.join(srv.argv),
         "bench_cmd": shlex.join(cmd),
     }
@@ -483,7 +483,7 @@ def _dispatch(a: argparse.Namespace) -> int:
         for label in reopen_rejected(d / "vllm_sweep", str(meta["slo"]), d / "rejected"):
             print(f"reopen: {label} had no valid run: moved to {d / 'rejected'}, measured again")
     elif a.cmd == "compare":
-        from course_utils.lab.grid import table
+        from course_utils.core.texts import loop_vs_grid as table
 
         slo_text = a.slo or (read_grid_meta(a.grid_dir) or {}).get("slo")
         if not slo_text:

@@ -54,7 +54,7 @@ class Example:
 def folder(name: str) -> Path:
     if name not in NAMES:
         raise ValueError(f"unknown example {name!r}: use one of {', '.join(NAMES)}")
-    return Path(__file__).resolve().parents[1] / "fixtures" / "examples" / name
+    return Path(__file__).resolve().parents[2] / "src" / "course_utils" / "data" / "examples" / name
 
 
 def load(name: str) -> Example:

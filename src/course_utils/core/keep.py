@@ -63,7 +63,7 @@ Point = ServedPoint | Mapping[str, Any]
 
 
 def as_point(rec: Point) -> ServedPoint:
-    """A served point from a record (``ServedPoint.to_json()``)."""
+    """A served point from a record (``to_json()``, or a record of an older run)."""
     return rec if isinstance(rec, ServedPoint) else ServedPoint.from_json(rec)
 
 

@@ -289,8 +289,8 @@ class ServedPoint:
     relative range of those windows; a point with no valid window decides nothing. A knee
     rate is a served point too (``tag`` "knee", ``rate_key`` set). ``to_json`` also writes
     the flat fields of the deciding window (score, bench, load, diagnosis, valid) so a
-    page reads a record without this class (runs recorded before windows were migrated once:
-    tools/migrate_records.py)."""
+    page reads a record without this class; ``from_json`` reads records written before
+    windows existed as one window."""
 
     key: str
     knob: str
@@ -421,6 +421,8 @@ class ServedPoint:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ServedPoint:
         kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k not in _NESTED}
+        if d.get("rate_key") is None and d.get("rate") is not None and "knob" not in d:
+            kw["rate_key"] = str(d["rate"])  # a knee record that kept only its rate
         kw.setdefault("knob", "rate" if kw.get("rate_key") is not None else "baseline")
         kw.setdefault("value", d.get("rate"))
         kw.setdefault("knobs", {})
@@ -428,13 +430,48 @@ class ServedPoint:
         kw.setdefault("slo", "")
         kw.setdefault("status", "failed")
         kw.setdefault("key", str(d.get("rate_key") or ""))
+        if kw.get("startup_s") is None and d.get("server_startup_s") is not None:
+            kw["startup_s"] = d["server_startup_s"]
         p = cls(**kw)
         p.warmup = Warmup.from_json(d["warmup"]) if d.get("warmup") else None
-        p.windows = [Window.from_json(w) for w in d.get("windows") or []]
+        if "windows" in d:
+            p.windows = [Window.from_json(w) for w in d["windows"]]
+        elif d.get("status") == "ok":  # a record from before windows: its one window
+            p.windows = [_legacy_window(d)]
         return p
 
 
 _NESTED = ("warmup", "windows")
+
+
+def _legacy_window(d: Mapping[str, Any]) -> Window:
+    score = d.get("score")
+    if score is None and ("gate_goodput" in d or "meets_slo" in d):  # knee scores were flat
+        score = {
+            k: d.get(k)
+            for k in (
+                "gate_goodput",
+                "request_goodput",
+                "request_throughput",
+                "meets_slo",
+                "violations",
+            )
+        }
+    issues = list(d.get("validity_issues") or [])
+    return Window(
+        index=0,
+        purpose="measure",
+        seed=int((d.get("workload") or {}).get("seed", 0)),
+        status="ok",
+        valid=bool(d.get("valid", not issues)),
+        validity_issues=issues,
+        prefix_cache_hit_rate=d.get("prefix_cache_hit_rate"),
+        score=Scores.from_json(score) if score else None,
+        bench=dict(d.get("bench") or {}),
+        load=dict(d.get("load") or {}),
+        diagnosis=dict(d.get("diagnosis") or {}),
+        elapsed_s=d.get("elapsed_s"),
+    )
 
 
 def point_key(parts: Mapping[str, Any]) -> str:

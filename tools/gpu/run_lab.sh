@@ -13,6 +13,7 @@ RUN=${2:-/tmp/labrun}
 shift $(( $# >= 2 ? 2 : 1 ))
 source tools/gpu/hostenv.sh
 MODEL=${MODEL:-/tmp/model-qwen2.5-7b-dummy}
+PY=${PY:-python3}   # the Python that runs course_utils and papermill
 LIMIT=${LAB_TIMEOUT_S:-560}   # the device call stops at 600 s: keep time to copy results
 mkdir -p "$RUN"
 
@@ -93,12 +94,12 @@ case "$LAB" in
 esac
 
 # before any GPU time: one line per missing piece (vLLM, GPU, driver, memory, model, disk)
-python3 -m course_utils preflight --model "$MODEL" --out "$RUN/$SUB" "${PREFLIGHT[@]}" 2>&1 \
+$PY -m course_utils preflight --model "$MODEL" --out "$RUN/$SUB" "${PREFLIGHT[@]}" 2>&1 \
   | tee -a "$RUN/commands.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 2
 
 OUTNB="$RUN/${OUTNAME:-$(basename "$NB")}"
-CMD=(python3 -m papermill "$NB" "$OUTNB" -k python3 --cwd "$ROOT" --log-output
+CMD=($PY -m papermill "$NB" "$OUTNB" -k python3 --cwd "$ROOT" --log-output
      --no-progress-bar -p output_dir "$RUN/$SUB"
      -p backend vllm "${PARAMS[@]}" "$@")
 echo "$(date -u +%FT%TZ) $ $(printf '%q ' "${CMD[@]}")" | tee -a "$RUN/commands.log"
@@ -108,11 +109,11 @@ rc=${PIPESTATUS[0]}
 echo "$(date -u +%FT%TZ) rc=$rc wall=$(( $(date +%s) - t0 ))s" | tee -a "$RUN/commands.log"
 bash tools/gpu/cleanup_gpu.sh
 if [ -n "${OUT:-}" ]; then  # small files only: per-request lists and long logs shrunk
-  python3 tools/gpu/collect.py "$RUN" "$OUT/labrun"
+  $PY tools/gpu/collect.py "$RUN" "$OUT/labrun"
 fi
 if [ -f "$RUN/$SUB/tune.jsonl" ]; then
   # the last complete line (a run killed by the timeout may leave an empty or torn file)
-  echo "tune stop reason: $(python3 -c '
+  echo "tune stop reason: $($PY -c '
 import json, sys
 recs = []
 for line in open(sys.argv[1]):

@@ -353,7 +353,7 @@ def _from_args(a: argparse.Namespace) -> tuple[GridSpec, Workload, SLO, dict[str
     """Explicit flags over the preset's values; a preset's grid starts, like the loop, from
     vLLM's defaults."""
     from course_utils.core import presets
-    from course_utils.lab.cli import parse_assign, workload_from_args
+    from course_utils.core.validate import parse_assign, workload_from_args
 
     pre = presets.get(a.preset, a.gpu) if a.preset else None
     given = pre is not None or None not in (a.input_len, a.output_len, a.num_prompts, a.rate)

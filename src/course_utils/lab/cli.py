@@ -14,8 +14,7 @@ from course_utils.core.keep import OBJECTIVES
 from course_utils.core.knobs import KnobError
 from course_utils.core.knobs import get as get_knob
 from course_utils.core.records import Workload
-from course_utils.core.validate import BadInput, parse_values, process_kwargs
-from course_utils.core.validate import parse_assign
+from course_utils.core.validate import BadInput, parse_assign, parse_values, process_kwargs
 from course_utils.lab.preflight import MIN_FREE_DISK_GIB, preflight, requested_gmu
 
 __all__ = ["add_cli", "process_kwargs", "workload_from_args"]

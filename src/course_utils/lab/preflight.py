@@ -385,8 +385,8 @@ def check_recorded(output_dir: str | Path) -> Check:
     try:
         check_run_folder(output_dir)
     except BadInput as exc:
-        return Check("output", False, _t(exc.what, exc.what), _t(exc.fix, exc.fix))
-    return Check("output", True, _t("recorded files readable", "已记录的文件可读"))
+        return Check("output", False, en_zh(exc.what, exc.what), en_zh(exc.fix, exc.fix))
+    return Check("output", True, en_zh("recorded files readable", "已记录的文件可读"))
 
 
 def check_params(lab: str, params: Mapping[str, Any], root: str | Path | None = None) -> None:

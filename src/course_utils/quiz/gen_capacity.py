@@ -7,7 +7,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from course_utils.quiz.data import item_data, item_kv_dtype, logged_memory, item_model, option_list, resolve_path
+from course_utils.quiz.data import (
+    item_data,
+    item_kv_dtype,
+    item_model,
+    logged_memory,
+    option_list,
+    resolve_path,
+)
 from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator
 
 

@@ -7,12 +7,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from course_utils.quiz.data import (
+    diagnosis_inputs,
     item_bench,
     item_data,
+    item_slo,
     option_list,
     per_request_of,
-    item_slo,
-    diagnosis_inputs,
     recorded_point,
     recorded_sweep,
     requests_bench,
@@ -81,7 +81,11 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
     if rec:
         b = item_bench(rec["bench"])
     else:
-        b = requests_bench(p) if "requests" in p or "ttft_ms" in p else item_bench(item_data(p, "bench"))
+        b = (
+            requests_bench(p)
+            if "requests" in p or "ttft_ms" in p
+            else item_bench(item_data(p, "bench"))
+        )
     sc = slo_mod.score(b, s)
     keys = [k for k in s.targets() if b.percentile(k, s.percentile) is not None]
     over = {k for k in keys if b.percentile(k, s.percentile) > s.targets()[k]}
@@ -455,7 +459,9 @@ def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
         mv = move_word(d.moves[k.name], lg) if k.name in good else k.move[lg]
         return f"`{k.flag}`{'：' if lg == 'zh' else ': '}{mv}"
 
-    choices = option_list([({lg: text(k, lg) for lg in LANGS}, k.name in good, k.name) for k in shown])
+    choices = option_list(
+        [({lg: text(k, lg) for lg in LANGS}, k.name in good, k.name) for k in shown]
+    )
     if good and not any(c["correct"] for c in choices):
         raise QuizError("none of the listed knobs is in the diagnosis")
     choices.append({"text": NO_KNOB, "correct": not good, "key": "none"})

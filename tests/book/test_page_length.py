@@ -29,6 +29,9 @@ LIMITS: dict[tuple[str, str], int] = {
 PAGES: dict[str, str] = {
     "knobs": "lesson",
     "slo-loop": "lesson",
+    "lab-knob-sweep": "lab",
+    "lab-slo-loop": "lab",
+    "lab-scale-out": "lab",
 }
 LANGS = ("en", "zh")
 

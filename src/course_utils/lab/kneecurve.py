@@ -9,7 +9,7 @@ from typing import Any
 
 from course_utils.core.records import read_jsonl
 from course_utils.core.texts import LANGS
-from course_utils.lab.plots import _plt, _save
+from course_utils.lab.plots import pyplot, save_figure
 
 _T: dict[str, dict[str, str]] = {
     "x": {"en": "offered rate (req/s)", "zh": "请求率（req/s）"},
@@ -60,7 +60,7 @@ def plot_load_latency(
     the scans of one GPU and workload only)."""
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {LANGS}, not {lang!r}")
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6))
     markers = "os^Dv"
     for i, (label, folder) in enumerate(scans):
@@ -94,4 +94,4 @@ def plot_load_latency(
     ax.legend(fontsize=8, title=f"● {_T['met'][lang]}  ○ {_T['missed'][lang]}", title_fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)

@@ -74,7 +74,7 @@ def _t(key: str, lang: str, **kw: Any) -> str:
     return text.format(**kw) if kw else text
 
 
-def _plt() -> Any:
+def pyplot() -> Any:
     import matplotlib
 
     if not os.environ.get("MPLBACKEND") and "ipykernel" not in sys.modules:
@@ -84,7 +84,7 @@ def _plt() -> Any:
     return plt
 
 
-def _save(fig: Any, path: str | Path | None) -> Any:
+def save_figure(fig: Any, path: str | Path | None) -> Any:
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110, bbox_inches="tight")
@@ -96,7 +96,7 @@ def plot_knee(
 ) -> Any:
     """Completed throughput and gate goodput against the offered rate."""
     _t("knee_title", lang)
-    plt = _plt()
+    plt = pyplot()
     ok = sorted(
         (r for r in records if r.get("status") == "ok" and r["rate"] != "inf"),
         key=lambda r: float(r["rate"]),
@@ -116,7 +116,7 @@ def plot_knee(
     ax.set_title(_t("knee_title", lang))
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _effective(p: Mapping[str, Any], knob: str) -> float | None:
@@ -162,7 +162,7 @@ def plot_goodput(
     the baseline included (at its effective value); the y-axis starts at 0, and values whose
     request goodput is within `plateau` of the best are marked as a tie."""
     _t("goodput_title", lang, knob=knob)
-    plt = _plt()
+    plt = pyplot()
     rows = _by_value(points, knob)
     x = [_effective(p, knob) for p in rows]
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
@@ -202,7 +202,7 @@ def plot_goodput(
     ax.set_title(_t("goodput_title", lang, knob=knob))
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_latency_box(
@@ -215,7 +215,7 @@ def plot_latency_box(
     """p99 TTFT against p99 TPOT for each value of the knob (the baseline included), on
     linear axes around the SLO box (the region to stay inside); the legend sits outside."""
     _t("latency_title", lang, knob=knob)
-    plt = _plt()
+    plt = pyplot()
     rows = [
         p
         for p in _by_value(points, knob)
@@ -257,7 +257,7 @@ def plot_latency_box(
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_series(
@@ -267,11 +267,11 @@ def plot_series(
     from course_utils.core import metrics as m
 
     _t("series_title", lang)
-    plt = _plt()
+    plt = pyplot()
     if not samples:
         fig, ax = plt.subplots(figsize=(6, 3))
         ax.text(0.5, 0.5, _t("no_samples", lang), ha="center")
-        return _save(fig, path)
+        return save_figure(fig, path)
     t0 = samples[0].t
     t = [s.t - t0 for s in samples]
     fig, ax = plt.subplots(figsize=(6.5, 3.4))
@@ -294,7 +294,7 @@ def plot_series(
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="upper left")
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_engine_stats(
@@ -303,7 +303,7 @@ def plot_engine_stats(
     """Lab 01: vLLM's 10 s engine stats of each point (``keep.same_batch_gap``):
     generation tokens/s (solid) and KV cache usage (dashed) against time in the pass."""
     _t("stats_title", lang)
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 3.4))
     ax2 = ax.twinx()
     for i, (value, rows) in enumerate(
@@ -320,7 +320,7 @@ def plot_engine_stats(
     ax.set_title(_t("stats_title", lang))
     ax.legend(fontsize=8, loc="lower left")
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_triple(
@@ -333,7 +333,7 @@ def plot_triple(
     dummy weights (no accuracy) the accuracy panel is left out and the title says n/a; the
     panels are stacked in one column, 6 in wide, so their ticks stay readable on a phone."""
     _t("accuracy", lang)
-    plt = _plt()
+    plt = pyplot()
     rows = sorted((r for r in records if r.get("status") == "ok"), key=lambda r: float(r["value"]))
     x = [float(r["value"]) for r in rows]
     acc = [r.get("accuracy") for r in rows]
@@ -368,4 +368,4 @@ def plot_triple(
     if not has_acc:
         fig.suptitle(_t("accuracy_na", lang), fontsize=10)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)

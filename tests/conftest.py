@@ -1,6 +1,11 @@
 """Shared test set-up: GPU marker handling, the fake `vllm` and `nvidia-smi` on PATH.
 
 `@pytest.mark.gpu` tests are deselected (not skipped, not passed) unless `--run-gpu`.
+With COURSE_UTILS_NO_SKIPS=1 (tools/run_pytest.sh) a run with any skipped test fails.
+
+Under pytest-xdist (`--dist loadgroup`) the tests of a module that shares state between its
+tests (a module-scoped fixture, or a module-level cache listed in SHARED_MODULES) run on one
+worker, so that state is built once; the other tests spread over the workers one by one.
 """
 
 from __future__ import annotations
@@ -20,6 +25,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="also run @pytest.mark.gpu tests (needs a CUDA GPU and vLLM 0.26.0)")
 
 
+# modules whose tests share a module-level cache (not a fixture) that is costly to rebuild
+SHARED_MODULES = {"tests/book/test_lab_pages.py"}
+# modules whose module-scoped fixture is cheap to build per worker and whose tests are long
+SPREAD_MODULES = {"tests/book/test_nbval_lessons.py"}
+
+
+def _shares_state(item: pytest.Item) -> bool:
+    module = item.nodeid.split("::", 1)[0]
+    if module in SHARED_MODULES or module in SPREAD_MODULES:
+        return module in SHARED_MODULES
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d.scope in ("module", "package", "class") for ds in defs for d in ds)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     off = [name for name, opt in (("gpu", "--run-gpu"),) if not config.getoption(opt)]
     keep, drop = [], []
@@ -28,6 +49,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    for item in items:
+        if _shares_state(item) and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.environ.get("COURSE_UTILS_NO_SKIPS") != "1" or hasattr(session.config, "workerinput"):
+        return  # xdist workers report to the controller, which counts
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter is not None else []
+    if skipped and exitstatus == 0:
+        for rep in skipped:
+            print(f"\nno-skips: {rep.nodeid} was skipped: {rep.longrepr}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture

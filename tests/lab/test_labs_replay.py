@@ -261,7 +261,8 @@ def test_slo_lab_budget_stop_before_the_baseline_is_a_normal_end(fake_env: Path,
     """lab02d.log of the H200 run: the budget stopped tune before its baseline and the
     notebook died on StopIteration (rc=1). A stop on the budget is a normal end."""
     out = tmp_path / "budget"
-    nb = _run(LAB02, out, {"backend": "vllm", **SLO_PARAMS, "budget_gpu_minutes": 0.01})
+    nb = _run(LAB02, out, {"backend": "vllm", **SLO_PARAMS, "knee_rates": [60], "batch1_prompts": 0,
+                           "budget_gpu_minutes": 0.01})
     text = _text(nb)
     assert "the loop stopped before a baseline was measured: GPU budget: 0.0 min left" in text
     summary = labtools.tune_summary(out)

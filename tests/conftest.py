@@ -65,26 +65,35 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+FAKE_VLLM_VARS = ("FAKE_VLLM_FAIL", "FAKE_VLLM_DIE_AFTER", "FAKE_VLLM_STARTUP_S",
+                  "FAKE_VLLM_STUBBORN", "FAKE_VLLM_KV_TOKENS", "FAKE_VLLM_JIT_AT",
+                  "FAKE_VLLM_JIT_STALL_S", "FAKE_VLLM_GPU_TOTAL_BYTES", "FAKE_VLLM_IMPORTS",
+                  "FAKE_VLLM_CRASH_ONCE", "COURSE_UTILS_BENCH_WORKER",
+                  "COURSE_UTILS_BENCH_WORKER_ENTRY")
+
+
+def install_fake_vllm(base: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`vllm` (tests/fakes/fake_vllm.py) first on PATH, its starts counted in
+    `<base>/starts.jsonl`; returns its folder."""
+    bindir = base / "bin"
+    bindir.mkdir()
+    exe = bindir / "vllm"
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKES / "fake_vllm.py"}" "$@"\n')
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("FAKE_VLLM_STARTS", str(base / "starts.jsonl"))
+    for var in FAKE_VLLM_VARS:
+        monkeypatch.delenv(var, raising=False)
+    return bindir
+
+
 @pytest.fixture
 def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Put a `vllm` executable (tests/fakes/fake_vllm.py) first on PATH; return its folder.
 
     Server starts are counted in `<tmp>/starts.jsonl` (FAKE_VLLM_STARTS).
     """
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    exe = bindir / "vllm"
-    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKES / "fake_vllm.py"}" "$@"\n')
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
-    monkeypatch.setenv("FAKE_VLLM_STARTS", str(tmp_path / "starts.jsonl"))
-    for var in ("FAKE_VLLM_FAIL", "FAKE_VLLM_DIE_AFTER", "FAKE_VLLM_STARTUP_S",
-                "FAKE_VLLM_STUBBORN", "FAKE_VLLM_KV_TOKENS", "FAKE_VLLM_JIT_AT",
-                "FAKE_VLLM_JIT_STALL_S", "FAKE_VLLM_GPU_TOTAL_BYTES", "FAKE_VLLM_IMPORTS",
-                "FAKE_VLLM_CRASH_ONCE", "COURSE_UTILS_BENCH_WORKER",
-                "COURSE_UTILS_BENCH_WORKER_ENTRY"):
-        monkeypatch.delenv(var, raising=False)
-    return bindir
+    return install_fake_vllm(tmp_path, monkeypatch)
 
 
 @pytest.fixture
@@ -107,14 +116,20 @@ def _on_path(bindir: Path, name: str, script: Path, monkeypatch: pytest.MonkeyPa
     return exe
 
 
+def install_fake_nvidia_smi(base: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`nvidia-smi` (tests/fakes/fake_nvidia_smi.py: one RTX 4090, driver 580) first on PATH;
+    returns its path. FAKE_GPU / FAKE_NVIDIA_SMI_FAIL change what it reports."""
+    for var in ("FAKE_GPU", "FAKE_GPU_FILE", "FAKE_NVIDIA_SMI_FAIL", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_CALLS", str(base / "nvidia-smi-calls.txt"))
+    return _on_path(base / "smi-bin", "nvidia-smi", FAKES / "fake_nvidia_smi.py", monkeypatch)
+
+
 @pytest.fixture
 def fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Put an `nvidia-smi` (tests/fakes/fake_nvidia_smi.py: one RTX 4090, driver 580) first
     on PATH; return its path. FAKE_GPU / FAKE_NVIDIA_SMI_FAIL change what it reports."""
-    for var in ("FAKE_GPU", "FAKE_GPU_FILE", "FAKE_NVIDIA_SMI_FAIL", "CUDA_VISIBLE_DEVICES"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("FAKE_NVIDIA_SMI_CALLS", str(tmp_path / "nvidia-smi-calls.txt"))
-    return _on_path(tmp_path / "smi-bin", "nvidia-smi", FAKES / "fake_nvidia_smi.py", monkeypatch)
+    return install_fake_nvidia_smi(tmp_path, monkeypatch)
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,8 @@
 // the FIRST `.primary-toggle` / `.secondary-toggle` in the document, a navbar button that
 // the book theme hides. The visible buttons (article header) therefore did nothing, and on
 // a phone the chapter list could not be opened. Forward their clicks to the bound one.
-// Also: short table labels stay on one line (markShortCells).
+// Also: short table labels stay on one line (markShortCells); column outputs scroll
+// (markColumnOutputs).
 (function () {
   "use strict";
 
@@ -32,10 +33,23 @@
     }
   }
 
+  // Cell outputs laid out in columns (two or more spaces between values on most lines)
+  // keep their columns and scroll sideways; prose-like outputs wrap (book.css).
+  function markColumnOutputs() {
+    for (const pre of document.querySelectorAll(".cell_output pre")) {
+      const lines = pre.textContent.split("\n").filter((l) => l.trim());
+      const aligned = lines.filter((l) => /\S {2,}\S/.test(l.trim())).length;
+      if (lines.length >= 2 && aligned >= 2 && aligned >= 0.4 * lines.length) {
+        pre.classList.add("output-columns");
+      }
+    }
+  }
+
   function init() {
     forward(".primary-toggle");
     forward(".secondary-toggle");
     markShortCells();
+    markColumnOutputs();
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);

@@ -10,6 +10,9 @@
 
 const MIN_LABEL_PX = 12;
 const HEIGHT_SHARE = 0.9;
+const PHONE_WIDTH = 576;
+const PHONE_SLACK = 1.2;
+const PHONE_LABEL_PX = 10;
 const ZH = (document.documentElement.lang || "").toLowerCase().startsWith("zh");
 const T = ZH
   ? { enlarge: "放大", close: "关闭", zoomIn: "放大一级", zoomOut: "缩小一级", fit: "适应窗口",
@@ -45,7 +48,12 @@ function smallestLabel(svg) {
 }
 
 function plan(nat, fontPx, availW, screenH) {
-  const minScale = Math.min(1, MIN_LABEL_PX / fontPx);
+  let minScale = Math.min(1, MIN_LABEL_PX / fontPx);
+  // a phone column a little narrower than the diagram: fit it (labels >= PHONE_LABEL_PX)
+  // rather than scroll sideways with the scrollbar a screen below; "enlarge" shows 12 px
+  if (availW < PHONE_WIDTH && nat.w * minScale <= availW * PHONE_SLACK) {
+    minScale = Math.min(minScale, PHONE_LABEL_PX / fontPx);
+  }
   const fit = Math.min(1, availW / nat.w, (HEIGHT_SHARE * screenH) / nat.h);
   const s = Math.max(fit, minScale);
   const hscroll = nat.w * s > availW + 1;
@@ -75,9 +83,38 @@ function frameOf(el) {
   return frame;
 }
 
+// Mermaid wraps a subgraph title at 200 px but lays the subgraph out for one line, so the
+// second line hides under the first node: keep each title on one line, centred where it was.
+function unwrapClusterTitles(svg) {
+  for (const g of svg.querySelectorAll("g.cluster-label")) {
+    const fo = g.querySelector("foreignObject");
+    const div = fo && fo.firstElementChild;
+    if (!div || div.dataset.unwrapped === "1") continue;
+    const oldW = parseFloat(fo.getAttribute("width")) || 0;
+    const oldH = parseFloat(fo.getAttribute("height")) || 0;
+    for (const e of [div, ...div.querySelectorAll("*")]) {
+      e.style.setProperty("white-space", "nowrap", "important");
+      e.style.setProperty("max-width", "none", "important");
+      e.style.setProperty("width", "auto", "important");
+    }
+    fo.style.setProperty("overflow", "visible");
+    const range = document.createRange();
+    range.selectNodeContents(div);
+    const w = Math.ceil(range.getBoundingClientRect().width / (svg.getScreenCTM()?.a || 1)) + 2;
+    div.dataset.unwrapped = "1";
+    if (w <= oldW + 1) continue;
+    fo.setAttribute("width", String(w));
+    const lineH = parseFloat(getComputedStyle(div).lineHeight) || oldH;
+    if (lineH && lineH < oldH) fo.setAttribute("height", String(Math.ceil(lineH) + 2));
+    const m = (g.getAttribute("transform") || "").match(/translate\(\s*([-\d.]+)[ ,]+([-\d.]+)\s*\)/);
+    if (m) g.setAttribute("transform", `translate(${+m[1] - (w - oldW) / 2}, ${m[2]})`);
+  }
+}
+
 function applySize(el) {
   const svg = el.querySelector("svg");
   if (!svg) return null;
+  unwrapClusterTitles(svg);
   const frame = frameOf(el);
   const scroller = frame.querySelector(".diagram-scroll");
   const nat = natural(svg);
@@ -147,6 +184,8 @@ async function size(el) {
     const p = applySize(el);
     await maybeFlip(el, p);
     applySize(el);
+    const svg = el.querySelector("svg");
+    if (svg) centreOnRoot(el.closest(".diagram-scroll"), svg);
     el.dataset.sized = "1";
   } finally {
     el.dataset.sizing = "0";
@@ -154,6 +193,34 @@ async function size(el) {
 }
 
 // ---- enlarged view -------------------------------------------------------------------------
+
+// A copy of a diagram under its own id: Mermaid scopes the diagram's styles to `#<svg id>`
+// (without them every shape and label is drawn black), so they move to the new id.
+function enlargedCopy(svg) {
+  const clone = svg.cloneNode(true);
+  const id = svg.id;
+  if (!id) return clone;
+  const big = `${id}-enlarged`;
+  clone.id = big;
+  const esc = id.replace(/[^\w-]/g, (c) => `\\${c}`);
+  const re = new RegExp(`#${esc}(?![\\w-])`, "g");
+  for (const st of clone.querySelectorAll("style")) st.textContent = st.textContent.replace(re, `#${big}`);
+  return clone;
+}
+
+// Scroll a box so that the diagram's top node is centred across (a wide tree opens at its
+// root, not at its left edge).
+function centreOnRoot(box, svg) {
+  if (box.scrollWidth <= box.clientWidth + 1) return;
+  let top = null;
+  for (const n of svg.querySelectorAll("g.node")) {
+    const r = n.getBoundingClientRect();
+    if (r.width && (!top || r.top < top.top - 1)) top = r;
+  }
+  if (!top) return;
+  const b = box.getBoundingClientRect();
+  box.scrollLeft += (top.left + top.width / 2) - (b.left + b.width / 2);
+}
 
 let overlay = null;
 function openOverlay(el) {
@@ -173,19 +240,20 @@ function openOverlay(el) {
       <button type="button" data-act="close" aria-label="${T.close}" title="${T.close}">✕</button>
     </div><div class="diagram-overlay-body"></div>`;
   const body = overlay.querySelector(".diagram-overlay-body");
-  const clone = svg.cloneNode(true);
-  clone.removeAttribute("id");
+  const clone = enlargedCopy(svg);
   body.appendChild(clone);
   document.body.appendChild(overlay);
   const fitZoom = () => Math.max(0.25, Math.min(
     (body.clientWidth - 16) / nat.w, (body.clientHeight - 16) / nat.h, 2));
   let zoom = Math.max(fitZoom(), Math.min(1, MIN_LABEL_PX / smallestLabel(svg)));
   const draw = () => {
-    clone.style.setProperty("width", `${Math.round(nat.w * zoom)}px`, "important");
+    clone.style.setProperty("width", `${Math.ceil(nat.w * zoom)}px`, "important");
     clone.style.setProperty("max-width", "none", "important");
     clone.style.setProperty("height", "auto", "important");
   };
   draw();
+  centreOnRoot(body, clone);
+  enablePan(body);
   const before = document.activeElement;
   const close = () => {
     overlay.remove();
@@ -209,6 +277,24 @@ function openOverlay(el) {
   document.addEventListener("keydown", onKey);
   document.documentElement.classList.add("diagram-overlay-open");
   overlay.querySelector('[data-act="close"]').focus();
+}
+
+// Drag to pan with a mouse (touch screens pan the scrolling box natively).
+function enablePan(box) {
+  let start = null;
+  box.addEventListener("pointerdown", (e) => {
+    if (e.pointerType !== "mouse" || e.button !== 0) return;
+    start = { x: e.clientX, y: e.clientY, l: box.scrollLeft, t: box.scrollTop };
+    box.classList.add("panning");
+  });
+  box.addEventListener("pointermove", (e) => {
+    if (!start) return;
+    box.scrollLeft = start.l - (e.clientX - start.x);
+    box.scrollTop = start.t - (e.clientY - start.y);
+  });
+  const end = () => { start = null; box.classList.remove("panning"); };
+  box.addEventListener("pointerup", end);
+  box.addEventListener("pointerleave", end);
 }
 
 // ---- wiring --------------------------------------------------------------------------------

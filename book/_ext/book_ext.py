@@ -16,6 +16,13 @@ What it does:
   diagrams.mjs (diagram size policy, enlarge view) on every page.
 - `# NBVAL_*` marker lines are dropped from the rendered code cells; `**bold**` that
   CommonMark left literal next to CJK punctuation becomes bold.
+- Per page, only what it uses: MathJax where the page itself has math, sphinx-design where
+  it has a design component, the icon font trimmed to the icons used (book_assets.py); the
+  theme's icon script and the search index on every page are left out (templates/).
+- Search: Chinese split into character pairs, a Chinese search page for zh pages
+  (book_search.py). The rendered HTML is post-processed per language: chapter list in the
+  page's language first (the zh list starts with its home page), and on zh pages the English
+  that templates and the HTML writer hard-code (book_i18n.py).
 - Getting the code: config `course_repo_url` (one value; default: `git remote get-url origin`,
   else empty) and a source archive `_downloads/vllm-tuning-labs.zip` (`git archive HEAD`).
   Pages use the MyST substitutions {{ course_repo_url }}, {{ course_get_code }} (a shell line
@@ -33,7 +40,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import book_assets
 import book_i18n
+import book_search
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.util import logging
@@ -148,6 +157,9 @@ def substitutions(app: Sphinx) -> dict[str, str]:
 
 
 def config_inited(app: Sphinx, config: Any) -> None:
+    # templates/: the theme without its icon script and without the search index on every page
+    config.templates_path = [str(Path(__file__).parent / "templates"),
+                             *(config.templates_path or [])]
     subs = dict(getattr(config, "myst_substitutions", None) or {})
     for key, value in substitutions(app).items():
         subs.setdefault(key, value)
@@ -217,6 +229,12 @@ def check_pairs(app: Sphinx, env: Any) -> None:
 
 def page_context(app: Sphinx, pagename: str, templatename: str, context: dict,
                  doctree: nodes.document | None) -> None:
+    search_lang = book_search.search_page_context(app, pagename, context)
+    if search_lang is not None:
+        context["language"] = LANGS[search_lang][2]
+        book_i18n.apply(context, search_lang)
+        finish_page(app, pagename, context, search_lang)
+        return
     pair = counterpart(pagename)
     if pair is None or "body" not in context:
         return
@@ -224,11 +242,14 @@ def page_context(app: Sphinx, pagename: str, templatename: str, context: dict,
     context["language"] = html_lang
     same_language_neighbours(app, pagename, lang, context)
     book_i18n.apply(context, lang)
+    drop_unused_mathjax(app, pagename, context)
+    book_assets.drop_unused_design(context)
     if other in app.env.found_docs:
         href = context["pathto"](other)
         other_lang = LANGS[other.split("/")[1]][2]
         switch = (
-            f'<div class="lang-switch" role="navigation" aria-label="language">'
+            f'<div class="lang-switch" role="navigation" '
+            f'aria-label="{"语言" if lang == "zh" else "Language"}">'
             f'<a class="lang-switch-link" href="{html.escape(href)}" hreflang="{other_lang}" '
             f'lang="{other_lang}">{label} →</a></div>\n'
         )
@@ -245,6 +266,63 @@ def page_context(app: Sphinx, pagename: str, templatename: str, context: dict,
             f"new URL({json.dumps(assets + '/')}, document.baseURI).href;",
             priority=100,
         )
+    finish_page(app, pagename, context, lang)
+
+
+def finish_page(app: Sphinx, pagename: str, context: dict, lang: str) -> None:
+    """Search field target, chapter-list order and the templates' English, per language."""
+    book_search.search_target(context, lang)
+    home = "book/zh/index"
+    title = app.env.titles[home].astext() if home in app.env.titles else "首页"
+    nav_home = (html.escape(context["pathto"](home)), html.escape(title), pagename == home)
+    captions = caption_langs(app)
+
+    def post(page: str) -> str:
+        page = book_i18n.order_nav(page, lang, captions, nav_home)
+        return book_i18n.localize_html(page, lang)
+
+    context["book_post_render"] = post
+
+
+def caption_langs(app: Sphinx) -> dict[str, str]:
+    """{lang: toc part caption}, read from the toc (a part's first chapter names its tree)."""
+    site_map = (getattr(app.env, "external_site_map", None)
+                or getattr(app.config, "external_site_map", None))
+    out: dict[str, str] = {}
+    for sub in (site_map.root.subtrees if site_map is not None else []):
+        lang = next((page_lang(f) for f in sub.files() if page_lang(f)), None)
+        if lang and sub.caption:
+            out[lang] = html.escape(sub.caption)
+    return out
+
+
+def drop_unused_mathjax(app: Sphinx, pagename: str, context: dict) -> None:
+    """MathJax only where the page itself has math (the root page would get it for the
+    equations of any page in its toctree)."""
+    if app.env.get_domain("math").data["has_equations"].get(pagename):  # type: ignore[attr-defined]
+        return
+    scripts = context.get("script_files")
+    if isinstance(scripts, list):
+        scripts[:] = [  # in place: handlers after this one still add to the same list
+            js for js in scripts
+            if "mathjax" not in str(getattr(js, "filename", js) or "").lower()
+            and "MathJax" not in (getattr(js, "attributes", {}) or {}).get("body", "")]
+
+
+def wrap_render(app: Sphinx) -> None:
+    """Let page_context post-process the rendered HTML (`book_post_render` in the context)."""
+    templates = getattr(app.builder, "templates", None)
+    if templates is None or getattr(templates, "_book_wrapped", False):
+        return
+    render = templates.render
+
+    def render_post(template: str, ctx: dict) -> str:
+        out = render(template, ctx)
+        post = ctx.get("book_post_render")
+        return post(out) if post else out
+
+    templates.render = render_post
+    templates._book_wrapped = True
 
 
 def has_widgets(app: Sphinx, pagename: str) -> bool:
@@ -268,4 +346,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("build-finished", write_archive)
     app.connect("env-check-consistency", check_pairs)
     app.connect("html-page-context", page_context)
+    app.connect("builder-inited", wrap_render)
+    book_search.setup(app)
+    book_assets.setup(app)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -60,6 +60,26 @@ BODY_ZH = [
     ("Hide code cell content", "隐藏单元内容"),
 ]
 SCRIPT_ZH = {"Click to show": "点击显示", "Click to hide": "点击隐藏"}
+# Attribute values and footer text that templates and the HTML writer hard-code in English
+HTML_ZH = [
+    ('"Toggle primary sidebar"', '"显示/隐藏章节列表"'),
+    ('"Toggle secondary sidebar"', '"显示/隐藏本页目录"'),
+    ('"Link to this heading"', '"链接到本节"'),
+    ('"Link to this code"', '"链接到本段代码"'),
+    ('"Link to this table"', '"链接到本表"'),
+    ('"Link to this image"', '"链接到本图"'),
+    ('"Link to this equation"', '"链接到本公式"'),
+    ('"Link to this definition"', '"链接到本定义"'),
+    ('"Download this page"', '"下载本页"'),
+    ('"Close fullscreen"', '"退出全屏"'),
+    ('aria-label="Main"', 'aria-label="章节"'),
+    ('aria-label="Page"', 'aria-label="本页"'),
+    ('aria-label="Section Navigation"', 'aria-label="章节导航"'),
+]
+_COPYRIGHT_RE = re.compile(r"©\s*Copyright\s+([^<]*?)\.(\s*<)")
+_FIG_RE = re.compile(r'(<span class="caption-number">)Fig\. ([\d.]+)( </span>)')
+_NAV_RE = re.compile(r'(<nav class="bd-links bd-docs-nav"[^>]*>)(.*?)(</nav>)', re.DOTALL)
+_CAPTION_RE = re.compile(r'(?=<p aria-level="2" class="caption")')
 _BODY_RE = re.compile(r">(" + "|".join(re.escape(e) for e, _ in BODY_ZH) + r")<")
 
 
@@ -119,3 +139,45 @@ def apply(context: dict[str, Any], lang: str) -> None:
                     body = body.replace(f"'{en}'", f"'{zh}'")
                 scripts[i] = type(js)(js.filename, priority=js.priority,
                                       **{**js.attributes, "body": body})
+
+
+def localize_html(page: str, lang: str) -> str:
+    """A rendered zh page: the English that templates hard-code becomes Chinese."""
+    if lang != "zh":
+        return page
+    for en, zh in HTML_ZH:
+        page = page.replace(en, zh)
+    page = _FIG_RE.sub(r"\1图 \2\3", page)
+    return _COPYRIGHT_RE.sub(r"版权所有 © \1\2", page)
+
+
+def order_nav(page: str, lang: str, captions: dict[str, str], home: tuple[str, str, bool]) -> str:
+    """The chapter list (sidebar and phone menu): the page's own language first; the zh list
+    starts with the zh home page (the root, which the toc cannot list twice).
+
+    captions: {lang: caption text}; home: (href, title, is this page)."""
+    m = _NAV_RE.search(page)
+    if not m:
+        return page
+    head, *blocks = _CAPTION_RE.split(m.group(2))
+    by_lang: dict[str, str] = {}
+    rest: list[str] = []
+    for block in blocks:
+        key = next((k for k, cap in captions.items()
+                    if f'<span class="caption-text">{cap}</span>' in block), None)
+        if key is None or key in by_lang:
+            rest.append(block)
+        else:
+            by_lang[key] = block
+    zh = by_lang.get("zh")
+    if zh is not None and "bd-sidenav" in zh:
+        href, title, current = home
+        cls = "toctree-l1 current active" if current else "toctree-l1"
+        a_cls = "current reference internal" if current else "reference internal"
+        item = f'<li class="{cls}"><a class="{a_cls}" href="{href}">{title}</a></li>\n'
+        zh = re.sub(r'(<ul class="[^"]*\bnav bd-sidenav[^"]*">\n?)', lambda g: g.group(1) + item,
+                    zh, count=1)
+        by_lang["zh"] = zh
+    order = [lang] + [k for k in by_lang if k != lang]
+    body = head + "".join(by_lang[k] for k in order if k in by_lang) + "".join(rest)
+    return page[:m.start(2)] + body + page[m.end(2):]

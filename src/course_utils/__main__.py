@@ -1,8 +1,8 @@
 """``python -m course_utils``: the course's modules from a terminal.
 
 Subcommands: knobs, capacity, goodput, diagnose, replicas (each with ``--format json``), plus
-sweep, tune, preflight and quiz from the modules that own them. Bad input: one line on stderr and
-exit status 2.
+sweep, tune, knee, replay, preflight and quiz from the modules that own them. Bad input: one
+line ``error: <what> → fix: <how>`` on stderr and exit status 2 (core.validate.error_line).
 """
 
 from __future__ import annotations
@@ -15,9 +15,12 @@ from typing import Any
 
 from course_utils import quiz
 from course_utils.core import capacity, diagnose, knobs, metrics, replicas, slo
+from course_utils.core import validate as v
+from course_utils.core.validate import EXIT_BAD_INPUT, BadInput, error_line
 from course_utils.lab import cli as lab_cli
+from course_utils.lab import modelfolder, replay
+from course_utils.lab import workload as lab_workload
 
-EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 
 
@@ -40,8 +43,15 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 def cmd_knobs(a: argparse.Namespace) -> None:
     if a.validate:
-        values = dict(_kv(x) for x in a.validate)
-        checked = knobs.validate(values, gpu_memory_gib=a.gpu_memory_gib, entry=a.entry)
+        values: dict[str, str] = {}
+        for x in a.validate:
+            k, val = v.parse_kv(x, "--validate")
+            if k in values:
+                raise BadInput(f"--validate: {k} given twice", "give each knob once")
+            values[k] = val
+        checked = v.check_knobs(
+            values, "--validate", gpu_memory_gib=a.gpu_memory_gib, entry=a.entry
+        )
         args = knobs.to_cli_args(checked)
         _print({"valid": checked, "args": args}, a.format, lambda: "ok: " + " ".join(args))
         return
@@ -71,15 +81,36 @@ def cmd_knobs(a: argparse.Namespace) -> None:
     _print(data, a.format, lambda: _table(rows))
 
 
-def _kv(item: str) -> tuple[str, str]:
-    name, sep, value = item.partition("=")
-    if not sep:
-        raise knobs.KnobError(f"write knob=value, not {item!r}")
-    return name, value
+def _capacity_knobs(a: argparse.Namespace, gpu: Any) -> None:
+    """The knob flags of ``capacity`` by vLLM's rules, the pair rule with the GPU's defaults."""
+    given = {
+        k: getattr(a, k)
+        for k in ("max_num_seqs", "max_num_batched_tokens")
+        if getattr(a, k) is not None
+    }
+    if gpu is not None and given:
+        total = gpu if isinstance(gpu, float) else capacity.get_gpu(gpu).memory_gib
+        name = "" if isinstance(gpu, float) else gpu
+        v.check_knobs(
+            given,
+            "--max-num-seqs/--max-num-batched-tokens",
+            gpu_memory_gib=total,
+            entry=a.entry,
+            gpu_name=name,
+        )
+    if a.kv_dtype not in capacity.DTYPE_BYTES:
+        raise BadInput(
+            f"--kv-dtype {a.kv_dtype!r} not known",
+            f"use one of {', '.join(capacity.DTYPE_BYTES)}",
+        )
 
 
 def cmd_capacity(a: argparse.Namespace) -> None:
-    shape = capacity.load_model(a.model)
+    _capacity_knobs(a, a.gpu_total_gib or a.gpu)
+    try:
+        shape = capacity.load_model(a.model)
+    except (ValueError, OSError) as exc:
+        raise BadInput(f"--model: {exc}", "give a shipped name or a config.json / folder") from None
     data: dict[str, Any] = {
         "model": shape.name,
         "params_b": round(shape.params() / 1e9, 3),
@@ -121,9 +152,30 @@ def cmd_capacity(a: argparse.Namespace) -> None:
     _print(data, a.format, text)
 
 
+def _slo(text: str, flag: str = "--slo") -> slo.SLO:
+    try:
+        return slo.SLO.parse(text)
+    except slo.SLOError as exc:
+        raise BadInput(f"{flag} {text!r}: {exc}", 'write e.g. --slo "ttft:300 tpot:50"') from None
+
+
+def _bench(path: str, flag: str = "--bench") -> slo.BenchResult:
+    try:
+        r = slo.BenchResult.from_json(path)
+    except (slo.BenchResultError, OSError, UnicodeDecodeError) as exc:
+        raise BadInput(
+            f"{flag}: {exc}", "give the JSON `vllm bench serve --save-result` wrote"
+        ) from None
+    try:
+        slo.check_complete(r)
+    except slo.BenchResultError as exc:
+        raise BadInput(f"{flag}: {exc}", "give a finished, unedited result file") from None
+    return r
+
+
 def cmd_goodput(a: argparse.Namespace) -> None:
-    s = slo.SLO.parse(a.slo)
-    r = slo.BenchResult.from_json(a.bench)
+    s = _slo(a.slo)
+    r = _bench(a.bench)
     sc = slo.score(r, s)
     data = {
         "slo": str(s),
@@ -157,15 +209,55 @@ def cmd_diagnose(a: argparse.Namespace) -> None:
         print(diagnose.mermaid(a.lang))
         return
     if not a.metrics:
-        raise ValueError("diagnose needs --metrics SERIES.jsonl (samples taken under load)")
-    s = slo.SLO.parse(a.slo)
-    samples = metrics.load_series(a.metrics)
-    if not samples:
-        raise ValueError(f"{a.metrics}: no samples")
-    bench = slo.BenchResult.from_json(a.bench) if a.bench else None
-    th = diagnose.Thresholds(**dict((k, float(v)) for k, v in (_kv(x) for x in a.threshold)))
+        raise BadInput(
+            "no --metrics given", "give --metrics SERIES.jsonl (samples taken under load)"
+        )
+    s = _slo(a.slo)
+    th = _thresholds(a.threshold)
+    samples = _series(a.metrics)
+    bench = _bench(a.bench) if a.bench else None
     d = diagnose.diagnose(samples, bench, s, th, max_num_seqs=a.max_num_seqs)
     _print(d.as_dict(), a.format, lambda: d.why(a.lang))
+
+
+def _thresholds(items: Sequence[str]) -> diagnose.Thresholds:
+    known = set(diagnose.Thresholds.__dataclass_fields__)
+    kw: dict[str, float] = {}
+    for item in items:
+        k, val = v.parse_kv(item, "--threshold")
+        if k not in known:
+            raise BadInput(f"--threshold: unknown {k!r}", f"use one of {', '.join(sorted(known))}")
+        try:
+            kw[k] = float(v.positive_float(val))
+        except argparse.ArgumentTypeError as exc:
+            raise BadInput(f"--threshold {k}: {exc}", "give a number > 0") from None
+    return diagnose.Thresholds(**kw)
+
+
+def _series(path: str) -> list[Any]:
+    """A /metrics series (MetricsSampler JSONL), checked: a file whose lines are samples."""
+    from pathlib import Path
+
+    from course_utils.core.store import read_records
+
+    p = Path(path)
+    if not p.exists() and not p.with_name(p.name + ".gz").exists():
+        raise BadInput(f"--metrics {path}: no such file", "give the series a run saved")
+    recs = read_records(p)
+    if not recs:
+        raise BadInput(f"--metrics {path}: no samples", "give a series sampled under load")
+    if not all("t" in r and isinstance(r.get("values"), dict) for r in recs):
+        raise BadInput(
+            f"--metrics {path}: not a /metrics series (is it the bench JSON?)",
+            "give --metrics the metrics*.jsonl and --bench the bench JSON",
+        )
+    try:
+        return metrics.load_series(path)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadInput(
+            f"--metrics {path}: not a /metrics series ({exc})",
+            "give --metrics the metrics*.jsonl and --bench the bench JSON",
+        ) from None
 
 
 def cmd_replicas(a: argparse.Namespace) -> None:
@@ -174,7 +266,7 @@ def cmd_replicas(a: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m course_utils", description=__doc__.split("\n")[0])
+    p = v.CourseArgumentParser(prog="python -m course_utils", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
@@ -183,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("knobs", help="the direction map, defaults, recommend, validate")
     common(k)
-    k.add_argument("--gpu-memory-gib", type=float, default=24.0)
+    k.add_argument("--gpu-memory-gib", type=v.positive_float, default=24.0)
     k.add_argument("--entry", choices=("serve", "llm"), default="serve")
     k.add_argument("--goal", choices=("throughput", "ttft", "itl", "capacity"))
     k.add_argument("--validate", nargs="+", metavar="KNOB=VALUE")
@@ -194,22 +286,34 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--model", default="qwen2.5-7b-instruct", help="a shipped name, or any config.json / folder"
     )
-    c.add_argument("--kv-memory-gib", type=float)
+    c.add_argument("--kv-memory-gib", type=v.positive_float)
     which = c.add_mutually_exclusive_group()
-    which.add_argument("--gpu", choices=sorted(capacity.GPUS))
+    which.add_argument("--gpu", type=lab_cli.gpu_name, help=lab_cli.GPU_HELP)
     which.add_argument(
         "--gpu-total-gib",
-        type=float,
+        type=v.positive_float,
         help="any GPU: the total CUDA reports (torch.cuda.mem_get_info()[1] / 2**30)",
     )
     c.add_argument("--entry", choices=("serve", "llm"), default="serve", help="whose defaults")
-    c.add_argument("--max-num-seqs", type=int, default=None, help="default: the GPU's")
-    c.add_argument("--max-num-batched-tokens", type=int, default=None, help="default: the GPU's")
-    c.add_argument("--gpu-memory-utilization", type=float, default=0.92)
-    c.add_argument("--max-model-len", type=int, default=4096)
-    c.add_argument("--kv-dtype", default="auto")
     c.add_argument(
-        "--overhead-gib", type=float, default=None, help="replace activation + non-torch"
+        "--max-num-seqs", type=v.knob_arg("max_num_seqs"), default=None, help="default: the GPU's"
+    )
+    c.add_argument(
+        "--max-num-batched-tokens",
+        type=v.knob_arg("max_num_batched_tokens"),
+        default=None,
+        help="default: the GPU's",
+    )
+    c.add_argument(
+        "--gpu-memory-utilization", type=v.knob_arg("gpu_memory_utilization"), default=0.92
+    )
+    c.add_argument("--max-model-len", type=v.knob_arg("max_model_len", auto=False), default=4096)
+    c.add_argument("--kv-dtype", default="auto", help=", ".join(capacity.DTYPE_BYTES))
+    c.add_argument(
+        "--overhead-gib",
+        type=v.non_negative_float,
+        default=None,
+        help="replace activation + non-torch",
     )
     c.set_defaults(func=cmd_capacity)
 
@@ -224,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--metrics", help="JSONL series written by MetricsSampler")
     d.add_argument("--bench", help="result JSON of the same load")
     d.add_argument("--slo", default="ttft:300 tpot:50")
-    d.add_argument("--max-num-seqs", type=int)
+    d.add_argument("--max-num-seqs", type=v.knob_arg("max_num_seqs"))
     d.add_argument("--threshold", nargs="*", default=[], metavar="NAME=VALUE")
     d.add_argument("--mermaid", action="store_true", help="print the tree as Mermaid")
     d.set_defaults(func=cmd_diagnose)
@@ -232,30 +336,57 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("replicas", help="replicas a target rate needs, from one replica's knee")
     common(r)
     r.add_argument(
-        "--knee-low", type=float, required=True, help="highest rate that met the SLO (req/s)"
+        "--knee-low",
+        type=v.positive_float,
+        required=True,
+        help="highest rate that met the SLO (req/s)",
     )
     r.add_argument(
-        "--knee-high", type=float, default=None, help="lowest rate above it that missed (req/s)"
+        "--knee-high",
+        type=v.positive_float,
+        default=None,
+        help="lowest rate above it that missed (req/s)",
     )
-    r.add_argument("--target", type=float, required=True, help="the rate to serve (req/s)")
     r.add_argument(
-        "--headroom", type=float, default=0.2, help="share of each replica's knee kept free"
+        "--target", type=v.positive_float, required=True, help="the rate to serve (req/s)"
+    )
+    r.add_argument(
+        "--headroom", type=v.share, default=0.2, help="share of each replica's knee kept free"
     )
     r.set_defaults(func=cmd_replicas)
 
     lab_cli.add_cli(sub)
+    replay.add_cli(sub)
+    modelfolder.add_cli(sub)
+    lab_workload.add_parser(sub)
     quiz.add_cli(sub)
     return p
 
 
+def report(exc: BaseException, fix: str = "") -> None:
+    """Bad input on stderr: a preflight's other failed checks as "✗" lines, then THE line."""
+    lines = [x for x in str(exc).splitlines() if x.strip()] or [type(exc).__name__]
+    for line in lines[:-1]:
+        print(f"  ✗ {line}", file=sys.stderr)
+    last = lines[-1]
+    if len(lines) > 1:
+        what, arrow, how = last.partition(" → ")
+        last = f"{what} (and {len(lines) - 1} more above){arrow and ' → '}{how}"
+    print(error_line(last, fix), file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    a = parser.parse_args(argv)
+    a: argparse.Namespace | None = None
     try:
+        a = build_parser().parse_args(argv)
         rc = a.func(a)
-    except (ValueError, OSError, TypeError) as e:  # KnobError, SLOError, BenchResultError...
-        for line in str(e).splitlines() or [""]:  # a PreflightError: one line per check
-            print(f"error: {line}", file=sys.stderr)
+    except SystemExit as e:  # --help, or a message raised as SystemExit
+        if e.code is None or isinstance(e.code, int):
+            return int(e.code or 0)
+        report(ValueError(str(e.code)))
+        return EXIT_BAD_INPUT
+    except (ValueError, OSError, TypeError) as e:  # BadInput, KnobError, SLOError, ...
+        report(e)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:  # Ctrl-C, or `timeout --signal=INT` around a GPU call
         out = getattr(a, "out", None)

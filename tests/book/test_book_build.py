@@ -299,3 +299,135 @@ def test_getting_the_code_substitutions_and_archive(site: Path) -> None:
 def test_no_nbval_marker_in_built_pages(site: Path, name: str) -> None:
     for lang in LANGS:
         assert "NBVAL_" not in (site / "book" / lang / f"{name}.html").read_text("utf-8")
+
+
+# ---- the site for a Chinese reader and a phone (book_ext, book_i18n, book_search) -----------
+
+ZH_FORBIDDEN = ("Toggle primary sidebar", "Toggle secondary sidebar", "Link to this heading",
+                "© Copyright", "Download this page", 'aria-label="Main"', 'aria-label="Page"',
+                "Close fullscreen", "Search Results")
+
+
+def _zh_html_pages(site: Path) -> list[Path]:
+    return [*sorted((site / "book" / "zh").glob("*.html")), site / "search-zh.html"]
+
+
+def test_zh_pages_carry_no_english_theme_text(site: Path) -> None:
+    pages = _zh_html_pages(site)
+    assert len(pages) >= len(PAGE_NAMES) + 1  # the pages and the Chinese search page
+    def shown(page: Path) -> str:  # the page without its scripts (the zh catalog names its keys)
+        return re.sub(r"<script\b.*?</script>", "", page.read_text("utf-8"), flags=re.S)
+
+    bad = {p.name: [e for e in ZH_FORBIDDEN if e in shown(p)] for p in pages}
+    assert {k: v for k, v in bad.items() if v} == {}
+    knobs = (site / "book" / "zh" / "knobs.html").read_text("utf-8")
+    assert 'title="链接到本节"' in knobs and "版权所有 © 2026" in knobs
+
+
+def _nav_captions(text: str) -> list[str]:
+    nav = re.search(r'<nav class="bd-links bd-docs-nav".*?</nav>', text, re.S)
+    assert nav, "no chapter list"
+    return re.findall(r'<span class="caption-text">([^<]+)</span>', nav.group(0))
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("name", PAGE_NAMES)
+def test_chapter_list_starts_with_the_page_language(site: Path, lang: str, name: str) -> None:
+    text = (site / "book" / lang / f"{name}.html").read_text("utf-8")
+    captions = _nav_captions(text)
+    assert captions[0] == ("中文" if lang == "zh" else "English"), captions
+    nav = re.search(r'<nav class="bd-links bd-docs-nav".*?</nav>', text, re.S).group(0)
+    zh_list = nav.split('<span class="caption-text">中文</span>', 1)[1].split("</ul>", 1)[0]
+    home = "index.html" if lang == "zh" else "../zh/index.html"
+    first = re.search(r'href="([^"]+)"', zh_list)
+    assert first and first.group(1) in (home, "#"), zh_list[:300]  # its own home page first
+
+
+def test_mathjax_only_on_pages_with_math(site: Path) -> None:
+    for page in (site / "book").rglob("*.html"):
+        text = page.read_text("utf-8")
+        has_math = 'class="math' in text
+        assert ("tex-mml-chtml.js" in text) == has_math, page
+
+
+def test_icon_script_and_search_index_only_where_needed(site: Path) -> None:
+    for page in built_pages(site):
+        rel = page.relative_to(site).as_posix()
+        if rel.startswith("_static/"):
+            continue
+        text = page.read_text("utf-8")
+        assert "fontawesome.js" not in text, rel
+        assert ("searchindex.js" in text) == (rel in ("search.html", "search-zh.html")), rel
+
+
+def test_zh_pages_search_on_the_chinese_search_page(site: Path) -> None:
+    zh = (site / "book" / "zh" / "knobs.html").read_text("utf-8")
+    en = (site / "book" / "en" / "knobs.html").read_text("utf-8")
+    action = r'<form class="bd-search[^>]*action="([^"]+)"'
+    assert set(re.findall(action, zh)) == {"../../search-zh.html"}
+    assert set(re.findall(action, en)) == {"../../search.html"}
+    page = (site / "search-zh.html").read_text("utf-8")
+    assert '<html lang="zh-CN"' in page and "搜索结果" in page and "<h1>搜索</h1>" in page
+
+
+def test_search_index_splits_chinese_into_pairs_and_keeps_english_stemming(site: Path) -> None:
+    import json
+
+    from book_search import split_text
+
+    assert split_text("前缀缓存 running") == ["前", "缀", "缓", "存", "前缀", "缀缓", "缓存",
+                                           "running"]
+    raw = (site / "searchindex.js").read_text("utf-8")
+    index = json.loads(raw[raw.index("(") + 1:raw.rindex(")")])
+    docs = index["docnames"]
+    terms = index["terms"]
+
+    def pages(term: str) -> set[str]:
+        out = set()
+        for table in (index["terms"], index["titleterms"]):
+            hit = table.get(term, [])
+            out |= {docs[i] for i in ([hit] if isinstance(hit, int) else hit)}
+        return out
+
+    for word in ("调优", "前缀缓存", "拐点"):  # a page matches when it holds every pair
+        with_word = {f"book/zh/{name}" for name in PAGE_NAMES
+                     if word in (BOOK / "zh" / f"{name}.md").read_text("utf-8")}
+        found = set(docs)
+        for i in range(len(word) - 1):
+            found &= pages(word[i:i + 2])
+        assert len(with_word) >= 2 and with_word <= found, (word, with_word - found)
+    assert "run" in terms and "running" not in index["terms"]  # English is stemmed
+
+
+def _img_tags(text: str) -> list[str]:
+    return re.findall(r"<img\b[^>]*>", text)
+
+
+def test_alt_checker_rejects_paths_and_empty_alts() -> None:
+    assert _bad_alts('<img alt="../../_images/x.png" src="x.png"><img src="y.png">') == 2
+    assert _bad_alts('<img alt="" src="x.png">') == 1
+    assert _bad_alts('<img alt="Line chart of latency against load" src="x.png">') == 0
+    assert _bad_alts('<img alt="折线图（req/s）" src="x.png">') == 0
+
+
+def _bad_alts(text: str) -> int:
+    bad = 0
+    for tag in _img_tags(text):
+        alt = re.search(r'\balt="([^"]*)"', tag)
+        value = alt.group(1).strip() if alt else ""
+        path_like = re.fullmatch(r"[\w.-]*/[\w./-]*|[\w./-]*\.(png|jpe?g|svg|gif)", value, re.A)
+        if not value or path_like:
+            bad += 1
+    return bad
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("name", PAGE_NAMES)
+def test_every_image_has_real_alt_text_and_a_caption(site: Path, lang: str, name: str) -> None:
+    text = (site / "book" / lang / f"{name}.html").read_text("utf-8")
+    assert _bad_alts(text) == 0
+    figures = re.findall(r"<figure\b.*?</figure>", text, re.S)
+    assert len(figures) == len(_img_tags(text))
+    for fig in figures:
+        cap = re.search(r"<figcaption>(.*?)</figcaption>", fig, re.S)
+        assert cap and re.sub(r"<[^>]+>", "", cap.group(1)).strip(), fig[:300]

@@ -306,3 +306,221 @@ def test_reader_screenshots_kept(reader_run: dict[str, Any], lang: str, page: st
     for width in WIDTHS:
         shot = Path(_rpage(reader_run, lang, page, width)["screenshot"])
         assert shot.parent == SCREENSHOTS and shot.stat().st_size > 10_000
+
+
+# ---- every page at 390 (and 1366, 375, 360): width, weight, every diagram enlarged -----------
+
+SITE_PAGES = [f"book/{lang}/{page}.html" for lang in LANGS
+              for page in (*ALL_PAGES, "field-notes")] + [
+    "search.html", "search-zh.html", "genindex.html", "index.html"]
+EXTRA_WIDTHS = (1366, 375, 360)
+PAGE_BUDGET_BYTES = 1_500_000
+MIN_ENLARGED_PX = 12
+# Opens every diagram's enlarged view in turn: labels as drawn, shape fills, and whether the
+# whole diagram lies inside the view's scrolling area (reachable by panning).
+ENLARGE_EVERY = """(async () => {
+  const out = [];
+  for (const b of [...document.querySelectorAll('.diagram-enlarge')]) {
+    const el = b.closest('.diagram-frame').querySelector('.mermaid');
+    b.click(); await new Promise((r) => setTimeout(r, 300));
+    const o = document.querySelector('.diagram-overlay');
+    if (!o) { out.push({open: false}); continue; }
+    const body = o.querySelector('.diagram-overlay-body');
+    const svg = body.querySelector('svg');
+    const sr = svg.getBoundingClientRect(), br = body.getBoundingClientRect();
+    const s = sr.width / svg.viewBox.baseVal.width;
+    let min = Infinity, labels = 0;
+    for (const t of svg.querySelectorAll('text, foreignObject span, foreignObject div, foreignObject p')) {
+      if (!t.textContent.trim()) continue;
+      const fs = parseFloat(getComputedStyle(t).fontSize);
+      if (fs) { min = Math.min(min, fs * s); labels++; }
+    }
+    const fills = [...svg.querySelectorAll('g.node rect, g.node polygon, g.node circle, g.cluster rect')]
+      .map((n) => getComputedStyle(n).fill);
+    const left = sr.left - br.left + body.scrollLeft, top = sr.top - br.top + body.scrollTop;
+    out.push({open: true, in_cell: !!el.closest('.cell_output'), labels,
+      min_font_px: labels ? min : null, shapes: fills.length,
+      black: fills.filter((f) => f === 'rgb(0, 0, 0)' || f === 'black').length,
+      overlay_width: o.getBoundingClientRect().width, viewport: window.innerWidth,
+      reachable: left >= -1 && top >= -1 && left + sr.width <= body.scrollWidth + 1
+        && top + sr.height <= body.scrollHeight + 1,
+      pans: body.scrollWidth > body.clientWidth || body.scrollHeight > body.clientHeight});
+    o.querySelector('[data-act=close]').click();
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return out;
+})()"""
+COLUMN_STYLE = ("[...document.querySelectorAll('.cell_output pre.output-columns')].map((p) =>"
+                " getComputedStyle(p).whiteSpace)")
+QUIZ_CODE_STYLE = ("[...document.querySelectorAll('.cu-quiz code')].map((c) =>"
+                   " getComputedStyle(c).whiteSpace)")
+MPLRC = Path(__file__).resolve().parents[2] / "tools" / "book" / "matplotlibrc"
+
+
+@pytest.fixture(scope="module")
+def site_run() -> dict[str, Any]:
+    specs = [{"name": path, "path": path, "viewport": {"width": 390, "height": 844},
+              "checks": ["diagrams", "layout", "nav", "weight"],
+              "layout_widths": list(EXTRA_WIDTHS),
+              "steps": [{"eval": ENLARGE_EVERY, "as": "enlarged"},
+                        {"eval": COLUMN_STYLE, "as": "columns"},
+                        {"eval": QUIZ_CODE_STYLE, "as": "quiz_code"}]}
+             for path in SITE_PAGES]
+    with serve_site() as base:
+        run = run_plan(base, specs, process_timeout_s=900.0)
+    SCREENSHOTS.parent.mkdir(parents=True, exist_ok=True)
+    weights = {p["name"]: (p.get("weight") or {}).get("total") for p in run["pages"]}
+    (SCREENSHOTS.parent / "page-weights.json").write_text(
+        __import__("json").dumps(weights, indent=1), encoding="utf-8")
+    return run
+
+
+def _spage(run: dict[str, Any], path: str) -> dict[str, Any]:
+    res = _page(run, path)
+    assert res.get("error") is None, res.get("error")
+    assert res["step_errors"] == [], res["step_errors"]
+    return res
+
+
+@pytest.mark.parametrize("path", SITE_PAGES)
+def test_no_page_scrolls_sideways_at_any_width(site_run: dict[str, Any], path: str) -> None:
+    res = _spage(site_run, path)
+    layouts = {390: res["layout"], **{int(w): lay for w, lay in res["layouts"].items()}}
+    assert sorted(layouts) == sorted((390, *EXTRA_WIDTHS))
+    for width, lay in layouts.items():
+        assert lay["doc_width"] <= lay["client_width"], (width, lay)
+        assert lay["sticking_out"] == [], (width, lay)
+
+
+@pytest.mark.parametrize("path", SITE_PAGES)
+def test_every_enlarged_diagram_is_drawn_and_readable(site_run: dict[str, Any],
+                                                     path: str) -> None:
+    res = _spage(site_run, path)
+    enlarged = res["evals"]["enlarged"]
+    assert len(enlarged) == len(res["diagrams"])
+    for big in enlarged:
+        assert big["open"], big
+        assert big["shapes"] > 0 and big["black"] == 0, big  # Mermaid's own styles still apply
+        assert big["labels"] > 0 and big["min_font_px"] >= MIN_ENLARGED_PX, big
+        assert big["overlay_width"] <= big["viewport"], big
+        assert big["reachable"], big  # every part can be panned into the 390 px view
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_diagnosis_tree_pans_legibly_on_a_phone(site_run: dict[str, Any], lang: str) -> None:
+    trees = [b for b in _spage(site_run, f"book/{lang}/slo-loop.html")["evals"]["enlarged"]
+             if b.get("in_cell")]
+    assert trees, "slo-loop prints its decision tree from a code cell"
+    for tree in trees:
+        assert tree["min_font_px"] >= MIN_ENLARGED_PX and tree["reachable"], tree
+        assert tree["pans"], tree  # wider than a phone at a legible size: the view scrolls
+
+
+@pytest.mark.parametrize("path", [p for p in SITE_PAGES if p.startswith("book/")])
+def test_page_weight_without_math_is_within_budget(site_run: dict[str, Any], path: str) -> None:
+    res = _spage(site_run, path)
+    weight = res["weight"]
+    urls = [r["url"] for r in weight["resources"]]
+    assert not any("fontawesome.js" in u or u.endswith("searchindex.js") for u in urls), urls
+    if any("mathjax" in u for u in urls):
+        assert path.endswith("glossary.html"), "MathJax loads only where there is math"
+        return
+    assert weight["total"] <= PAGE_BUDGET_BYTES, weight["resources"][:8]
+
+
+def _rc_font_px() -> float:
+    rc = dict(line.split(":", 1) for line in MPLRC.read_text("utf-8").splitlines()
+              if ":" in line and not line.lstrip().startswith("#"))
+    return float(rc["font.size"]) * float(rc["figure.dpi"]) / 72
+
+
+@pytest.mark.parametrize("path", [p for p in SITE_PAGES if p.startswith("book/")])
+def test_plots_are_captioned_described_and_legible_on_a_phone(site_run: dict[str, Any],
+                                                              path: str) -> None:
+    images = _spage(site_run, path)["nav"]["images"]
+    zh = "/zh/" in path
+    for img in images:
+        alt = img["alt"].strip()
+        assert alt and not re.fullmatch(r"[\w.-]*/[\w./-]*|[\w./-]*\.png", alt, re.A), img
+        assert img["caption"], img
+        assert ("图 " if zh else "Fig. ") in img["caption"], img["caption"]
+        assert bool(CJK.search(img["alt"])) == zh and bool(CJK.search(img["caption"])) == zh
+        # tick labels use the book rc's font size (lab.plots sets none smaller)
+        shown = _rc_font_px() * img["width"] / img["natural_width"]
+        assert shown >= 9, (img["src"], round(shown, 1))
+
+
+def test_column_outputs_scroll_and_quiz_flags_stay_whole(site_run: dict[str, Any]) -> None:
+    for lang in LANGS:
+        res = _spage(site_run, f"book/{lang}/slo-loop.html")
+        assert len(res["evals"]["columns"]) >= 2 and set(res["evals"]["columns"]) == {"pre"}
+        quiz = _spage(site_run, f"book/{lang}/knobs.html")["evals"]["quiz_code"]
+        assert quiz and set(quiz) == {"nowrap"}
+
+
+# ---- search: the Chinese index finds every zh page with the word -------------------------------
+
+ZH_WORDS = ("调优", "吞吐", "延迟", "前缀缓存", "拐点")
+SEARCH_RESULTS = """(async () => {
+  for (let i = 0; i < 100; i++) {
+    const s = document.querySelector('#search-results .search-summary, #search-results p');
+    if (s && s.innerText.trim() && !document.querySelector('#search-progress')?.innerText.trim())
+      break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await new Promise((r) => setTimeout(r, 400));
+  return {summary: document.querySelector('#search-results')?.innerText.split('\\n').slice(0, 2),
+          h1: document.querySelector('main h1')?.innerText, lang: document.documentElement.lang,
+          links: [...document.querySelectorAll('#search-results ul li > a')].map((a) =>
+            new URL(a.getAttribute('href'), location.href).pathname)};
+})()"""
+
+
+def _zh_pages_with(word: str) -> set[str]:
+    import html as html_mod
+
+    site = Path(__file__).resolve().parents[2] / "_build" / "html"
+    found = set()
+    for page in sorted((site / "book" / "zh").glob("*.html")):
+        if page.name in ("search.html", "genindex.html"):
+            continue
+        text = page.read_text("utf-8")
+        m = re.search(r"<article.*?</article>", text, re.S)
+        body = re.sub(r'<pre class="mermaid".*?</pre>|<script.*?</script>|<style.*?</style>', "",
+                      m.group(0) if m else "", flags=re.S)
+        # the page's own text (its <title> also carries the site name, which names no page)
+        plain = html_mod.unescape(re.sub(r"<[^>]+>", "", body))
+        if word in plain:
+            found.add(f"/book/zh/{page.name}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def search_run() -> dict[str, Any]:
+    from urllib.parse import quote
+
+    specs = [{"name": f"zh-{w}", "path": f"search-zh.html?q={quote(w)}",
+              "steps": [{"eval": SEARCH_RESULTS, "as": "search"}]} for w in ZH_WORDS]
+    specs.append({"name": "en-knee", "path": "search.html?q=knee",
+                  "steps": [{"eval": SEARCH_RESULTS, "as": "search"}]})
+    with serve_site() as base:
+        return run_plan(base, specs, screenshots=None)
+
+
+@pytest.mark.parametrize("word", ZH_WORDS)
+def test_zh_search_finds_every_page_with_the_word(search_run: dict[str, Any], word: str) -> None:
+    res = _page(search_run, f"zh-{word}")
+    assert res.get("error") is None and res["step_errors"] == [] and res["page_errors"] == []
+    got = res["evals"]["search"]
+    assert got["lang"] == "zh-CN" and got["h1"] == "搜索", got
+    assert CJK.search(" ".join(got["summary"])), got["summary"]  # the page's own text
+    expected = _zh_pages_with(word)
+    assert len(expected) >= 2, (word, expected)
+    assert set(got["links"]) >= expected, (word, sorted(expected - set(got["links"])))
+    assert all(link.startswith("/book/zh/") for link in got["links"]), got["links"]
+
+
+def test_en_search_lists_english_pages(search_run: dict[str, Any]) -> None:
+    got = _page(search_run, "en-knee")["evals"]["search"]
+    assert got["links"] and all(link.startswith("/book/en/") for link in got["links"]), got
+    assert not CJK.search(" ".join(got["summary"]))

@@ -69,6 +69,7 @@ def recorded_starts() -> list[tuple[str, dict, str, int]]:
             tokens = vllm_logs.startup_facts(part).kv_cache_tokens
             if tokens is not None:
                 entry = "serve" if "model_tag" in args else "llm"
+                args["_cached"] = "Directly load the compiled graph" in part
                 out.append((str(f.relative_to(RESULTS)), args, entry, tokens))
     return out
 
@@ -82,8 +83,18 @@ def test_prediction_matches_every_recorded_h200_start():
     assert len(starts) >= 30 and {e for *_, e, _ in starts} == {"serve", "llm"}
     total = round(H200.total_gib * capacity.GIB)
     for log, args, entry, logged in starts:
-        got = capacity.predict_case(cfg, total, args, entry).kv_tokens
-        assert abs(got - logged) / logged < 0.002, (log, args, got, logged)
+        cached = args.pop("_cached")
+        fit = capacity.predict_case(cfg, total, args, entry, compile_cached=cached)
+        got = fit.kv_tokens
+        # a cached start of 2,048 tokens logged 0.29 GiB against the forward pass's 0.265:
+        # 0.5 % of a 4090-sized pool (h200-2026-12-02/lab02-4090); cold starts stay in 0.2 %,
+        # or in the 0.01 GiB that vLLM rounds its logged terms to (0.3 % of a 61k-token pool)
+        resolution = 0.01 * fit.kv_tokens / fit.kv_memory_gib
+        bound = max((0.006 if cached else 0.002) * logged, resolution)
+        assert abs(got - logged) <= bound, (log, args, cached, got, logged)
+        if cached:  # the cold model would miss these by up to 11 %: the flag is what holds
+            cold = capacity.predict_case(cfg, total, args, entry).kv_tokens
+            assert abs(got - logged) <= abs(cold - logged), (log, got, cold, logged)
 
 
 def test_predict_terms_follow_vllm():

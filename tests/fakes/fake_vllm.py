@@ -313,6 +313,10 @@ def bench_parser() -> argparse.ArgumentParser:
     p.add_argument("--random-output-len", type=int, default=128)
     p.add_argument("--random-prefix-len", type=int, default=0)
     p.add_argument("--random-range-ratio", default="0.0")
+    p.add_argument("--dataset-path")
+    p.add_argument("--timed-trace-chunk-hash-size", type=int, default=16)
+    p.add_argument("--timed-trace-sec-multiplier", type=float, default=1.0)
+    p.add_argument("--self-timed", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--num-prompts", type=int, default=1000)
     p.add_argument("--request-rate", type=float, default=float("inf"))
     p.add_argument("--burstiness", type=float, default=1.0)
@@ -402,6 +406,32 @@ def _request(url: str, model: str, prompt: str, prompt_len: int, max_tokens: int
     return out
 
 
+def _timed_trace(a: argparse.Namespace) -> tuple[list[str], list[int], list[int], list[float]]:
+    """Like TimedTrace (datasets.py): the first --num-prompts lines; each hash id is a chunk
+    of tokens that is the same for the same id and chunk size (vLLM seeds them from
+    hash(f"{id}:{size}")); send times are timestamp * --timed-trace-sec-multiplier."""
+    prompts, plens, olens, delays = [], [], [], []
+    chunk = a.timed_trace_chunk_hash_size
+    with open(a.dataset_path) as fh:
+        lines = fh.readlines()
+    for line in lines[: a.num_prompts]:
+        e = json.loads(line)
+        left, words = e["input_length"], []
+        for h in e.get("hash_ids", []):
+            size = chunk if left >= chunk else left
+            words += [f"t{h}:{size}_{j}" for j in range(size)]
+            left -= size
+            if left <= 0:
+                break
+        prompts.append(" ".join(words))
+        plens.append(len(words))
+        olens.append(e["output_length"])
+        delays.append(float(e["timestamp"]) * a.timed_trace_sec_multiplier)
+    if a.self_timed is False:
+        raise SystemExit("fake bench: timed_trace without --self-timed is not faked")
+    return prompts, plens, olens, delays
+
+
 def bench_serve(argv: list[str]) -> int:
     a = bench_parser().parse_args(argv)
     print(a, flush=True)
@@ -409,28 +439,39 @@ def bench_serve(argv: list[str]) -> int:
     if crash and not os.path.exists(crash):
         Path(crash).write_text(str(os.getpid()))
         os._exit(3)
-    print(f"INFO {datetime.now().strftime('%m-%d %H:%M:%S')} [utils.py:90] Sampling input_len "
-          f"from [{a.random_input_len}, {a.random_input_len}] and output_len from "
-          f"[{a.random_output_len}, {a.random_output_len}]", flush=True)
+    if a.dataset_name == "timed_trace":  # TimedTrace.__init__ prints this (no log stamp)
+        print(f"timed-trace: chunk_size: {a.timed_trace_chunk_hash_size}, "
+              f"sec_multiplier: {a.timed_trace_sec_multiplier}, ...", flush=True)
+    else:
+        print(f"INFO {datetime.now().strftime('%m-%d %H:%M:%S')} [utils.py:90] Sampling "
+              f"input_len from [{a.random_input_len}, {a.random_input_len}] and output_len "
+              f"from [{a.random_output_len}, {a.random_output_len}]", flush=True)
     if log := os.environ.get("FAKE_VLLM_BENCH_ARGV"):
         with open(log, "a") as fh:
             fh.write(json.dumps(argv) + "\n")
     random.seed(a.seed)
     np.random.seed(a.seed)
-    if a.dataset_name != "random":
-        raise SystemExit("fake bench: only --dataset-name random")
-    if a.backend in ("vllm", "openai"):
-        a.ignore_eos = True  # serve.py: random datasets default to ignoring EOS
     base = a.base_url or f"http://{a.host}:{a.port}"
     url = base + a.endpoint
-    # like RandomDataset: the prompts are a function of --seed (one shared prefix per run)
-    prefix = " ".join(f"s{a.seed}p{i}" for i in range(a.random_prefix_len))
-    prompts = [
-        ((prefix + " ") if prefix else "")
-        + " ".join(f"s{a.seed}w{k}_{i}" for i in range(a.random_input_len))
-        for k in range(a.num_prompts)
-    ]
-    plen = a.random_prefix_len + a.random_input_len
+    if a.dataset_name == "timed_trace":
+        a.ignore_eos = True  # serve.py: timed_trace ignores EOS, self-timed unless told not
+        prompts, plens, olens, delays = _timed_trace(a)
+        a.num_prompts = len(prompts)
+    elif a.dataset_name == "random":
+        if a.backend in ("vllm", "openai"):
+            a.ignore_eos = True  # serve.py: random datasets default to ignoring EOS
+        # like RandomDataset: the prompts are a function of --seed (one shared prefix per run)
+        prefix = " ".join(f"s{a.seed}p{i}" for i in range(a.random_prefix_len))
+        prompts = [
+            ((prefix + " ") if prefix else "")
+            + " ".join(f"s{a.seed}w{k}_{i}" for i in range(a.random_input_len))
+            for k in range(a.num_prompts)
+        ]
+        plens = [a.random_prefix_len + a.random_input_len] * a.num_prompts
+        olens = [a.random_output_len] * a.num_prompts
+        delays = None
+    else:
+        raise SystemExit("fake bench: only --dataset-name random or timed_trace")
     goodput = {}
     for pair in a.goodput or []:
         k, v = pair.split(":")
@@ -443,7 +484,7 @@ def bench_serve(argv: list[str]) -> int:
         if sem:
             sem.acquire()
         try:
-            outs[i] = _request(url, a.model, prompts[i], plen, a.random_output_len, a.ignore_eos)
+            outs[i] = _request(url, a.model, prompts[i], plens[i], olens[i], a.ignore_eos)
         finally:
             if sem:
                 sem.release()
@@ -452,10 +493,12 @@ def bench_serve(argv: list[str]) -> int:
     t0 = time.perf_counter()
     threads = []
     for i in range(a.num_prompts):
+        if delays is not None:  # self-timed: at start + timestamp * multiplier (serve.py)
+            time.sleep(max(0.0, t0 + delays[i] - time.perf_counter()))
         th = threading.Thread(target=worker, args=(i,))
         th.start()
         threads.append(th)
-        if not math.isinf(a.request_rate):
+        if delays is None and not math.isinf(a.request_rate):
             time.sleep(rng.gamma(a.burstiness, 1.0 / (a.request_rate * a.burstiness)))
     for th in threads:
         th.join()

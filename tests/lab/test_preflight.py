@@ -384,7 +384,8 @@ def test_cli_preflight_subcommand(fake_vllm: Path, fake_nvidia_smi: Path, dummy_
               "--lang", "zh"], os.environ["PATH"], FAKE_GPU="NVIDIA GeForce RTX 4090,24564,20000,550.54.14")
     assert p.returncode == 2 and "✗ NVIDIA 驱动" in p.stdout
     lines = p.stderr.strip().splitlines()
-    assert [x.split("：")[0] for x in lines] == ["error: NVIDIA 驱动", "error: 空闲显存"]
+    # the other failed checks as "✗" lines, then the one error line
+    assert [x.strip().split("：")[0] for x in lines] == ["✗ NVIDIA 驱动", "error: 空闲显存"]
     assert all(" → 解决：" in x for x in lines) and "Traceback" not in p.stderr
 
 

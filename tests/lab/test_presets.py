@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from course_utils.core import presets
+from course_utils.core.validate import BadInput
 from course_utils.lab import cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,10 +45,10 @@ def test_without_a_preset_the_old_defaults_hold_and_slo_is_required() -> None:
     assert (a.input_len, a.output_len, a.num_prompts, a.prefix_len) == (512, 128, 200, 0)
     assert a.rate == float("inf")
     b = _parse("tune", "--model", "m", "--out", "o", "--candidate", "max_num_seqs=8")
-    with pytest.raises(SystemExit, match="give --slo"):
+    with pytest.raises(BadInput, match="give --slo"):
         cli._apply_preset(b, tune=True)
     c = _parse("tune", "--model", "m", "--out", "o", "--preset", "nope")
-    with pytest.raises(SystemExit, match="no preset 'nope'"):
+    with pytest.raises(BadInput, match="no preset 'nope'"):
         cli._apply_preset(c, tune=True)
 
 

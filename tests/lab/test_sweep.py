@@ -13,6 +13,7 @@ from course_utils.core.keep import best_point, choose, objective_value
 from course_utils.core.keep import early_stop_reason as _early_stop
 from course_utils.core.records import PointPaths
 from course_utils.core.slo import SLO
+from course_utils.core.validate import BadInput
 from course_utils.lab import knee, replay
 from course_utils.lab.bench import Workload
 from course_utils.lab.cli import add_cli
@@ -138,10 +139,11 @@ def test_interrupted_sweep_resumes_without_loss_or_repeat(tmp_path: Path, fake_v
     # a third run with everything done starts nothing
     sweep("fake-model", "max_num_seqs", values, workload=W, slo=SLO_LOOSE, out_dir=out, **FAST)
     assert len(_starts(tmp_path)) == 4
-    # resume=False measures again
-    sweep("fake-model", "max_num_seqs", [1], workload=W, slo=SLO_LOOSE, out_dir=out,
-          resume=False, **FAST)
-    assert len(_starts(tmp_path)) == 5
+    # resume=False would measure finished points again: refused, nothing started
+    with pytest.raises(BadInput, match="--no-resume"):
+        sweep("fake-model", "max_num_seqs", [1], workload=W, slo=SLO_LOOSE, out_dir=out,
+              resume=False, **FAST)
+    assert len(_starts(tmp_path)) == 4
 
 
 def _rec(value: int, goodput: float, meets: bool = True, status: str = "ok",

@@ -132,23 +132,32 @@ def loop_ending(q: Any, p: dict[str, Any]) -> None:
     assert p["run"].split("/")[2] in q.prompt["en"]
 
 
-def knee_ranking(q: Any, p: dict[str, Any]) -> None:
-    """Through lab (the grid's validity gate, JIT compiles in its log included, and
-    gridcompare's spread between servers), not the generator's own reading of the files."""
-    from course_utils.lab import grid
-    from course_utils.lab.gridcompare import compare
+def _grid_runs(sweep: Path) -> dict[str, float]:
+    """combo label -> vLLM's request goodput in its run file (read here, not by the quiz)."""
+    return {d.name.split("--", 1)[1]: json.loads((d / "run=0.json").read_text())["request_goodput"]
+            for d in (sweep / "grid").glob("SERVE--*") if (d / "run=0.json").is_file()}
 
-    loop, sweep = ROOT / p["loop"], ROOT / p["grid"]
-    slo = str((grid.read_grid_meta(sweep) or {})["slo"])
-    cmp = compare(sweep, loop, slo)
-    pts = {x.knob: x for x in grid.grid_points(sweep, slo)}
-    kept = "max_num_batched_tokens=16384"
-    assert pts["defaults"].valid and pts[kept].valid  # both grid runs passed the gate
-    assert not any(x.windows[0].score.meets_slo for x in pts.values())
+
+def _loop_windows(loop: Path) -> dict[str, list[float]]:
+    from course_utils.core.records import ServedPoint
+
+    pts = [ServedPoint.from_json(r) for r in read_jsonl(loop / "points.jsonl")]
+    assert not any(x.meets_slo for x in pts)  # no value met the SLO
+    return {("defaults" if x.knob == "baseline" else x.label):
+            [w.score.request_goodput for w in x.valid_windows] for x in pts}
+
+
+def knee_ranking(q: Any, p: dict[str, Any]) -> None:
+    """Through core: the grid's run files and the loop's windows, and
+    core.records.relative_spread between the two servers."""
+    from course_utils.core.records import relative_spread
+
+    runs, wins = _grid_runs(ROOT / p["grid"]), _loop_windows(ROOT / p["loop"])
+    kept = "max_num_batched_tokens=16384"  # the loop kept 16384 (its tune.jsonl)
     # the grid orders the two values against the loop, inside the spread between servers
-    assert pts["defaults"].windows[0].score.request_goodput > pts[kept].windows[0].score.request_goodput
-    assert cmp["verdict"]["decision"] == "tie" and cmp["loop"]["knobs"]["max_num_batched_tokens"] == 16384
-    worst = max(cmp["cross_spread"].values())
+    assert runs["defaults"] > runs[kept]
+    cross = {k: relative_spread([*wins[k], runs[k]]) for k in ("defaults", kept)}
+    worst = max(cross.values())
     assert f"{worst:.0%}" in q.explain["en"] and f"{worst:.0%}" in q.explain["zh"]
     assert _keys(q) == {"ending_only"}
     assert p["loop"].split("labs/results/")[-1] in q.prompt["en"]
@@ -158,28 +167,51 @@ def spread_scale(q: Any, p: dict[str, Any]) -> None:
     """Through core.keep.decide on the grid's two runs, with the margin recomputed from
     core.records.relative_spread over every configuration both sides measured."""
     from course_utils.core.keep import decide
-    from course_utils.core.records import ServedPoint, relative_spread
-    from course_utils.core.store import read_jsonl
-    from course_utils.lab import grid
+    from course_utils.core.records import relative_spread
 
-    sweep = ROOT / p["grid"]
-    slo = str((grid.read_grid_meta(sweep) or {})["slo"])
-    pts = {x.knob: x for x in grid.grid_points(sweep, slo)}
-    loop = [ServedPoint.from_json(r) for r in read_jsonl(ROOT / p["loop"] / "points.jsonl")]
-    margin = max(relative_spread([*(w.score.request_goodput for w in g.valid_windows),
-                                  *(w.score.request_goodput for w in m.valid_windows)]) or 0.0
-                 for g in pts.values() for m in loop if m.knobs == g.knobs)
-    best = max(pts.values(), key=lambda x: x.windows[0].score.request_goodput)
-    pick = pts["max_num_batched_tokens=16384"]  # the loop kept 16384 (its tune.jsonl)
-    d = decide([best], pick.windows[0].score.request_goodput, current_spread=margin)
+    runs, wins = _grid_runs(ROOT / p["grid"]), _loop_windows(ROOT / p["loop"])
+    margin = max(relative_spread([*wins[k], runs[k]]) for k in runs if k in wins)
+    best = max(runs, key=runs.__getitem__)
+    pick = "max_num_batched_tokens=16384"
+    point = {"key": best, "knob": best, "value": None, "knobs": {}, "workload": {}, "slo": "",
+             "status": "ok", "windows": [{"status": "ok", "purpose": "measure", "index": 0,
+                                          "seed": 0, "valid": True, "validity_issues": [],
+                                          "score": {"request_goodput": runs[best],
+                                                    "meets_slo": False}}]}
+    d = decide([point], runs[pick], current_spread=margin)
     assert d.decision == "tie" and d.gain is not None and d.gain > margin > (d.apart or 0)
     assert _keys(q) == {"tie"}
     assert f"{d.apart:.0%}" in q.explain["en"] and f"{margin:.0%}" in q.explain["zh"]
+    assert "two different hosts" in q.prompt["en"]  # README: 32768 ran on another host
+
+
+def budget_unused(q: Any, p: dict[str, Any]) -> None:
+    summary = [r for r in read_jsonl(ROOT / p["run"] / "tune.jsonl")
+               if r.get("kind") == "summary"][-1]
+    ev = summary["diagnosis"]["evidence"]
+    assert summary["diagnosis"]["constraint"] == "prefill"
+    assert ev["tokens_per_step"] < 0.5 * ev["max_num_batched_tokens"]
+    assert _keys(q) == {"unused"}
+
+
+def kv_gain(q: Any, p: dict[str, Any]) -> None:
+    from course_utils.core import capacity
+
+    logged = {r["value"]: r["kv_cache_tokens"] for r in read_jsonl(ROOT / p["records"])}
+    assert quiz_grade(q, logged[p["to"]])  # vLLM's own count grades as right
+    per = capacity.load_model(p["model"]).kv_bytes_per_token()
+    assert per == 57_344  # 2 x 28 layers x 4 KV heads x 128 x 2 bytes
+
+
+def quiz_grade(q: Any, x: float) -> bool:
+    from course_utils import quiz
+
+    return quiz.grade(q, x).correct
 
 
 RUN_CHECKS: dict[str, Callable[[Any, dict[str, Any]], None]] = {
     "littles_law": littles_law, "littles_cap": littles_cap, "ttft_split": ttft_split,
     "prefix_replay": prefix_replay, "jit_window": jit_window, "kv_preempt": kv_preempt,
     "replicas_plan": replicas_plan, "loop_ending": loop_ending, "knee_ranking": knee_ranking,
-    "spread_scale": spread_scale,
+    "spread_scale": spread_scale, "budget_unused": budget_unused, "kv_gain": kv_gain,
 }

@@ -46,26 +46,75 @@ def _num(answer: float, **tol: float) -> quiz.Question:
 
 # ---------------------------------------------------------------- grading
 
+def _ids(q: quiz.Question) -> dict[str, str]:
+    """English choice text -> the letter it got after the shuffle."""
+    return {c.text["en"]: c.id for c in q.choices}
+
+
 def test_single_choice() -> None:
     q = _q(**SINGLE)
-    assert q.correct_ids == {"b"}
-    for right in ("b", "B", " b ", ["b"], ("b",)):
+    b, a = _ids(q)["B"], _ids(q)["A"]
+    assert q.correct_ids == {b}
+    for right in (b, b.upper(), f" {b} ", [b], (b,)):
         r = quiz.grade(q, right)
         assert r.correct and r.valid, right
         assert r.explanation.startswith("Correct.") and r.explanation.endswith("because")
-    wrong = quiz.grade(q, "a", "zh")
+    wrong = quiz.grade(q, a, "zh")
     assert not wrong.correct and wrong.valid
-    assert wrong.explanation == "不对。答案：b。因为"
+    assert wrong.explanation == f"不对。答案：{b}。因为"
 
 
 def test_multiple_choice_needs_the_exact_set() -> None:
     q = _q(**MULTI)
-    assert quiz.grade(q, ["a", "c"]).correct
-    assert quiz.grade(q, "c,a").correct
-    assert quiz.grade(q, "a c a").correct  # repeats do not matter
-    assert not quiz.grade(q, ["a"]).correct  # a subset is wrong
-    assert not quiz.grade(q, ["a", "b", "c"]).correct  # a superset is wrong
-    assert "Answer: a, c." in quiz.grade(q, ["a"]).explanation
+    a, b, c = (_ids(q)[x] for x in "ABC")
+    assert quiz.grade(q, [a, c]).correct
+    assert quiz.grade(q, f"{c},{a}").correct
+    assert quiz.grade(q, f"{a} {c} {a}").correct  # repeats do not matter
+    assert not quiz.grade(q, [a]).correct  # a subset is wrong
+    assert not quiz.grade(q, [a, b, c]).correct  # a superset is wrong
+    assert f"Answer: {', '.join(sorted((a, c)))}." in quiz.grade(q, [a]).explanation
+
+
+def test_choices_are_dealt_by_item_id() -> None:
+    """Letters a, b, c... in display order; the order is fixed by the id (every renderer
+    builds from the same Question), and another id may deal the same choices otherwise."""
+    q = _q(**SINGLE)
+    assert [c.id for c in q.choices] == ["a", "b", "c"]
+    assert [c.text["en"] for c in _q(**SINGLE).choices] == [c.text["en"] for c in q.choices]
+    orders = {tuple(c.text["en"] for c in _q(**{**SINGLE, "id": f"t{i}"}).choices)
+              for i in range(30)}
+    assert len(orders) == 6  # all 3! orders occur
+
+
+def _single_keys(lang: str) -> list[tuple[str, str, list[int], int]]:
+    """(id, key letter, every option's length, the key's index) of each single-choice item."""
+    out = []
+    for lesson in quiz.LESSONS:
+        for q in quiz.load(lesson):
+            if q.type == "single":
+                key = next(c for c in q.choices if c.correct)
+                out.append((q.id, key.id, [len(c.text[lang]) for c in q.choices],
+                            q.choices.index(key)))
+    return out
+
+
+@pytest.mark.parametrize("lang", quiz.LANGS)
+def test_no_letter_holds_the_keys(lang: str) -> None:
+    """Over all built single-choice items, no letter holds more than 40 % of the keys."""
+    keys = _single_keys(lang)
+    letters = [k for _, k, _, _ in keys]
+    assert len(keys) >= 20
+    worst = max(set(letters), key=letters.count)
+    assert letters.count(worst) <= 0.4 * len(letters), (worst, sorted(letters))
+
+
+@pytest.mark.parametrize("lang", quiz.LANGS)
+def test_the_key_is_rarely_the_longest_option(lang: str) -> None:
+    """The key is the strictly longest option in at most a quarter of single-choice items."""
+    keys = _single_keys(lang)
+    longest = [qid for qid, _, lens, i in keys
+               if all(lens[i] > n for j, n in enumerate(lens) if j != i)]
+    assert len(longest) <= 0.25 * len(keys), longest
 
 
 def test_numeric_shows_answer_even_when_right() -> None:
@@ -179,16 +228,19 @@ def lesson(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def test_seed_questions_are_present(lesson: str) -> None:
+def test_section9_questions_are_present(lesson: str) -> None:
     qs = {q.id: q for q in quiz.load(lesson)}
-    for n in (1, 2, 3):  # each seed's §9 has three questions
-        assert qs[f"seed-{n}"].seed == n
-    assert sorted(q.seed for q in qs.values() if q.seed) == [1, 2, 3]
+    for n in (1, 2, 3):  # each lesson's §9 has three questions
+        assert qs[f"s9-{n}"].section == n
+    assert sorted(q.section for q in qs.values() if q.section) == [1, 2, 3]
+    # item ids end up in the page's markup (data-qid): none calls the lessons "seed"
+    assert not any("seed" in q.id for q in qs.values())
+    assert "seed" not in " ".join(re.findall(r'data-qid="([^"]+)"', quiz.html(lesson, "en")))
 
 
 def test_enough_new_and_generated_questions(lesson: str) -> None:
     qs = quiz.load(lesson)
-    assert sum(q.seed is None for q in qs) >= 8
+    assert sum(q.section is None for q in qs) >= 8
     assert sum(q.generator is not None for q in qs) >= 8
     assert {q.type for q in qs} == set(quiz.TYPES)
 
@@ -285,12 +337,11 @@ def check_generated(q: quiz.Question) -> None:
         assert _keys(q) == both & _shown(q)
     elif g == "knob_constraint":
         assert _keys(q) == {k.name for k, _ in knobs.for_constraint(p["constraint"])} & _shown(q)
-    elif g == "default_source":
-        gpus = [capacity.get_gpu(x) for x in p["gpus"]]
-        vals = {knobs.default(p["knob"], gpu_memory_gib=x.memory_gib, gpu_name=x.name)
-                for x in gpus}
-        assert len(vals) == 2 and p["field_default"] not in vals
-        assert _keys(q) == {"batch-defaults"}
+    elif g == "default_cap":
+        gpu = capacity.get_gpu(p["gpu"])
+        cap = knobs.default("max_num_seqs", gpu_memory_gib=gpu.memory_gib, gpu_name=gpu.name)
+        assert f"max_num_seqs={cap}" in q.prompt["en"]  # the logged cap is in the question
+        assert _keys(q) == ({"fits"} if p["rate"] * p["e2e_s"] < cap else set())
     elif g == "knob_validate":
         try:
             knobs.validate(p["values"], gpu_memory_gib=p.get("gpu_memory_gib"))
@@ -370,8 +421,6 @@ def check_generated(q: quiz.Question) -> None:
         best = max(scores.values())
         winners = [str(v) for v, sc in scores.items() if sc == best]
         assert _keys(q) == ({winners[0]} if best > 0 and len(winners) == 1 else {"none"})
-    elif g == "goodput_args":
-        assert _keys(q) == {" ".join(slo.SLO.parse(p["slo"]).goodput_args())}
     elif g == "diagnose_constraint":
         assert _keys(q) == {_check_diagnosis(q, p).constraint}
     elif g == "diagnose_knobs":
@@ -652,7 +701,7 @@ def test_cli_json_and_text(capsys: pytest.CaptureFixture[str], lesson: str) -> N
     assert [q["id"] for q in doc["questions"]] == [q.id for q in quiz.load(lesson)]
     assert all("expected" in q and "explain" in q for q in doc["questions"])
     rc, out = _run_cli(capsys, "quiz", "--lesson", lesson, "--format", "text")
-    assert rc == 0 and "[seed-1] (§9.1," in out and "-> " in out
+    assert rc == 0 and "[s9-1] (§9.1," in out and "-> " in out
 
 
 def test_cli_via_main(capsys: pytest.CaptureFixture[str]) -> None:
@@ -694,6 +743,10 @@ def test_same_batch_spread_question_reads_the_recorded_run() -> None:
     assert "h200-2026-11-29c" in q.prompt["en"] and "24,420 vs 19,144 tok/s" in q.prompt["en"]
     assert "seconds 10-60" in q.prompt["en"]
     assert "-22%" in q.explain["en"] and "-14%" in q.explain["en"]
+    assert "0.8 16% faster" in q.explain["en"]  # 19,034 / 16,389 - 1
+    # the repeat it cites: the same sweep twice, 0.8 at 15,584 and 17,424 tok/s
+    assert "h200-2026-11-29b/knobs-repeat" in q.explain["en"] and "12% apart" in q.explain["en"]
+    assert "16%" in next(c for c in q.choices if c.key == "keep-base").text["en"]
     ids = {c.key: c.id for c in q.choices}
     assert quiz.grade(q, ids["spread"]).correct
     assert not any(quiz.grade(q, ids[k]).correct for k in ("keep-base", "preempt", "no-bind"))
@@ -723,12 +776,12 @@ def test_recommend_ttft_list_is_the_maps() -> None:
     want = {"gpu_memory_utilization", "kv_cache_dtype", "max_num_seqs",
             "max_num_batched_tokens", "enable_prefix_caching", "tensor_parallel_size"}
     assert {k.name for k in knobs.recommend("ttft")} == want
-    q = _item("knobs", "seed-1")
+    q = _item("knobs", "s9-1")
     assert "lists 6:" in q.explain["en"] and "一共列出 6 个" in q.explain["zh"]
 
 
 @pytest.mark.parametrize(("lesson", "qid", "keys"), [
-    ("slo-loop", "seed-2", {"none"}),
+    ("slo-loop", "s9-2", {"none"}),
     ("slo-loop", "diag-decode-knobs", {"max_num_seqs", "max_num_batched_tokens"}),
     ("slo-loop", "diag-h200-baseline-knobs", {"max_num_seqs"}),
     ("slo-loop", "knobs-for-prefill", {"max_num_batched_tokens", "enable_prefix_caching"}),
@@ -755,6 +808,27 @@ def test_errata_are_gone_from_every_explanation() -> None:
                 "tpot_floor", "same_batch_spread"), q.id  # goodput is in req/s
 
 
+def test_written_distractors_name_their_mistake(lesson: str) -> None:
+    """In a written choice item, each wrong option has a comment naming the mistake it
+    stands for (the generators' options carry theirs in the code)."""
+    text = quiz.quiz_path(lesson).read_text(encoding="utf-8")
+    for block in text.split("\n  - id: ")[1:]:
+        if "\n    choices:" not in block:
+            continue
+        choices = block.split("\n    choices:", 1)[1].split("\n    explain:", 1)[0]
+        wrong = choices.count("- text") - choices.count("correct: true")
+        comments = len(re.findall(r"^\s+# ", choices, re.M))
+        assert comments >= wrong, (block.split("\n", 1)[0], comments, wrong)
+
+
+def test_no_space_after_chinese_punctuation() -> None:
+    """YAML folds leave no space after 。，；：in Chinese texts (the renderer keeps them)."""
+    for lesson in quiz.LESSONS:
+        for q in quiz.load(lesson):
+            texts = [q.prompt["zh"], q.explain["zh"], *(c.text["zh"] for c in q.choices)]
+            assert not any(re.search(r"[。，；：？！] ", t) for t in texts), q.id
+
+
 def test_zh_explanations_space_latin_and_chinese() -> None:
     bad = re.compile(r"[\u4e00-\u9fff][A-Za-z0-9`]|[A-Za-z0-9`][\u4e00-\u9fff]")
     for lesson in quiz.LESSONS:
@@ -767,10 +841,42 @@ def test_zh_explanations_space_latin_and_chinese() -> None:
             assert not hits, (q.id, hits[:5])
 
 
-def test_default_item_names_get_batch_defaults() -> None:
-    q = _item("knobs", "cfg-max-num-seqs")
+def test_default_cap_reads_the_logged_cap() -> None:
+    """60 req/s x 5 s = 300 in flight: over the declared 128 and the 4090's 256, under the
+    1024 an H200 logs, which is the cap that runs."""
+    q = _item("knobs", "default-cap-h200")
     assert "get_batch_defaults" in q.explain["en"] and "for tests" in q.explain["en"]
-    assert "RTX 4090 gets 256" in q.prompt["en"] and "H200 gets 1024" in q.prompt["en"]
+    assert "max_num_seqs=1024" in q.prompt["en"] and "RTX 4090" in q.prompt["zh"]
+    right = next(c for c in q.choices if c.correct)
+    assert right.key == "fits" and "300" in right.text["en"] and "1024" in right.text["zh"]
+
+
+def test_kv_gain_predicts_the_logged_size() -> None:
+    """0.8 -> 0.9 on the H200: + 0.1 x 139.8 GiB of 57,344-byte tokens; vLLM logged 2,044,928;
+    scaling the tokens by 0.9 / 0.8 is outside the tolerance."""
+    q = _item("knobs", "kv-gain-gmu")
+    assert quiz.grade(q, 2_044_928).correct and not quiz.grade(q, 1_782_064 * 0.9 / 0.8).correct
+    assert "1,782,064" in q.prompt["en"] and "57,344" in q.prompt["zh"]
+
+
+def test_no_text_says_gmu_one_ooms_at_start_up() -> None:
+    """0.26.0 refuses start-up when free memory is below the requested share (pit-gmu-one);
+    no quiz text may say it starts and runs out of memory at start-up."""
+    for lesson in quiz.LESSONS:
+        for q in quiz.load(lesson):
+            texts = [q.prompt[lg] + q.explain[lg] for lg in quiz.LANGS]
+            assert not any(re.search(r"start-up OOM|启动时 OOM", t) for t in texts), q.id
+
+
+def test_direction_items_state_their_condition() -> None:
+    """An effect the map makes conditional (a `when`, or a batch-shape knob, whose effect
+    needs the batch to change) is asked with the condition given."""
+    for q in quiz.load("knobs"):
+        if q.generator == "knob_direction":
+            k = knobs.KNOBS[q.params["knob"]]
+            if k.condition(q.params["axis"]) or k.group == "batch_shape":
+                given = q.params.get("given") or {}
+                assert all(given.get(lg) and given[lg] in q.prompt[lg] for lg in quiz.LANGS), q.id
 
 
 def test_reasoning_items_per_lesson_from_recorded_runs() -> None:
@@ -826,13 +932,16 @@ def test_run_generators_refuse_data_that_does_not_support_the_key(tmp_path: Path
                      "params": {"run": "labs/results/h200-2026-12-01b/knee"}})
 
 
+def test_budget_unused_asks_why_not_more_budget() -> None:
+    """The prefill loop: a step carried 458 of 8,192 tokens; the item asks why a bigger budget
+    cannot help, not the loop's ending again."""
+    q = _item("slo-loop", "budget-unused-prefill-2026-12-01c")
+    assert "458" in q.prompt["en"] and "8,192" in q.prompt["zh"] and _keys(q) == {"unused"}
+    ending = {c.text["en"] for c in _item("slo-loop", "loop-ending-decode12").choices}
+    assert not ending & {c.text["en"] for c in q.choices}
+
+
 def test_loop_ending_explains_from_the_runs_own_ending() -> None:
-    """The share and the named knobs come from keep.loop_outcome on the run: the prefill loop
-    served 82 % inside the SLO (not "most requests fail"), and its other named knob was on."""
-    q = _item("slo-loop", "loop-ending-prefill-2026-12-01c")
-    assert "82%" in q.explain["en"] and "82%" in q.explain["zh"]
-    assert "fails most" not in q.explain["en"] and "大多数请求" not in q.explain["zh"]
-    assert "`enable_prefix_caching`, already on by vLLM's default" in q.explain["en"]
-    assert "which had no candidates" not in q.explain["en"]  # nothing untried
+    """The share and the named knobs come from keep.loop_outcome on the run."""
     d = _item("slo-loop", "loop-ending-decode12")
     assert "12%" in d.explain["en"] and "`quantization`" in d.explain["en"]

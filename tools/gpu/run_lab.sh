@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run one lab notebook through papermill on the offline H200 host, within one device call.
-#   bash tools/gpu/run_lab.sh knobs|slo [RUN_DIR] [extra papermill args...]
+#   bash tools/gpu/run_lab.sh knobs|slo|knobs-4090|slo-4090 [RUN_DIR] [extra papermill args...]
 # RUN_DIR (default /tmp/labrun) lives outside the repo copy so it survives between calls;
 # a rerun resumes (finished points are not run again). At the end, RUN_DIR is copied to
 # $OUT (the device tool's return folder) when $OUT is set. The H200 parameters and why
@@ -8,11 +8,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-LAB=${1:?usage: run_lab.sh knobs|slo [RUN_DIR] [papermill args...]}
+LAB=${1:?usage: run_lab.sh knobs|slo|knobs-4090|slo-4090 [RUN_DIR] [papermill args...]}
 RUN=${2:-/tmp/labrun}
 shift $(( $# >= 2 ? 2 : 1 ))
 source tools/gpu/hostenv.sh
 MODEL=${MODEL:-/tmp/model-qwen2.5-7b-dummy}
+PY=${PY:-python3}   # the Python that runs course_utils and papermill
 LIMIT=${LAB_TIMEOUT_S:-560}   # the device call stops at 600 s: keep time to copy results
 mkdir -p "$RUN"
 
@@ -76,16 +77,29 @@ case "$LAB" in
             -p startup_timeout_s 300)
     PREFLIGHT=(--entry serve --load-format dummy)
     ;;
-  *) echo "unknown lab $LAB (knobs|slo)"; exit 2 ;;
+  knobs-4090|slo-4090)
+    # What a learner with one RTX 4090 runs: the notebook's own defaults (its 4090 values,
+    # rates, candidates and SLO), rehearsed at the 4090's memory budget and vLLM defaults
+    # (lab.rehearsal). Memory, KV capacity and concurrency are the 4090's; speed is this GPU's.
+    if [ "$LAB" = knobs-4090 ]; then
+      NB=labs/01_knob_sweep.ipynb; SUB=lab01-4090; ENTRY=llm
+    else
+      NB=labs/02_slo_loop.ipynb; SUB=lab02-4090; ENTRY=serve
+    fi
+    OUTNAME=$SUB.ipynb
+    PARAMS=(-p model "$MODEL" -p load_format dummy -p rehearse_gpu rtx4090)
+    PREFLIGHT=(--entry "$ENTRY" --load-format dummy)
+    ;;
+  *) echo "unknown lab $LAB (knobs|slo|knobs-4090|slo-4090)"; exit 2 ;;
 esac
 
 # before any GPU time: one line per missing piece (vLLM, GPU, driver, memory, model, disk)
-python3 -m course_utils preflight --model "$MODEL" --out "$RUN/$SUB" "${PREFLIGHT[@]}" 2>&1 \
+$PY -m course_utils preflight --model "$MODEL" --out "$RUN/$SUB" "${PREFLIGHT[@]}" 2>&1 \
   | tee -a "$RUN/commands.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || exit 2
 
-OUTNB="$RUN/$(basename "$NB")"
-CMD=(python3 -m papermill "$NB" "$OUTNB" -k python3 --cwd "$ROOT" --log-output
+OUTNB="$RUN/${OUTNAME:-$(basename "$NB")}"
+CMD=($PY -m papermill "$NB" "$OUTNB" -k python3 --cwd "$ROOT" --log-output
      --no-progress-bar -p output_dir "$RUN/$SUB"
      -p backend vllm "${PARAMS[@]}" "$@")
 echo "$(date -u +%FT%TZ) $ $(printf '%q ' "${CMD[@]}")" | tee -a "$RUN/commands.log"
@@ -95,11 +109,11 @@ rc=${PIPESTATUS[0]}
 echo "$(date -u +%FT%TZ) rc=$rc wall=$(( $(date +%s) - t0 ))s" | tee -a "$RUN/commands.log"
 bash tools/gpu/cleanup_gpu.sh
 if [ -n "${OUT:-}" ]; then  # small files only: per-request lists and long logs shrunk
-  python3 tools/gpu/collect.py "$RUN" "$OUT/labrun"
+  $PY tools/gpu/collect.py "$RUN" "$OUT/labrun"
 fi
 if [ -f "$RUN/$SUB/tune.jsonl" ]; then
   # the last complete line (a run killed by the timeout may leave an empty or torn file)
-  echo "tune stop reason: $(python3 -c '
+  echo "tune stop reason: $($PY -c '
 import json, sys
 recs = []
 for line in open(sys.argv[1]):

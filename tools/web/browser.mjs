@@ -11,7 +11,8 @@
 //   "pages": [{
 //     "name": "zh-knobs", "path": "book/zh/knobs.html",
 //     "viewport": {"width": 390, "height": 844},   // optional (default 1280 x 900)
-//     "checks": ["mermaid", "cjk", "langswitch", "layout", "diagrams", "nav"],  // any subset
+//     "checks": ["mermaid", "cjk", "langswitch", "layout", "diagrams", "nav", "weight"],
+//     "layout_widths": [390, 360],                   // optional: "layout" again at these widths
 //     "steps": [                                     // optional, run after the checks, in order
 //       {"click": "css selector"}, {"fill": "css selector", "value": "text"},
 //       {"wait_for": "css selector"}, {"wait_ms": 200},
@@ -21,7 +22,8 @@
 // }
 // "layout": document width vs viewport and the widest elements that stick out;
 // "diagrams": per Mermaid SVG its smallest label font (px as drawn), size, enlarge control;
-// "nav": prev/next links, the theme labels, the text of code cells and outputs.
+// "nav": prev/next links, the theme labels, the text of code cells and outputs;
+// "weight": bytes the page loaded, uncompressed (the document and every resource so far).
 // RESULT = {"pages": [{name, path, url, status, title, html_lang, mermaid, cjk, lang_switch,
 //             layout, diagrams, nav,
 //             evals, step_errors, console_errors, page_errors, screenshot}],
@@ -178,6 +180,17 @@ async function diagramsCheck(page) {
   }));
 }
 
+async function weightCheck(page) {
+  return page.evaluate(() => {
+    const nav = performance.getEntriesByType("navigation")[0];
+    const res = performance.getEntriesByType("resource").map((r) => ({
+      url: r.name, bytes: r.decodedBodySize || 0 }));
+    const doc = nav ? nav.decodedBodySize : 0;
+    return { document: doc, total: doc + res.reduce((s, r) => s + r.bytes, 0),
+      resources: res.sort((a, b) => b.bytes - a.bytes) };
+  });
+}
+
 async function navCheck(page) {
   return page.evaluate(() => {
     const link = (sel) => {
@@ -193,7 +206,9 @@ async function navCheck(page) {
       pre: text("main pre"),
       outputs: text(".cell .cell_output"),
       main_text: (document.querySelector("main") || document.body).innerText,
-      images: [...document.querySelectorAll("main img")].map((i) => ({ alt: i.alt, src: i.src })),
+      images: [...document.querySelectorAll("main img")].map((i) => ({ alt: i.alt, src: i.src,
+        width: i.getBoundingClientRect().width, natural_width: i.naturalWidth,
+        caption: i.closest("figure")?.querySelector("figcaption")?.innerText.trim() ?? null })),
     };
   });
 }
@@ -245,6 +260,17 @@ for (const spec of plan.pages) {
     if (checks.includes("langswitch")) { res.lang_switch = await langSwitch(page); lap("lang"); }
     if (checks.includes("diagrams")) { res.diagrams = await diagramsCheck(page); lap("diagrams"); }
     if (checks.includes("layout")) { res.layout = await layoutCheck(page); lap("layout"); }
+    if (checks.includes("layout") && spec.layout_widths) {
+      res.layouts = {};
+      for (const w of spec.layout_widths) {
+        await page.setViewportSize({ width: w, height: vp.height });
+        await page.waitForTimeout(250);
+        res.layouts[w] = await layoutCheck(page);
+      }
+      await page.setViewportSize(vp);
+      await page.waitForTimeout(150);
+    }
+    if (checks.includes("weight")) { res.weight = await weightCheck(page); lap("weight"); }
     if (checks.includes("nav")) { res.nav = await navCheck(page); lap("nav"); }
     for (const step of spec.steps ?? []) {
       try { await runStep(page, step, res.evals); } catch (e) {

@@ -219,11 +219,17 @@ def config_dir(name: str = "qwen2.5-7b-instruct") -> Path:
     return Path(str(resources.files("course_utils") / "data" / "models" / name))
 
 
-def get_gpu(name: str) -> GPU:
-    key = name.lower().replace(" ", "").replace("_", "-")
+def gpu_key(name: str) -> str:
+    """The table's name for a GPU; "4090" and "RTX 4090" mean rtx4090. ValueError if unknown."""
+    key = str(name).strip().lower().replace(" ", "").replace("_", "-")
+    key = "rtx4090" if key in ("4090", "rtx-4090") else key
     if key not in GPUS:
-        raise ValueError(f"unknown GPU {name!r}: use one of {', '.join(GPUS)}")
-    return GPUS[key]
+        raise ValueError(f"unknown GPU {name!r}: one of {', '.join(sorted(GPUS))}")
+    return key
+
+
+def get_gpu(name: str) -> GPU:
+    return GPUS[gpu_key(name)]
 
 
 @dataclass
@@ -322,18 +328,27 @@ def custom_gpu(total_gib: float, name: str | None = None) -> GPU:
     return GPU(label, total_gib, 0.0, "--gpu-total-gib", total_gib, "given")
 
 
-def activation_gib(shape: ModelShape, max_num_batched_tokens: int, max_num_seqs: int) -> float:
+def activation_gib(
+    shape: ModelShape,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    *,
+    compile_cached: bool = False,
+) -> float:
     """The torch peak of vLLM's profile run: the larger of the forward pass over the token
     budget and the profile floor (v1/worker/gpu/model_runner.py profile_run ->
     _dummy_run(max_num_tokens) then _dummy_sampler_run; measured terms in
-    core.capacity_terms). ``max_num_seqs`` does not move it: 256 and 1024 requests gave the
-    same peak on the H200."""
+    core.capacity_terms). The floor is a cold start's (torch.compile compiling): a start that
+    loads the compiled graphs from the cache peaks at the forward pass. ``max_num_seqs``
+    does not move it: 256 and 1024 requests gave the same peak on the H200."""
     del max_num_seqs  # measured not to matter (capacity_terms "profile_floor_gib")
     act = DTYPE_BYTES.get(shape.dtype) or 2
     per_token = (3 * shape.intermediate + 3 * shape.hidden) * act * TERMS["forward_factor"].value
     forward = max_num_batched_tokens * per_token / GIB
     # the floor, plus two hidden-state copies of the token budget still held (the forward's
     # output and the rows gathered for the sampler)
+    if compile_cached:
+        return forward
     floor = TERMS["profile_floor_gib"].value + 2 * max_num_batched_tokens * shape.hidden * act / GIB
     return max(forward, floor)
 
@@ -361,6 +376,7 @@ def predict(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     overhead_gib: float | None = None,
+    compile_cached: bool = False,
 ) -> Fit:
     """vLLM 0.26.0's KV cache for a model on a GPU, before you rent it.
 
@@ -378,16 +394,35 @@ def predict(
 
     Unset batch knobs take the defaults this GPU gets for ``entry`` (knobs.default).
     ``overhead_gib`` replaces activation + non-torch with one number (the old guess).
+    ``compile_cached``: a restart that loads torch.compile's graphs from vLLM's cache peaks
+    at the forward pass alone (``activation_gib``); the first start of a configuration is cold.
     """
     from course_utils.core import knobs as knobs_mod
 
+    # vLLM's own rules on the knobs (knobs.validate); a length is needed here, not auto
+    given = {"gpu_memory_utilization": gpu_memory_utilization, "max_model_len": max_model_len}
+    given.update(
+        {
+            k: x
+            for k, x in (
+                ("max_num_seqs", max_num_seqs),
+                ("max_num_batched_tokens", max_num_batched_tokens),
+            )
+            if x is not None
+        }
+    )
+    knobs_mod.validate(given, entry="serve" if entry == "serve" else "llm")
+    if max_model_len < 1:
+        raise ValueError(f"max_model_len must be a length >= 1 here, got {max_model_len}")
+    if overhead_gib is not None and overhead_gib < 0:
+        raise ValueError(f"overhead_gib must be >= 0, got {overhead_gib}")
     shape = model if isinstance(model, ModelShape) else load_model(model)
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
     kw: dict[str, Any] = {"gpu_memory_gib": g.total_gib, "entry": entry, "gpu_name": g.name}
     seqs = int(max_num_seqs or knobs_mod.default("max_num_seqs", **kw))
     mbt = int(max_num_batched_tokens or knobs_mod.default("max_num_batched_tokens", **kw))
     requested = math.ceil(g.total_gib * GIB * gpu_memory_utilization) / GIB
-    act = activation_gib(shape, mbt, seqs)
+    act = activation_gib(shape, mbt, seqs, compile_cached=compile_cached)
     non_torch = TERMS["non_torch_gib"].value
     overhead = act + non_torch if overhead_gib is None else overhead_gib
     weights = shape.loaded_weight_gib()
@@ -550,6 +585,7 @@ def predict_case(
     knobs: dict[str, Any],
     entry: str = "serve",
     name: str = "model",
+    compile_cached: bool = False,
 ) -> Fit:
     """``predict`` for one start: a config.json dict, the GPU's CUDA total in bytes and the
     knobs passed (unset ones take that GPU's defaults for ``entry``): what a probe record or
@@ -564,4 +600,5 @@ def predict_case(
         entry=entry,
         max_num_seqs=knobs.get("max_num_seqs"),
         max_num_batched_tokens=knobs.get("max_num_batched_tokens"),
+        compile_cached=compile_cached,
     )

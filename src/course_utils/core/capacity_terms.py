@@ -50,7 +50,11 @@ TERMS: dict[str, Term] = {
         "labs/results/h200-2026-11-29b knobs, knobs-repeat; h200-2026-11-29c knobs",
         "the same on any GPU for the same kernels (tensor shapes, not the GPU, set it)",
     ),
-    # profile_run's peak below the forward pass: a floor that neither max_num_seqs (256 vs
+    # profile_run's peak below the forward pass, on a COLD start only (torch.compile
+    # compiling): a start that loads the compiled graphs from vLLM's compile cache ("Directly
+    # load the compiled graph(s) ... from the cache") peaks at the forward pass alone (2,048
+    # tokens: 0.29 GiB cached against 1.04 cold, so a rehearsed 4090 pool grew from 115,920
+    # to 130,016 tokens on a restart, labs/results/h200-2026-12-02/lab02-4090). A floor that neither max_num_seqs (256 vs
     # 1,024) nor the vocabulary (128,256 vs 152,064) moved, plus two hidden-state copies of
     # the token budget. Before the 2-GPU probe run this term was modelled as sampler rows x
     # vocab x 7 B, which predicted 0.27 GiB for 256 requests; vLLM logged 1.04 GiB and the

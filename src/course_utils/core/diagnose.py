@@ -380,6 +380,12 @@ def diagnose(
     or ``knobs.default``); without the token budget the budget question answers no.
     """
     th = thresholds or Thresholds()
+    for name, v in (
+        ("max_num_seqs", max_num_seqs),
+        ("max_num_batched_tokens", max_num_batched_tokens),
+    ):
+        if v is not None and v < 1:  # vLLM refuses both below 1
+            raise ValueError(f"{name} must be >= 1, got {v!r}")
     f = gather(samples, bench, slo, max_num_seqs, max_num_batched_tokens)
     node = TREE[ROOT]
     path: list[tuple[str, bool]] = []

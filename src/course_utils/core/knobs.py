@@ -134,31 +134,53 @@ def effective(
     return out
 
 
+def human_readable_int(value: Any, name: str) -> int:
+    """An int as ``vllm serve`` 0.26.0 reads it (``human_readable_int`` in
+    vllm/utils/argparse_utils.py): 1k = 1000, 1K = 1024, k/m/g/t decimal and K/M/G/T binary;
+    decimals only with a decimal suffix (25.6k), a plain number only as an int."""
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise KnobError(f"{name}: {value!r} is not a valid int")
+    if isinstance(value, int | float):
+        return int(value)
+    text = str(value).strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", text)
+    if m:
+        number, suffix = m.groups()
+        if suffix.islower():
+            return int(float(number) * 10 ** (3 * "kmgt".index(suffix) + 3))
+        if "." in number:
+            raise KnobError(
+                f"{name}: {value!r}: decimals are not allowed with binary suffixes like "
+                f"{suffix}; did you mean {number}{suffix.lower()}?"
+            )
+        return int(number) * 2 ** (10 * "KMGT".index(suffix) + 10)
+    try:
+        return int(text)
+    except ValueError:
+        raise KnobError(
+            f"{name}: {value!r} is not an int or a size such as 1k (1000) or 1K (1024)"
+        ) from None
+
+
 def _max_model_len(value: Any) -> int | None:
-    """``--max-model-len`` as 0.26.0 parses it: ints, '1k'/'1K', and -1 or 'auto'."""
+    """``--max-model-len`` as 0.26.0 parses it (human_readable_int_or_auto): a size, or -1 /
+    'auto'; ModelConfig then needs >= 1 (-1: the longest context memory allows)."""
     if value is None:
         return None
-    text = str(value).strip()
-    if isinstance(value, bool):
-        raise KnobError(f"max_model_len: {value!r} is not a valid int")
-    if text == "-1" or text.lower() == "auto":
+    if str(value).strip() == "-1" or str(value).strip().lower() == "auto":
         return -1
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG]?)", text)
-    if not m:
-        raise KnobError(f"max_model_len: {value!r} is not an int, '1k'/'1K' or -1/'auto'")
-    mult = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "K": 2**10, "M": 2**20, "G": 2**30}
-    n = float(m.group(1)) * mult[m.group(2)]
-    if not m.group(2) and not n.is_integer():
-        raise KnobError(f"max_model_len: {value!r} is not a valid int")
-    if int(n) < 1:
+    n = human_readable_int(value, "max_model_len")
+    if n < 1:
         raise KnobError(f"max_model_len must be >= 1, or -1/'auto', got {value!r}")
-    return int(n)
+    return n
 
 
 def _coerce(knob: Knob, value: Any) -> Any:
     t = knob.value_type
     if knob.name == "max_model_len":
         return _max_model_len(value)
+    if knob.name == "max_num_batched_tokens" and value is not None:
+        return human_readable_int(value, knob.name)
     try:
         if t == "float":
             if isinstance(value, bool):
@@ -178,9 +200,10 @@ def _coerce(knob: Knob, value: Any) -> Any:
                 return False
             raise ValueError
         if t == "json":
-            if value is None or isinstance(value, dict):
-                return value
-            return json.loads(str(value))
+            out = value if value is None or isinstance(value, dict) else json.loads(str(value))
+            if out is not None and not isinstance(out, dict):
+                raise ValueError  # vLLM reads a config object, e.g. {"method": "ngram"}
+            return out
         return None if value is None else str(value)
     except (ValueError, TypeError, json.JSONDecodeError):
         raise KnobError(f"{knob.name}: {value!r} is not a valid {t}") from None

@@ -185,6 +185,28 @@ class BenchResult:
         return {"ttft": ttft, "tpot": tpot, "e2el": e2el}
 
 
+def check_complete(result: BenchResult) -> None:
+    """A result worth scoring: at least one completed request, a positive duration, and
+    per-request lists (when saved) with one entry per request. Raises BenchResultError."""
+    where = result.path or "result"
+    raw = result.raw
+    for k in ("completed", "duration", "request_throughput"):
+        x = raw.get(k)
+        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+            raise BenchResultError(f"{where}: {k} is {x!r}, not a number")
+    if raw["completed"] < 1:
+        raise BenchResultError(f"{where}: completed is {raw['completed']}: no request finished")
+    if raw["duration"] <= 0:
+        raise BenchResultError(f"{where}: duration is {raw['duration']}, not > 0")
+    n = int(raw["completed"]) + int(raw.get("failed") or 0)
+    for k in ("ttfts", "itls", "output_lens", "input_lens"):
+        x = raw.get(k)
+        if isinstance(x, list) and len(x) != n:
+            raise BenchResultError(
+                f"{where}: {k} has {len(x)} entries for {n} requests (completed + failed)"
+            )
+
+
 @dataclass
 class Score:
     gate_goodput: float  # the p99 gate: throughput if every p99 meets the SLO, else 0

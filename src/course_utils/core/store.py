@@ -2,7 +2,10 @@
 
 ``append_jsonl`` is the one writer (append + fsync; a writer killed mid-line never glues onto
 the next record; non-finite floats are written as strings, so every line is strict JSON) and
-``read_jsonl`` the one reader (a torn last line is ignored).
+``read_jsonl`` the one reader (a torn last line is ignored; the next append moves it to
+``<file>.torn``). ``read_records`` reads a recorded file strictly (a bad line names the file
+and line), ``check_run_folder`` checks a folder before a run writes into it, and
+``set_aside`` gives an earlier attempt's files a new name: nothing finished is overwritten.
 
 A recorded run (labs/results/, package examples) keeps its metric series and long logs
 gzipped (tools/gpu/compress_results.py, ``gzip_file``); a live run writes them plain.
@@ -16,7 +19,7 @@ import gzip
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,10 @@ __all__ = [
     "POINTS_FILE",
     "TUNE_FILE",
     "append_jsonl",
+    "RUN_CHECKS",
+    "check_run_folder",
+    "read_records",
+    "set_aside",
     "gzip_file",
     "is_present",
     "jsonable",
@@ -93,15 +100,29 @@ def append_jsonl(path: str | Path, record: Any) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(jsonable(record), ensure_ascii=False, allow_nan=False) + "\n"
-    with open(p, "a+b") as fh:
+    with open(p, "r+b" if p.exists() else "w+b") as fh:
         fh.seek(0, os.SEEK_END)
         if fh.tell() > 0:  # a writer killed mid-line left no newline: do not glue onto it
             fh.seek(-1, os.SEEK_END)
             if fh.read(1) != b"\n":
-                line = "\n" + line
+                _move_torn_tail(p, fh)
+        fh.seek(0, os.SEEK_END)
         fh.write(line.encode("utf-8"))
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _move_torn_tail(p: Path, fh: Any) -> None:
+    """A killed writer's unfinished last line goes, byte for byte, to ``<file>.torn``; the
+    file keeps only whole records (so a strict reader finds no fragment in the middle)."""
+    fh.seek(0)
+    data = fh.read()
+    cut = data.rfind(b"\n") + 1
+    with open(p.with_name(p.name + ".torn"), "ab") as side:
+        side.write(data[cut:] + b"\n")
+        side.flush()
+        os.fsync(side.fileno())
+    fh.truncate(cut)
 
 
 def _numbers(v: Any) -> list[float]:
@@ -158,3 +179,132 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 # a knee scan's records (one ServedPoint per rate; the last line of a rate wins)
+
+
+# ---------------------------------------------------------------- a run folder's integrity
+
+# the files a run folder may hold, with the key each of their records must carry
+RUN_FILES: dict[str, str | None] = {
+    POINTS_FILE: "key",
+    TUNE_FILE: "kind",
+    "knee.jsonl": "rate_key",
+    "batch1.jsonl": None,
+    "results.jsonl": None,
+}
+
+
+def _point_record(rec: dict[str, Any]) -> None:
+    """A points.jsonl / knee.jsonl line that a resume or a replay can use."""
+    from course_utils.core.records import ServedPoint
+
+    if rec.get("status") not in ("ok", "failed"):
+        raise ValueError(f"status {rec.get('status')!r}")
+    ServedPoint.from_json(rec)
+
+
+RUN_CHECKS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    POINTS_FILE: _point_record,
+    "knee.jsonl": _point_record,
+}
+RUN_JSON = ("gpu.json", "params.json", "model_config.json", "environment.json")
+
+
+def _bad(what: str, fix: str) -> Exception:
+    from course_utils.core.validate import BadInput
+
+    return BadInput(what, fix)
+
+
+def read_records(
+    path: str | Path,
+    *,
+    need: str | None = None,
+    torn_ok: bool = False,
+    check: Callable[[dict[str, Any]], Any] | None = None,
+) -> list[dict[str, Any]]:
+    """The records of a recorded JSONL file, strictly: a line that is not a JSON object (or
+    lacks ``need``, or fails ``check``) raises BadInput naming the file and line. ``torn_ok``: a last line
+    without its newline that does not parse is the trace of a killed writer and is
+    skipped (its point was never finished). Missing file: []."""
+    p = Path(path)
+    if p.exists() and not p.is_file():
+        raise _bad(
+            f"{p} is a directory, not a file", f"move {p} out of the way, or use a new folder"
+        )
+    if not is_present(p):
+        return []
+    try:
+        text = read_text(p)
+    except (OSError, UnicodeDecodeError, EOFError) as exc:
+        raise _bad(f"{p}: cannot be read ({exc})", "restore the file or use a new folder") from None
+    lines = text.splitlines()
+    out: list[dict[str, Any]] = []
+    fix = f"restore {p.name} from a copy, or move the folder aside and run into a new one"
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) and not text.endswith("\n"):
+                if torn_ok:
+                    break
+                raise _bad(
+                    f"{p} line {i} is torn (the run was killed while writing it)",
+                    "run the same command again to resume (that point is measured again)",
+                ) from None
+            raise _bad(f"{p} line {i} is not JSON (an edited or damaged line)", fix) from None
+        if not isinstance(rec, dict):
+            raise _bad(f"{p} line {i} is a JSON {type(rec).__name__}, not a record", fix)
+        if need and need not in rec:
+            raise _bad(f"{p} line {i} has no {need!r}", fix)
+        if need == "key" and not isinstance(rec.get("key"), str):
+            raise _bad(f"{p} line {i}: 'key' is not a string", fix)
+        if check is not None:
+            try:
+                check(rec)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise _bad(f"{p} line {i} is not a whole record ({exc!r})", fix) from None
+        out.append(rec)
+    return out
+
+
+def check_run_folder(out: str | Path, *, resume: bool = True) -> None:
+    """Before a run writes into ``out``: it is a folder (or absent), each of its recorded
+    files is a file whose every line is a record, and ``resume=False`` finds no finished
+    point to measure again (nothing finished is ever overwritten). Raises BadInput."""
+    d = Path(out)
+    if d.exists() and not d.is_dir():
+        raise _bad(f"--out {d} is a file, not a folder", "give a folder path for --out")
+    if not d.exists():
+        return
+    for name in RUN_JSON:
+        if (d / name).exists() and not (d / name).is_file():
+            raise _bad(f"{d / name} is a directory, not a file", f"move {d / name} out of the way")
+    if (d / "points").exists() and not (d / "points").is_dir():
+        raise _bad(f"{d / 'points'} is a file, not a folder", f"move {d / 'points'} out of the way")
+    for name, need in RUN_FILES.items():
+        recs = read_records(d / name, need=need, torn_ok=True, check=RUN_CHECKS.get(name))
+        if not resume and name in (POINTS_FILE, "knee.jsonl"):
+            if any(r.get("status") == "ok" for r in recs):
+                raise _bad(
+                    f"{d / name} holds finished points and --no-resume would measure them again",
+                    f"drop --no-resume to resume from them, or give a new --out than {d}",
+                )
+
+
+def set_aside(path: str | Path) -> Path | None:
+    """Move an earlier attempt's file or folder to the first free ``<name>.<n>`` name (its
+    bytes unchanged), so a new attempt never writes over it. None when nothing was there."""
+    p = Path(path)
+    if not p.exists() or (p.is_dir() and not any(p.iterdir())):
+        return None
+    if p.is_file() and not p.stat().st_size:
+        return None
+    stem, suffix = (p.stem, p.suffix) if p.is_file() else (p.name, "")
+    n = 1
+    while (p.with_name(f"{stem}.{n}{suffix}")).exists():
+        n += 1
+    new = p.with_name(f"{stem}.{n}{suffix}")
+    p.rename(new)
+    return new

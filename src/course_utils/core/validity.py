@@ -11,6 +11,7 @@ from typing import Any
 
 from course_utils.core.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
 from course_utils.core.records import Workload
+from course_utils.core.workload import expected_prefix_hit_rate, scheduled_rate
 
 __all__ = [
     "REPLAY_HIT_RATE",
@@ -54,9 +55,19 @@ def prefix_cache_hit_rate(samples: Sequence[Any]) -> float | None:
 
 
 def prefix_cache_issue(hit_rate: float | None, workload: Workload) -> str | None:
-    """The validity issue of a replayed workload, or None."""
-    if hit_rate is None or workload.prefix_len > 0 or hit_rate <= REPLAY_HIT_RATE:
+    """The validity issue of a replayed workload, or None. A trace's own shared prefixes
+    hit at its expected rate e (core.workload); a replay is a rate past e plus
+    REPLAY_HIT_RATE of what is left above it (without a shared prefix, e = 0)."""
+    expected = expected_prefix_hit_rate(workload)
+    if hit_rate is None or expected is None:
         return None
+    if hit_rate <= expected + REPLAY_HIT_RATE * (1.0 - expected):
+        return None
+    if expected > 0:
+        return (
+            f"prefix cache hit rate {hit_rate:.0%} where the trace's own shared prefixes "
+            f"give {expected:.0%}: prompts were replayed, results are inflated"
+        )
     return (
         f"prefix cache hit rate {hit_rate:.0%} on a workload without a shared prefix: "
         "prompts were replayed, results are inflated"
@@ -102,9 +113,10 @@ def validity_issues(
         span = max(starts) - min(starts)
         achieved = (len(starts) - 1) / span if span > 0 else math.inf
         tol = max(0.10, 3.0 / math.sqrt(len(starts)))
-        if abs(achieved - workload.request_rate) > tol * workload.request_rate:
+        asked = scheduled_rate(workload)
+        if math.isfinite(asked) and abs(achieved - asked) > tol * asked:
             issues.append(
-                f"offered rate {achieved:.2f} req/s vs requested {workload.request_rate:g} "
+                f"offered rate {achieved:.2f} req/s vs requested {asked:g} "
                 f"(tolerance {tol:.0%}): the client could not keep the schedule"
             )
     replayed = prefix_cache_issue(prefix_cache_hit_rate, workload)

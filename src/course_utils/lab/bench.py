@@ -11,6 +11,8 @@ Notes from the 0.26.0 source:
 - `--random-prefix-len P` prepends ONE shared random prefix of P tokens to every prompt;
   total prompt = P + `--random-input-len` (datasets.py RandomDataset). `Workload.input_len`
   is the total prompt length, so `--random-input-len` gets `input_len - prefix_len`.
+- a ``TraceWorkload`` (core.workload) is replayed with `--dataset-name timed_trace`: its
+  slice is written next to the result JSON (``<result stem>.trace.jsonl``).
 - per-request lists (`ttfts`, `itls`, `output_lens`, `start_times`, ...) are kept in the
   JSON only with `--save-detailed`.
 """
@@ -27,8 +29,10 @@ from typing import Any
 from course_utils.core.records import Workload
 from course_utils.core.slo import BenchResult
 from course_utils.core.vllm_logs import bench_failure_reason
+from course_utils.core.workload import TraceWorkload
 from course_utils.lab import benchworker
 from course_utils.lab.proc import run_logged
+from course_utils.lab.workload import slice_path, write_slice
 
 __all__ = [
     "BenchError",
@@ -95,21 +99,27 @@ def bench_args(
         "/v1/completions",
         "--model",
         model,
-        "--dataset-name",
-        "random",
-        "--random-input-len",
-        str(w.input_len - w.prefix_len),
-        "--random-output-len",
-        str(w.output_len),
     ]
-    if w.prefix_len:
-        argv += ["--random-prefix-len", str(w.prefix_len)]
-    argv += [
-        "--num-prompts",
-        str(w.num_prompts),
-        "--request-rate",
-        _rate_arg(w.request_rate),
-    ]
+    if isinstance(w, TraceWorkload):  # self-timed: the trace's arrivals, scaled
+        argv += w.dataset_args(slice_path(result_dir, result_filename))
+        argv += ["--num-prompts", str(w.num_prompts)]
+    else:
+        argv += [
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(w.input_len - w.prefix_len),
+            "--random-output-len",
+            str(w.output_len),
+        ]
+        if w.prefix_len:
+            argv += ["--random-prefix-len", str(w.prefix_len)]
+        argv += [
+            "--num-prompts",
+            str(w.num_prompts),
+            "--request-rate",
+            _rate_arg(w.request_rate),
+        ]
     if w.max_concurrency is not None:
         argv += ["--max-concurrency", str(w.max_concurrency)]
     pcts = METRIC_PERCENTILES
@@ -177,6 +187,8 @@ def run_bench(
     if out.exists():
         out.unlink()
     log = Path(log_path) if log_path else result_dir / (Path(result_filename).stem + ".log")
+    if isinstance(workload, TraceWorkload):
+        write_slice(workload, result_dir, result_filename)
     argv = bench_args(
         base_url,
         model,

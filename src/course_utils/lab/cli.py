@@ -5,48 +5,26 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shlex
 import sys
-from collections.abc import Sequence
 from typing import Any
 
+from course_utils.core import validate as v
 from course_utils.core.capacity import GPUS
 from course_utils.core.keep import OBJECTIVES
+from course_utils.core.knobs import KnobError
 from course_utils.core.knobs import get as get_knob
 from course_utils.core.records import Workload
+from course_utils.core.validate import BadInput, parse_values, process_kwargs
+from course_utils.core.validate import parse_assign as _parse_assign
 from course_utils.lab.preflight import MIN_FREE_DISK_GIB, preflight, requested_gmu
-from course_utils.lab.sweep import sweep
-from course_utils.lab.tune import tune
 
-__all__ = ["add_cli", "parse_value", "parse_values"]
+__all__ = ["add_cli", "process_kwargs", "workload_from_args"]
 
 
-def parse_value(s: str) -> Any:
-    t = s.strip()
-    if t.lower() in ("true", "false"):
-        return t.lower() == "true"
-    if t.lower() in ("none", "null"):
-        return None
-    for conv in (int, float):
-        try:
-            return conv(t)
-        except ValueError:
-            pass
-    return t
+GPU_HELP = "the GPU the run is for (a name from core.capacity; the preset's size); 4090 = rtx4090"
 
 
-def parse_values(s: str) -> list[Any]:
-    return [parse_value(x) for x in s.split(",") if x.strip()]
-
-
-def _parse_assign(items: Sequence[str] | None, many: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items or []:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise SystemExit(f"expected KNOB=VALUE, got {item!r}")
-        out[k.strip().lstrip("-").replace("-", "_")] = parse_values(v) if many else parse_value(v)
-    return out
+gpu_name = v.gpu  # --gpu / --rehearse-gpu: core.validate.gpu_key
 
 
 def _common_cli(p: argparse.ArgumentParser) -> None:
@@ -56,33 +34,46 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
         help="a named workload (core.presets: prefill, decode, kv, knee, prefix): its workload, "
         "SLO, base knobs (and tune's candidates) unless given here",
     )
-    p.add_argument("--gpu-size", default="4090", help="the preset's size: 4090 or h200")
+    p.add_argument("--gpu", "--gpu-size", dest="gpu", type=gpu_name, default=None, help=GPU_HELP)
     p.add_argument("--slo", default=None, help='e.g. "ttft:300 tpot:50" (ms, p99)')
-    p.add_argument("--rate", type=float, default=None, help="offered request rate (req/s)")
+    p.add_argument("--rate", type=v.rate, default=None, help="offered request rate (req/s)")
     p.add_argument("--out", required=True, help="output folder (points.jsonl, tune.jsonl)")
     p.add_argument("--base", action="append", metavar="KNOB=VALUE", help="fixed knob values")
-    p.add_argument("--input-len", type=int, default=None, help="512")
-    p.add_argument("--output-len", type=int, default=None, help="128")
-    p.add_argument("--num-prompts", type=int, default=None, help="200")
-    p.add_argument("--prefix-len", type=int, default=None, help="0")
-    p.add_argument("--max-concurrency", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--workload",
+        default=None,
+        metavar="TRACE.jsonl",
+        help="replay a trace (python -m course_utils workload): --num-prompts of its "
+        "requests, its time scaled so its mean rate is --rate (default: as recorded); "
+        "its lengths and shared prefixes replace --input-len, --output-len, --prefix-len",
+    )
+    p.add_argument("--input-len", type=v.positive_int, default=None, help="512")
+    p.add_argument("--output-len", type=v.positive_int, default=None, help="128")
+    p.add_argument("--num-prompts", type=v.positive_int, default=None, help="200")
+    p.add_argument("--prefix-len", type=v.non_negative_int, default=None, help="0")
+    p.add_argument("--max-concurrency", type=v.positive_int, default=None)
+    p.add_argument("--seed", type=v.non_negative_int, default=0)
     p.add_argument("--ignore-eos", action="store_true")
     p.add_argument("--load-format", default=None, help="e.g. dummy (random weights)")
     p.add_argument("--tokenizer", default=None)
-    p.add_argument("--gpu-memory-gib", type=float, default=None)
+    p.add_argument("--gpu-memory-gib", type=v.positive_float, default=None)
     p.add_argument(
         "--rehearse-gpu",
-        choices=sorted(GPUS),
+        type=gpu_name,
         default=None,
         help="run at that GPU's memory budget and batch defaults (memory, not speed)",
     )
-    p.add_argument("--startup-timeout", type=float, default=900.0)
-    p.add_argument("--bench-timeout", type=float, default=1800.0)
+    p.add_argument("--startup-timeout", type=v.positive_float, default=900.0)
+    p.add_argument("--bench-timeout", type=v.positive_float, default=1800.0)
     p.add_argument("--vllm-cmd", default="vllm", help="the vllm executable (split like a shell)")
-    p.add_argument("--port", type=int, default=None, help="the servers' port (none: a free one)")
-    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--patience", type=int, default=2)
+    p.add_argument("--port", type=v.port, default=None, help="the servers' port (none: a free one)")
+    p.add_argument(
+        "--resume",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--no-resume refuses a folder with finished points (nothing recorded is overwritten)",
+    )
+    p.add_argument("--patience", type=v.positive_int, default=2)
     p.add_argument(
         "--objective",
         choices=OBJECTIVES,
@@ -91,19 +82,19 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--repeats",
-        type=int,
+        type=v.non_negative_int,
         default=1,
         help="extra windows per point with fresh prompts (the run-to-run spread)",
     )
     p.add_argument(
         "--remeasure",
-        type=int,
+        type=v.non_negative_int,
         default=1,
         help="re-measure an invalid window (JIT compile, replay, ...) at most N times",
     )
     p.add_argument(
         "--warmup-share",
-        type=float,
+        type=v.share,
         default=None,
         help="warm-up prompts at the load's rate, as a share of --num-prompts "
         "(default: the preset's, else 0.5)",
@@ -129,8 +120,12 @@ def _rehearse(
 
     from course_utils.lab import rehearsal
 
+    cache = Path(a.out) / "gpu.json"
+    here = None  # measured once on this host (cache), else the GPU table for --gpu, else torch
+    if not cache.is_file() and a.gpu:
+        here = GPUS[a.gpu].cuda_total_gib or GPUS[a.gpu].memory_gib
     r, base, sweeps = rehearsal.apply(
-        a.rehearse_gpu, "serve", base, sweeps, cache=Path(a.out) / "gpu.json"
+        a.rehearse_gpu, "serve", base, sweeps, here_total_gib=here, cache=cache
     )
     a.gpu_memory_gib = r.target_total_gib  # defaults of unset knobs: the target's
     for line in r.explain("en"):
@@ -153,9 +148,9 @@ def _apply_preset(a: argparse.Namespace, *, tune: bool) -> None:
 
     if a.preset:
         try:
-            pre = presets.get(a.preset, a.gpu_size)
+            pre = presets.get(a.preset, a.gpu or "rtx4090")
         except KeyError as exc:
-            raise SystemExit(str(exc.args[0])) from None
+            raise BadInput(f"--preset: {exc.args[0]}", "pick a preset and --gpu it has") from None
         given = {
             "input_len": pre.input_len,
             "output_len": pre.output_len,
@@ -163,69 +158,47 @@ def _apply_preset(a: argparse.Namespace, *, tune: bool) -> None:
             "prefix_len": pre.prefix_len,
             "rate": float(pre.rate),
         }
-        for k, v in given.items():
+        for k, val in given.items():
             if getattr(a, k) is None:
-                setattr(a, k, v)
+                setattr(a, k, val)
         a.slo = a.slo or pre.slo
         if pre.rehearse and not getattr(a, "rehearse_gpu", None):
             a.rehearse_gpu = pre.rehearse
-        a.base = [f"{k}={v}" for k, v in pre.base.items()] + list(a.base or [])
+        a.base = [f"{k}={val}" for k, val in pre.base.items()] + list(a.base or [])
         a.ignore_eos = True
         if getattr(a, "warmup_share", None) is None and pre.warmup_share is not None:
             a.warmup_share = pre.warmup_share
         if tune and not a.candidate:
             a.candidate = [
-                f"{k}={','.join(str(v) for v in vs)}" for k, vs in pre.candidates.items()
+                f"{k}={','.join(str(x) for x in vs)}" for k, vs in pre.candidates.items()
             ]
-    for k, v in _DEFAULTS.items():
+    for k, val in _DEFAULTS.items():
         if getattr(a, k) is None:
-            setattr(a, k, v)
+            setattr(a, k, val)
     if hasattr(a, "warmup_share") and a.warmup_share is None:
         from course_utils.lab.measure import MeasureConfig
 
         a.warmup_share = MeasureConfig.warmup_share
     if not a.slo:
-        raise SystemExit("give --slo (or --preset)")
+        raise BadInput("no SLO given", 'give --slo "ttft:300 tpot:50" (or --preset NAME)')
 
 
-def process_kwargs(a: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The ``VllmServer`` and ``run_bench`` keyword arguments of the process flags
-    (--vllm-cmd, --startup-timeout, --port, --load-format, --bench-timeout, --tokenizer):
-    the server and its client run the same vllm."""
-    vllm_cmd = shlex.split(a.vllm_cmd)
-    server: dict[str, Any] = {"vllm_cmd": vllm_cmd, "startup_timeout_s": a.startup_timeout}
-    if a.port:
-        server["port"] = a.port
-    if a.load_format:
-        server["load_format"] = a.load_format
-    bench: dict[str, Any] = {"timeout_s": a.bench_timeout, "vllm_cmd": vllm_cmd}
-    if a.tokenizer:
-        bench["tokenizer"] = a.tokenizer
-    return server, bench
-
-
-# command-line flag -> Workload field (the flags every workload-taking command shares)
-_WORKLOAD_FLAGS = (
-    ("input_len", "input_len"),
-    ("output_len", "output_len"),
-    ("num_prompts", "num_prompts"),
-    ("rate", "request_rate"),
-    ("prefix_len", "prefix_len"),
-    ("seed", "seed"),
-    ("ignore_eos", "ignore_eos"),
-    ("max_concurrency", "max_concurrency"),
-)
+def _base(a: argparse.Namespace) -> dict[str, Any]:
+    """--base as given (a preset's first, the explicit ones win)."""
+    out: dict[str, Any] = {}
+    for item in a.base or []:
+        out.update(_parse_assign([item], False, "--base"))
+    return out
 
 
 def workload_from_args(a: Any, base: dict[str, Any] | None = None) -> Workload:
-    """The workload of a command line: ``base`` (a preset's ``workload_kwargs()``), then
-    every workload flag the command has and was given (None: not given)."""
-    kw = dict(base or {})
-    for flag, name in _WORKLOAD_FLAGS:
-        value = getattr(a, flag, None)
-        if value is not None:
-            kw[name] = value
-    return Workload(**kw)
+    """The workload of a command line (core.validate.workload_from_args); with
+    ``--workload TRACE``: that trace (lab.workload.trace_from_args)."""
+    if getattr(a, "workload", None):
+        from course_utils.lab.workload import trace_from_args
+
+        return trace_from_args(a)
+    return v.workload_from_args(a, base)
 
 
 def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
@@ -239,7 +212,7 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
         slo=slo,
         out_dir=a.out,
         # the rehearsed knobs when --rehearse-gpu set them, else --base as given
-        base_knobs=getattr(a, "base_knobs", None) or _parse_assign(a.base, False),
+        base_knobs=getattr(a, "base_knobs", None) or _base(a),
         resume=a.resume,
         patience=a.patience,
         server_kwargs=server_kwargs,
@@ -254,11 +227,41 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+def _check_args(a: argparse.Namespace, base: dict[str, Any], cand: dict[str, list[Any]]) -> None:
+    """Every argument and the output folder, before the machine (preflight) is asked:
+    a bad flag costs no GPU time. Raises BadInput (one line)."""
+    from course_utils.core.slo import SLO, SLOError
+    from course_utils.core.store import check_run_folder
+    from course_utils.lab.sweep import check_values
+
+    try:
+        SLO.parse(a.slo, rate=None if math.isinf(a.rate) else a.rate)
+    except SLOError as exc:
+        raise BadInput(f"--slo {a.slo!r}: {exc}", 'write e.g. --slo "ttft:300 tpot:50"') from None
+    workload_from_args(a)
+    process_kwargs(a)
+    gib = a.gpu_memory_gib or (GPUS[a.gpu].memory_gib if a.gpu else None)
+    if gib is None:  # as sweep() reads it: this host's GPU, else a 24 GiB one
+        from course_utils.lab.server import gpu_memory_gib
+
+        gib = gpu_memory_gib() or 24.0
+    v.check_knobs(base, "--base", entry="serve")
+    flag = "--values" if a.cmd == "sweep" else "--candidate"
+    couple = a.couple if a.cmd == "sweep" else not getattr(a, "no_couple", False)
+    for knob, vals in cand.items():
+        try:
+            check_values(knob, vals, base, couple, gib)
+        except KnobError as exc:
+            raise BadInput(
+                f"{flag}: {exc}", "use values vLLM 0.26.0 accepts (knobs --validate)"
+            ) from None
+    check_run_folder(a.out, resume=a.resume)
+
+
 def _preflight_first(
     a: argparse.Namespace, *, base_knobs: dict[str, Any], candidates: dict[str, Any]
 ) -> None:
-    """Before the first server: warnings to stderr; a failed check raises PreflightError
-    (one line each: exit 2)."""
+    """Before the first server: warnings to stderr; a failed check raises PreflightError."""
     report = preflight(
         a.model,
         entry="serve",
@@ -292,11 +295,23 @@ def _cmd_preflight(a: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep_values(a: argparse.Namespace) -> dict[str, list[Any]]:
+    try:
+        name = get_knob(a.knob).name
+    except KnobError as exc:
+        raise BadInput(
+            f"--knob: {exc}", "name a knob from `python -m course_utils knobs`"
+        ) from None
+    return {name: parse_values(a.values, "--values")}
+
+
 def _cmd_sweep(a: argparse.Namespace) -> int:
+    from course_utils.lab.sweep import sweep
+
     _apply_preset(a, tune=False)
-    base, sweeps = _rehearse(
-        a, _parse_assign(a.base, False), {get_knob(a.knob).name: parse_values(a.values)}
-    )
+    base, sweeps = _base(a), _sweep_values(a)
+    _check_args(a, base, sweeps)
+    base, sweeps = _rehearse(a, base, sweeps)
     a.base_knobs = base
     _preflight_first(a, base_knobs=base, candidates=sweeps)
     kw = _kwargs_from(a)
@@ -327,12 +342,28 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_tune(a: argparse.Namespace) -> int:
-    _apply_preset(a, tune=True)
-    cand = _parse_assign(a.candidate, True)
+def _candidates(a: argparse.Namespace) -> dict[str, list[Any]]:
+    cand = _parse_assign(a.candidate, True, "--candidate")
     if not cand:
-        raise SystemExit("give at least one --candidate KNOB=V1,V2,...")
-    a.base_knobs, cand = _rehearse(a, _parse_assign(a.base, False), cand)
+        raise BadInput("no --candidate given", "give --candidate KNOB=V1,V2 (or --preset NAME)")
+    out: dict[str, list[Any]] = {}
+    for k, vals in cand.items():
+        try:
+            out[get_knob(k).name] = vals
+        except KnobError as exc:
+            raise BadInput(
+                f"--candidate: {exc}", "name a knob from `python -m course_utils knobs`"
+            ) from None
+    return out
+
+
+def _cmd_tune(a: argparse.Namespace) -> int:
+    from course_utils.lab.tune import tune
+
+    _apply_preset(a, tune=True)
+    base, cand = _base(a), _candidates(a)
+    _check_args(a, base, cand)
+    a.base_knobs, cand = _rehearse(a, base, cand)
     _preflight_first(a, base_knobs=a.base_knobs, candidates=cand)
     kw = _kwargs_from(a)
     summary = tune(
@@ -361,7 +392,7 @@ def add_cli(subparsers: Any) -> None:
         help="raise max_num_batched_tokens with max_num_seqs when needed",
     )
     p.add_argument("--no-early-stop", action="store_true")
-    p.set_defaults(func=_cmd_sweep)
+    p.set_defaults(func=_cmd_sweep, cmd="sweep")
 
     t = subparsers.add_parser("tune", help="the SLO-driven closed loop: diagnose, sweep, keep")
     _common_cli(t)
@@ -371,11 +402,13 @@ def add_cli(subparsers: Any) -> None:
         metavar="KNOB=V1,V2,...",
         help="values to try for a knob (repeat per knob)",
     )
-    t.add_argument("--plateau", type=float, default=0.02, help="min relative goodput gain")
-    t.add_argument("--gpu-minutes", type=float, default=None, help="GPU-minute budget")
-    t.add_argument("--max-steps", type=int, default=6)
+    t.add_argument(
+        "--plateau", type=v.non_negative_float, default=0.02, help="min relative goodput gain"
+    )
+    t.add_argument("--gpu-minutes", type=v.positive_float, default=None, help="GPU-minute budget")
+    t.add_argument("--max-steps", type=v.positive_int, default=6)
     t.add_argument("--no-couple", action="store_true")
-    t.set_defaults(func=_cmd_tune)
+    t.set_defaults(func=_cmd_tune, cmd="tune")
 
     f = subparsers.add_parser("preflight", help="check what a GPU run needs before it starts")
     f.add_argument("--model", required=True, help="model folder or hub id")
@@ -386,17 +419,66 @@ def add_cli(subparsers: Any) -> None:
         help="serve: vllm serve subprocesses (lab 02, sweep, tune); llm: LLM(...) (lab 01)",
     )
     f.add_argument("--out", default=None, help="output folder (writable, disk space)")
-    f.add_argument("--port", type=int, default=None, help="the server's port (none: picked free)")
+    f.add_argument("--port", type=v.port, default=None, help="the server's port (none: a free one)")
     f.add_argument("--host", default="127.0.0.1")
     f.add_argument("--load-format", default=None, help="dummy: the tokenizer must cover the vocab")
     f.add_argument("--tokenizer", default=None)
     f.add_argument(
         "--gpu-memory-utilization",
-        type=float,
+        type=v.knob_arg("gpu_memory_utilization"),
         default=None,
         help="the largest value the run asks for (default: vLLM's)",
     )
     f.add_argument("--vllm-cmd", default="vllm", help="the vllm executable (split like a shell)")
-    f.add_argument("--min-disk-gib", type=float, default=MIN_FREE_DISK_GIB)
+    f.add_argument("--min-disk-gib", type=v.non_negative_float, default=MIN_FREE_DISK_GIB)
     f.add_argument("--lang", choices=("en", "zh"), default="en")
     f.set_defaults(func=_cmd_preflight)
+    add_knee_cli(subparsers)
+
+
+def _cmd_knee(a: argparse.Namespace) -> int:
+    from course_utils.core.keep import pick_knee
+    from course_utils.lab.knee import knee_scan
+
+    _apply_preset(a, tune=False)
+    base = _base(a)
+    rates = parse_values(a.rates, "--rates")
+    bad = [r for r in rates if isinstance(r, bool) or not isinstance(r, int | float) or r <= 0]
+    if bad or not rates:
+        raise BadInput(f"--rates {a.rates!r}: rates are req/s > 0", "write e.g. --rates 2,4,6,8")
+    _check_args(a, base, {})
+    _preflight_first(a, base_knobs=base, candidates={})
+    kw = _kwargs_from(a)
+    recs = knee_scan(
+        a.model,
+        [float(r) for r in rates],
+        workload=kw["workload"],
+        slo=kw["slo"],
+        out_dir=a.out,
+        base_knobs=kw["base_knobs"],
+        server_kwargs=kw["server_kwargs"],
+        bench_kwargs=kw["bench_kwargs"],
+        gpu_memory_gib=a.gpu_memory_gib,
+        batch1_prompts=a.batch1_prompts,
+        bracket_repeats=a.bracket_repeats,
+        progress=None if a.no_progress else (lambda m: print(m, file=sys.stderr)),
+    )
+    print(json.dumps(pick_knee(recs), indent=2, default=str))
+    return 0
+
+
+def add_knee_cli(subparsers: Any) -> None:
+    """Register `knee`: the offered-rate scan on one server (lab 02 step 0)."""
+    k = subparsers.add_parser("knee", help="offered-rate scan on one server: where the SLO breaks")
+    _common_cli(k)
+    k.add_argument("--rates", required=True, help="offered req/s, comma-separated, e.g. 2,4,6,8")
+    k.add_argument(
+        "--batch1-prompts", type=v.non_negative_int, default=0, help="one-at-a-time requests"
+    )
+    k.add_argument(
+        "--bracket-repeats",
+        type=v.non_negative_int,
+        default=1,
+        help="more windows at the two rates around the knee",
+    )
+    k.set_defaults(func=_cmd_knee, cmd="knee")

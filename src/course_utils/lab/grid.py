@@ -75,7 +75,7 @@ class GridSpec:
 def parse_grid(spec: str, *, with_defaults: bool | None = None) -> GridSpec:
     """``K=V1,V2`` (one knob), ``K1=... x K2=...`` (every pair) or ``K1=... + K2=...`` (one
     knob at a time from the base, vLLM's defaults included). Knob names are checked."""
-    from course_utils.lab.cli import parse_values
+    from course_utils.core.validate import parse_values
 
     text = spec.strip()
     if " x " in text and " + " in text:

@@ -150,10 +150,7 @@ def _warm_up(
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if "--" not in args:
-        print("gridbench: give the bench command after --", file=sys.stderr)
-        return 2
-    cut = args.index("--")
+    cut = args.index("--") if "--" in args else len(args)
     ap = argparse.ArgumentParser(prog="python -m course_utils.lab.gridbench")
     ap.add_argument("--workload", required=True, help="core.records.Workload as JSON")
     ap.add_argument("--warmup-share", type=float, default=MeasureConfig.warmup_share)
@@ -161,7 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--metrics-interval", type=float, default=0.5)
     ap.add_argument("--timeout", type=float, default=1800.0)
     ap.add_argument("--bench-worker", action=argparse.BooleanOptionalAction, default=None)
-    a = ap.parse_args(args[:cut])
+    a = ap.parse_args(args[:cut])  # --help: the usage, exit 0
+    if cut == len(args):
+        print("error: gridbench: no bench command → fix: give it after --", file=sys.stderr)
+        return 2
     bench = args[cut + 1 :]
     if "bench" not in bench:
         print("gridbench: the command after -- is not `vllm bench serve ...`", file=sys.stderr)

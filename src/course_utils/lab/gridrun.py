@@ -208,7 +208,7 @@ def _workload_args(p: Any) -> None:
 def _from_args(a: Any) -> tuple[GridSpec, Workload, SLO, dict[str, Any]]:
     """Explicit flags over the preset's values."""
     from course_utils.core import presets
-    from course_utils.lab.cli import _parse_assign, workload_from_args
+    from course_utils.core.validate import parse_assign, workload_from_args
 
     pre = presets.get(a.preset, a.gpu) if a.preset else None
     given = pre is not None or None not in (a.input_len, a.output_len, a.num_prompts, a.rate)
@@ -218,7 +218,7 @@ def _from_args(a: Any) -> tuple[GridSpec, Workload, SLO, dict[str, Any]]:
         )
     w = workload_from_args(a, pre.workload_kwargs() if pre else {"ignore_eos": True})
     slo = SLO.parse(a.slo or (pre.slo if pre else ""))
-    base = {**(dict(pre.base) if pre else {}), **_parse_assign(a.base, False)}
+    base = {**(dict(pre.base) if pre else {}), **parse_assign(a.base, False)}
     # a preset's candidates are what the loop tries from vLLM's defaults: the defaults too
     spec = (
         parse_grid(a.grid)

@@ -30,6 +30,8 @@ from course_utils.core.records import (
     read_jsonl,
 )
 from course_utils.core.slo import SLO
+from course_utils.core.store import read_records, set_aside
+from course_utils.core.workload import workload_from_dict
 from course_utils.lab.measure import MeasureConfig, measure
 from course_utils.lab.server import ServerStartError, VllmServer
 from course_utils.lab.server import gpu_memory_gib as _gpu_gib
@@ -90,7 +92,12 @@ def knee_scan(
     kdir = out / "knee"
     kdir.mkdir(parents=True, exist_ok=True)
     path = out / KNEE_FILE
-    done = latest_by_rate(read_jsonl(path))
+    # a rate scored under another SLO is measured again (its files kept under a new name)
+    done = {
+        rk: r
+        for rk, r in latest_by_rate(read_records(path, need="rate_key", torn_ok=True)).items()
+        if r.get("slo", str(slo)) == str(slo)
+    }
     todo = [r for r in rates if rate_key(r) not in done]
     need_b1 = batch1_prompts > 0 and not read_jsonl(out / BATCH1_FILE)
     knobs = dict(base_knobs or {})
@@ -227,6 +234,7 @@ def _scan_rate(
     mnbt: int,
 ) -> dict[str, Any]:
     rk = rate_key(rate)
+    set_aside(kdir / f"rate-{rk}")  # an earlier attempt's files: never written over
     w = replace(workload, request_rate=float(rate), seed=knee_seed(workload.seed, rates, rate))
     t0 = time.monotonic()
     p = _rate_point(
@@ -285,7 +293,7 @@ def _repeat_rate(
     slo: SLO,
 ) -> dict[str, Any]:
     p = as_point(rec)
-    w = Workload.from_dict(p.workload)
+    w = workload_from_dict(p.workload)
     t0 = time.monotonic()
     _, more = measure(
         srv,
@@ -379,3 +387,16 @@ def _line(p: ServedPoint) -> str:
         f"{(sc.request_goodput or 0) if sc else 0:.2f}, "
         f"{p.diagnosis.get('constraint')}{valid}"
     )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m course_utils.lab.knee``: the same as ``python -m course_utils knee``."""
+    import sys
+
+    from course_utils.__main__ import main as course_main
+
+    return course_main(["knee", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -45,6 +45,7 @@ from course_utils.core.validity import (
     warmup_issue,
 )
 from course_utils.core.vllm_logs import jit_compiles
+from course_utils.core.workload import TraceWorkload
 from course_utils.lab.bench import BenchError, run_bench
 from course_utils.lab.server import VllmServer
 
@@ -98,6 +99,8 @@ class MeasureConfig:
             n = max(n, w.num_prompts)
         if w.max_concurrency:
             n = max(n, w.max_concurrency)
+        if isinstance(w, TraceWorkload):  # the same traffic, another slice of it
+            return w.warmup(n, w.seed + WARMUP_SEED_OFFSET)
         return replace(w, num_prompts=n, seed=w.seed + WARMUP_SEED_OFFSET)
 
 

@@ -381,35 +381,73 @@ def uncovered_ids(
     return size, sum(1 for i in range(size) if i not in have)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m course_utils.lab.modelfolder",
-        description="Make a weight-free model folder for vLLM load_format=dummy.",
-    )
-    ap.add_argument("out", help="folder to write")
-    ap.add_argument("--model", default="qwen2.5-7b-instruct", help="shipped config name")
-    ap.add_argument("--config", default=None, help="any config.json (or its folder) instead")
-    ap.add_argument("--tokenizer-from", default=None, help="copy this dummy folder's tokenizer")
-    ap.add_argument("--vocab-size", type=int, default=None, help="default: the config's")
-    ap.add_argument(
-        "--max-corpus-mb",
-        type=float,
-        default=None,
-        help="stop reading the Python-source corpus after this many MB",
-    )
-    args = ap.parse_args(argv)
+def _cmd(args: argparse.Namespace) -> int:
+    from course_utils.core.validate import BadInput
+
+    out_dir = Path(args.out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BadInput(f"{out_dir} is a file, not a folder", "give a new folder path")
+    if out_dir.is_dir() and any(out_dir.iterdir()):
+        raise BadInput(
+            f"{out_dir} is not empty (a model folder is never written over)",
+            "use that folder as it is, or give a new one",
+        )
+    if args.config is not None and not Path(args.config).exists():
+        raise BadInput(f"--config {args.config}: no such file or folder", "give a config.json")
+    if (
+        args.tokenizer_from is not None
+        and not (Path(args.tokenizer_from) / "tokenizer.json").is_file()
+    ):
+        raise BadInput(
+            f"--tokenizer-from {args.tokenizer_from}: no tokenizer.json there",
+            "give a folder this command wrote",
+        )
     max_bytes = int(args.max_corpus_mb * 1e6) if args.max_corpus_mb else None
-    out = make_dummy_model_folder(
-        args.out,
-        model=args.model,
-        vocab_size=args.vocab_size,
-        corpus=python_corpus(max_bytes),
-        config=args.config,
-        tokenizer_from=args.tokenizer_from,
-    )
+    try:
+        out = make_dummy_model_folder(
+            args.out,
+            model=args.model,
+            vocab_size=args.vocab_size,
+            corpus=python_corpus(max_bytes),
+            config=args.config,
+            tokenizer_from=args.tokenizer_from,
+        )
+    except (KeyError, json.JSONDecodeError) as exc:
+        raise BadInput(
+            f"--config/--model: not a model config ({exc})", "give a config.json"
+        ) from None
     size = sum(p.stat().st_size for p in out.iterdir()) / 1e6
     print(f"wrote {out} ({size:.1f} MB)")
     return 0
+
+
+def add_cli(subparsers: Any) -> None:
+    """Register `modelfolder`: a weight-free model folder for load_format=dummy."""
+    from course_utils.core.validate import positive_float, positive_int
+
+    ap = subparsers.add_parser(
+        "modelfolder", help="make a weight-free model folder for vLLM load_format=dummy"
+    )
+    ap.add_argument("out", help="folder to write (new or empty)")
+    ap.add_argument("--model", default="qwen2.5-7b-instruct", help="shipped config name")
+    ap.add_argument("--config", default=None, help="any config.json (or its folder) instead")
+    ap.add_argument("--tokenizer-from", default=None, help="copy this dummy folder's tokenizer")
+    ap.add_argument("--vocab-size", type=positive_int, default=None, help="default: the config's")
+    ap.add_argument(
+        "--max-corpus-mb",
+        type=positive_float,
+        default=None,
+        help="stop reading the Python-source corpus after this many MB",
+    )
+    ap.set_defaults(func=_cmd)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m course_utils.lab.modelfolder``: the same as ``python -m course_utils
+    modelfolder``."""
+    from course_utils.__main__ import main as course_main
+
+    return course_main(["modelfolder", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -331,7 +331,7 @@ def plot_triple(
 ) -> Any:
     """Lab 01: accuracy, output tok/s, p50/p99 latency and KV tokens against the knob. On
     dummy weights (no accuracy) the accuracy panel is left out and the title says n/a; the
-    panels go in a 2 x 2 (or 1 x 3) grid so their ticks stay readable."""
+    panels are stacked in one column, 6 in wide, so their ticks stay readable on a phone."""
     _t("accuracy", lang)
     plt = _plt()
     rows = sorted((r for r in records if r.get("status") == "ok"), key=lambda r: float(r["value"]))
@@ -341,9 +341,7 @@ def plot_triple(
         bool(rows) and all(a is not None for a in acc) and rows[0].get("load_format") != "dummy"
     )
     n = 4 if has_acc else 3
-    fig, axes = (
-        plt.subplots(2, 2, figsize=(9, 6.2)) if n == 4 else plt.subplots(1, 3, figsize=(11, 3.6))
-    )
+    fig, axes = plt.subplots(n, 1, figsize=(6, 2.4 * n + 0.4))
     axes = list(getattr(axes, "flat", axes))
     if has_acc:
         ax_acc = axes.pop(0)
@@ -366,7 +364,6 @@ def plot_triple(
         ax.set_xlabel(knob)
         ax.set_xticks(x)
         ax.set_xticklabels([f"{v:g}" for v in x])
-        ax.tick_params(labelsize=10)
         ax.grid(alpha=0.3)
     if not has_acc:
         fig.suptitle(_t("accuracy_na", lang), fontsize=10)

@@ -51,6 +51,8 @@ __all__ = [
     "check_gpu_memory",
     "check_model",
     "check_output",
+    "check_params",
+    "check_recorded",
     "check_port",
     "check_vllm_cli",
     "check_vllm_package",
@@ -364,8 +366,33 @@ def preflight(
     if entry == "serve":
         checks.append(check_port(port, host))
     if output_dir is not None:
-        checks.append(check_output(output_dir, min_free_disk_gib))
+        out_check = check_output(output_dir, min_free_disk_gib)
+        if out_check.ok:  # a folder that takes a file: and what it holds can be resumed
+            recorded = check_recorded(output_dir)
+            out_check = out_check if recorded.ok else recorded
+        checks.append(out_check)
     return Report(checks, time.monotonic() - t0)
+
+
+def check_recorded(output_dir: str | Path) -> Check:
+    """What the output folder already holds can be resumed: each recorded file a file of
+    whole records (core.store.check_run_folder), so a run never writes past a damaged one."""
+    from course_utils.core.store import check_run_folder
+    from course_utils.core.validate import BadInput
+
+    try:
+        check_run_folder(output_dir)
+    except BadInput as exc:
+        return Check("output", False, _t(exc.what, exc.what), _t(exc.fix, exc.fix))
+    return Check("output", True, _t("recorded files readable", "已记录的文件可读"))
+
+
+def check_params(lab: str, params: Mapping[str, Any], root: str | Path | None = None) -> None:
+    """A lab's parameters, before its preflight: a bad one stops the notebook with one line
+    naming it (core.lab_params; the rules the command line uses)."""
+    from course_utils.core.lab_params import check_lab_params
+
+    check_lab_params(lab, params, root)
 
 
 def lab_check(

@@ -42,7 +42,13 @@ def cuda_total(cache: Path | None = None, python: str | None = None) -> dict[str
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         err = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"cannot read the GPU's CUDA total with torch: {err}")
+        from course_utils.core.validate import BadInput
+
+        raise BadInput(
+            f"cannot read the GPU's CUDA total with torch: {err}",
+            "rehearse on the GPU host (it reads that GPU's total), or name the host's GPU "
+            "with --gpu to use the course's GPU table",
+        )
     info = dict(json.loads(lines[-1]))
     info["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     if cache is not None:

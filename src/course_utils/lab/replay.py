@@ -27,13 +27,15 @@ from course_utils.core.keep import as_point, decide, loop_outcome, next_knob, ob
 from course_utils.core.metrics import load_series
 from course_utils.core.records import PointPaths, ServedPoint, Workload, is_present
 from course_utils.core.records import read_jsonl as load_jsonl
-from course_utils.core.store import POINTS_FILE, TUNE_FILE, tune_summary
+from course_utils.core.store import POINTS_FILE, TUNE_FILE, read_records, tune_summary
+from course_utils.core.validate import BadInput
 from course_utils.core.validity import (
     prefix_cache_hit_rate,
     prefix_cache_issue,
     warmed_peak,
     warmup_issue,
 )
+from course_utils.core.workload import workload_from_dict
 from course_utils.lab.knee import BATCH1_FILE, KNEE_FILE, latest_by_rate, rate_key
 
 __all__ = [
@@ -71,7 +73,7 @@ def recheck(rec: Mapping[str, Any], folder: Path) -> dict[str, Any]:
         out["valid"] = False
         return out
     paths = PointPaths(folder)
-    wl = Workload.from_dict(out["workload"]) if out.get("workload") else None
+    wl = workload_from_dict(out["workload"]) if out.get("workload") else None
     if "windows" in out:
         warm = out.get("warmup") or {}
         covered = warm.get("running_max") if warm.get("status") == "ok" else None
@@ -118,7 +120,7 @@ def load_knee(
     want = None if rates is None else {rate_key(r) for r in rates}
     return [
         recheck(r, d / "knee" / f"rate-{rk}")
-        for rk, r in latest_by_rate(load_jsonl(d / KNEE_FILE)).items()
+        for rk, r in latest_by_rate(read_records(d / KNEE_FILE, need="rate_key")).items()
         if want is None or rk in want
     ]
 
@@ -236,12 +238,23 @@ def replay_tune(
     """
     d = Path(results_dir)
     points = [as_point(r) for r in load_points_checked(d)]
-    steps = [s for s in load_jsonl(d / TUNE_FILE) if s.get("kind") in ("baseline", "sweep")]
+    steps = [
+        s
+        for s in read_records(d / TUNE_FILE, need="kind")
+        if s.get("kind") in ("baseline", "sweep")
+    ]
     if not steps or steps[0]["kind"] != "baseline":
-        raise ValueError(f"{d}: no baseline step in tune.jsonl")
+        raise BadInput(
+            f"{d / TUNE_FILE}: no baseline step (the loop stopped before it, or the file is cut)",
+            "replay a folder whose loop measured its baseline",
+        )
     base = next((p for p in points if p.key == steps[0].get("point")), None)
     if base is None or base.status != "ok":
-        raise ValueError(f"{d}: baseline point missing or failed")
+        raise BadInput(
+            f"{d / POINTS_FILE}: the baseline point {steps[0].get('point')} is "
+            + ("missing" if base is None else f"failed ({base.reason})"),
+            "replay a folder whose baseline was measured",
+        )
     kept = base
     trail = [
         {
@@ -479,3 +492,94 @@ def environment() -> dict[str, Any]:
 # --------------------------------------------------------------------------------------
 # plots (each saves a PNG and returns the figure)
 # --------------------------------------------------------------------------------------
+
+
+# --------------------------------------------------------------------------------------
+# the command line: python -m course_utils replay FOLDER
+# --------------------------------------------------------------------------------------
+
+
+def check_folder(folder: str | Path) -> str:
+    """What a recorded folder holds ("tune", "knee", "points" or "lab01"), every recorded
+    file read strictly first (a bad line names its file and line). Raises BadInput."""
+    from course_utils.core.store import RUN_CHECKS, RUN_FILES
+
+    d = Path(folder)
+    if not d.is_dir():
+        what = "is a file" if d.exists() else "does not exist"
+        raise BadInput(
+            f"replay folder {d} {what}", "give a run folder (e.g. labs/results/<run>/slo)"
+        )
+    for name, need in RUN_FILES.items():
+        read_records(d / name, need=need, check=RUN_CHECKS.get(name))
+    if is_present(d / TUNE_FILE):
+        return "tune"
+    if is_present(d / KNEE_FILE):
+        return "knee"
+    if is_present(d / POINTS_FILE):
+        if not read_records(d / POINTS_FILE):
+            raise BadInput(
+                f"{d / POINTS_FILE} is empty: no point was recorded", "replay a run that measured"
+            )
+        return "points"
+    if is_present(d / "results.jsonl"):
+        return "lab01"
+    raise BadInput(
+        f"{d} holds no recorded run (no {TUNE_FILE}, {KNEE_FILE} or {POINTS_FILE})",
+        "give the folder a sweep, tune or knee run wrote",
+    )
+
+
+def _cmd_replay(a: Any) -> int:
+    kind = check_folder(a.folder)
+    if kind == "lab01":
+        raise BadInput(
+            f"{a.folder} is a lab 01 folder (results.jsonl)",
+            "replay it with lab 01: -p backend replay -p replay_dir " + str(a.folder),
+        )
+    if kind == "tune":
+        out: Any = replay_tune(a.folder, plateau=a.plateau, objective=a.objective)
+        text = [f"kept: {out['knobs']}", f"outcome: {out['outcome'].get('why')}"] + [
+            f"step {s['step']}: {s.get('knob', 'baseline')} {s.get('decision', '')}".rstrip()
+            for s in out["steps"]
+        ]
+    elif kind == "knee":
+        from course_utils.core.keep import pick_knee
+
+        out = pick_knee(load_knee(a.folder))
+        text = [f"knee: {out.get('why')}"]
+    else:
+        out = load_points_checked(a.folder)
+        text = [
+            f"{p.get('knob')}={p.get('value')}: {p.get('status')}, valid={p.get('valid')}"
+            for p in out
+        ]
+    if a.format == "json":
+        print(json.dumps(out, indent=2, default=str, ensure_ascii=False))
+    else:
+        print("\n".join(text))
+    return 0
+
+
+def add_cli(subparsers: Any) -> None:
+    """Register `replay`: re-derive a recorded folder's result (no GPU)."""
+    from course_utils.core.keep import OBJECTIVES
+    from course_utils.core.validate import non_negative_float
+
+    r = subparsers.add_parser("replay", help="re-derive a recorded run's result (no GPU)")
+    r.add_argument("folder", help="a run folder: tune.jsonl, knee.jsonl or points.jsonl")
+    r.add_argument("--objective", choices=OBJECTIVES, default="request_goodput")
+    r.add_argument("--plateau", type=non_negative_float, default=0.02)
+    r.add_argument("--format", choices=("text", "json"), default="text")
+    r.set_defaults(func=_cmd_replay)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m course_utils.lab.replay``: the same as ``python -m course_utils replay``."""
+    from course_utils.__main__ import main as course_main
+
+    return course_main(["replay", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -33,8 +33,8 @@ from course_utils.core.keep import pick_knee
 from course_utils.core.records import Workload, append_jsonl, read_jsonl
 from course_utils.core.scaleout import CONFIGS, RUN_FILE, ScaleoutRun, config, config_records
 from course_utils.core.slo import SLO
+from course_utils.core.validate import process_kwargs
 from course_utils.core.vllm_logs import startup_by_process
-from course_utils.lab.cli import process_kwargs
 from course_utils.lab.knee import KNEE_FILE, knee_scan, latest_by_rate, rate_key
 from course_utils.lab.measure import MeasureConfig
 

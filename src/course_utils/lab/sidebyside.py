@@ -356,7 +356,7 @@ def compare(
 
 
 def _values(s: str) -> list[Any]:
-    from course_utils.lab.cli import parse_values
+    from course_utils.core.validate import parse_values
 
     return parse_values(s)
 
@@ -421,7 +421,7 @@ def _parser() -> argparse.ArgumentParser:
 def _print_bench_cmd(a: argparse.Namespace) -> None:
     if a.num_warmups is None:
         a.num_warmups = our_warmup_default()
-    from course_utils.lab.cli import workload_from_args
+    from course_utils.core.validate import workload_from_args
 
     w = workload_from_args(a, {"ignore_eos": True})
     print(

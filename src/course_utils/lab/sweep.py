@@ -17,6 +17,7 @@ judges the combination: the point fails with vLLM's own reason.
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,17 +27,27 @@ from typing import Any
 
 from course_utils.core import knobs as knobs_mod
 from course_utils.core.cost import point_cost
+from course_utils.core.diagnose import diagnose
 from course_utils.core.keep import early_stop_reason, objective_label
+from course_utils.core.metrics import load_series
 from course_utils.core.records import (
     PointPaths,
+    Scores,
     ServedPoint,
     Workload,
     append_jsonl,
     point_key,
-    read_jsonl,
 )
-from course_utils.core.slo import SLO
-from course_utils.core.store import POINTS_FILE
+from course_utils.core.slo import SLO, BenchResult, score
+from course_utils.core.store import (
+    POINTS_FILE,
+    RUN_CHECKS,
+    check_run_folder,
+    is_present,
+    read_records,
+    read_text,
+    set_aside,
+)
 from course_utils.lab import benchworker
 from course_utils.lab.cost import bench_phases, bench_startups
 from course_utils.lab.measure import MeasureConfig, measure
@@ -51,6 +62,7 @@ __all__ = [
     "effective",
     "load_points",
     "progress_bar",
+    "rescore",
     "run_point",
     "sweep",
 ]
@@ -119,9 +131,12 @@ class SweepConfig:
 
 
 def load_points(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a points.jsonl (or of the folder that holds one), as written."""
+    """Records of a points.jsonl (or of the folder that holds one), as written; a bad or
+    torn line raises BadInput naming the file and line."""
     p = Path(path)
-    return read_jsonl(p / POINTS_FILE if p.is_dir() else p)
+    return read_records(
+        p / POINTS_FILE if p.is_dir() else p, need="key", check=RUN_CHECKS[POINTS_FILE]
+    )
 
 
 def load_served(path: str | Path) -> list[ServedPoint]:
@@ -305,16 +320,71 @@ def _bench_mode(calls: Sequence[Mapping[str, Any]]) -> str | None:
 # --------------------------------------------------------------------------------------
 
 
-def _done_points(points_path: Path, cfg: SweepConfig) -> dict[str, dict[str, Any]]:
-    """The records on disk to resume from, by key (none without cfg.resume; failed ones
-    left out with cfg.retry_failed)."""
+def _done_points(
+    points_path: Path, cfg: SweepConfig
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The records on disk to resume from, by key: those scored under cfg.slo, and those
+    scored under another SLO (to re-score). None without cfg.resume; failed ones left out
+    with cfg.retry_failed. A bad line raises BadInput naming the file and line."""
     if not cfg.resume:
-        return {}
-    return {
-        r["key"]: r
-        for r in load_points(points_path)
-        if not (cfg.retry_failed and r.get("status") == "failed")
+        return {}, {}
+    slo = str(cfg.slo)
+    same: dict[str, dict[str, Any]] = {}
+    other: dict[str, dict[str, Any]] = {}
+    for r in read_records(points_path, need="key", torn_ok=True, check=RUN_CHECKS[POINTS_FILE]):
+        if cfg.retry_failed and r.get("status") == "failed":
+            continue
+        (same if r.get("slo", slo) == slo else other)[r["key"]] = r
+    return same, other
+
+
+def rescore(rec: Mapping[str, Any], cfg: SweepConfig) -> dict[str, Any] | None:
+    """A finished point scored under another SLO, scored again under ``cfg.slo`` from what
+    its windows saved: each bench JSON's percentiles (the p99 gate) and per-request lists
+    (vLLM's per-request goodput), and the /metrics series (the diagnosis). None when a
+    window's data cannot give the score (then the point is measured again)."""
+    if rec.get("status") != "ok" or cfg.slo is None:
+        return None
+    p = ServedPoint.from_json(rec)
+    paths = PointPaths.of(cfg.out_dir, p.key)
+    mns = int(effective("max_num_seqs", p.knobs, cfg.gpu_gib()))
+    mnbt = int(effective("max_num_batched_tokens", p.knobs, cfg.gpu_gib()))
+    sources = set()
+    for w in p.windows:
+        if w.status != "ok":
+            continue
+        path = paths.bench_json(w.index)
+        if not is_present(path):
+            return None
+        try:
+            res = BenchResult.from_json(json.loads(read_text(path)))
+        except (ValueError, OSError):
+            return None
+        sc = score(res, cfg.slo)
+        if sc.request_goodput is None:
+            return None
+        sources.add(sc.request_goodput_source)
+        w.score = Scores(
+            gate_goodput=sc.gate_goodput,
+            request_goodput=sc.request_goodput,
+            request_throughput=sc.request_throughput,
+            meets_slo=sc.meets_slo,
+            violations=list(sc.violations),
+        )
+        series = paths.metrics(w.index)
+        samples = load_series(series) if is_present(series) else []
+        if samples:
+            d = diagnose(samples, res, cfg.slo, max_num_seqs=mns, max_num_batched_tokens=mnbt)
+            w.diagnosis = {**d.as_dict(), "why_en": d.why("en"), "why_zh": d.why("zh")}
+    p.slo = str(cfg.slo)
+    out = p.to_json()
+    out["rescored"] = {
+        "from_slo": rec.get("slo"),
+        "how": "re-scored from the saved bench JSON (percentiles, per-request lists) and "
+        "/metrics series; not measured again",
+        "request_goodput_source": sorted(sources),
     }
+    return out
 
 
 def sweep(
@@ -359,19 +429,25 @@ def sweep(
     )
     planned = check_values(name, values, base, cfg.couple, gpu_gib, cfg.prevalidate)
     points_path = cfg.out_dir / POINTS_FILE
-    done = _done_points(points_path, cfg)
+    check_run_folder(cfg.out_dir, resume=cfg.resume)
+    done, other = _done_points(points_path, cfg)
     records: list[dict[str, Any]] = []
     bar = progress_bar(len(planned), f"sweep {name}", progress)
     try:
         for value, checked, coupled in planned:
             pt = _new_point(model, name, value, checked, base, coupled, cfg, tag)
             key = pt.key
+            again = rescore(other[key], cfg) if key in other and key not in done else None
+            if again is not None:  # another SLO's point: a new line, the old one stays
+                append_jsonl(points_path, again)
+                done[key] = again
             if key not in done:
                 reason = stop_if() if stop_if else None
                 if reason:
                     if bar is not None:
                         bar.set_postfix_str(f"stopped: {reason}")
                     break
+                set_aside(PointPaths.of(cfg.out_dir, key).dir)  # an earlier attempt's files
                 rec = run_point(model, pt, cfg).to_json()
                 append_jsonl(points_path, rec)
                 done[key] = rec

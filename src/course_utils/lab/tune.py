@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from course_utils.core.keep import (
     swept_knobs,
 )
 from course_utils.core.records import ServedPoint, append_jsonl, read_jsonl
-from course_utils.core.store import TUNE_FILE
+from course_utils.core.store import TUNE_FILE, check_run_folder, set_aside
 from course_utils.lab.server import VllmServer
 from course_utils.lab.sweep import (
     BASELINE,
@@ -223,13 +223,19 @@ def tune(
     """
     cfg = config or SweepConfig.make(couple=couple, **kw)
     check_objective(cfg.objective)
+    if not (math.isfinite(plateau) and plateau >= 0):
+        raise ValueError(f"plateau must be a finite share >= 0, got {plateau}")
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
     out = cfg.out_dir
+    check_run_folder(out, resume=cfg.resume)  # --no-resume: refused on finished points
+    cfg = replace(cfg, resume=True)  # so this run's own points are reused within it
     out.mkdir(parents=True, exist_ok=True)
     cand = {knobs_mod.get(k).name: list(v) for k, v in candidates.items()}
     for k, vals in cand.items():  # every candidate value checked before any GPU time
         check_values(k, vals, dict(base_knobs or {}), cfg.couple, cfg.gpu_gib())
     tune_path = out / TUNE_FILE
-    tune_path.write_text("")
+    set_aside(tune_path)  # an earlier experiment's log keeps its bytes under a new name
     bar = progress_bar(1 + sum(len(v) for v in cand.values()), "tune", progress)
     budget = _Budget(gpu_minutes, est_point_minutes, out, on_point, bar)
     state: _State | None = None

@@ -10,8 +10,10 @@ tree or the data it cites. Renderers live in ``render``.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import math
+import random
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,12 +71,14 @@ STRINGS: dict[str, dict[str, str]] = {
     },
 }
 CHOICE_IDS = "abcdefghijklmnopqrstuvwxyz"
+SHUFFLE_SALT = "cu-quiz-8"  # change it to deal every item's choices anew
 # Same pattern in quiz.js: optional sign, digits with optional decimals, optional exponent,
 # after removing spaces, commas and underscores (thousands separators).
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _SEPARATORS = re.compile(r"[\s,_\u00a0\u3000]")
 _CJK = "\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"
 _CJK_GAP = re.compile(f"(?<=[{_CJK}])\\s+(?=[{_CJK}])")  # YAML line folds inside Chinese
+_CJK_STOP_GAP = re.compile("(?<=[。，；：？！、）」])\\s+")  # no space after Chinese punctuation
 _SLACK = 1e-9  # relative float slack so tolerance edges are inclusive despite rounding
 
 
@@ -91,7 +95,7 @@ def _bi(value: Any, where: str) -> dict[str, str]:
         text = value[lang]
         if not isinstance(text, str) or not text.strip():
             raise QuizError(f"{where}: empty {lang} text")
-        out[lang] = _CJK_GAP.sub("", " ".join(text.split()))
+        out[lang] = _CJK_STOP_GAP.sub("", _CJK_GAP.sub("", " ".join(text.split())))
     return out
 
 
@@ -105,7 +109,7 @@ class Choice:
 
 @dataclass(frozen=True, eq=False)
 class Question:
-    id: str  # stable within the lesson, e.g. "seed-1", "dir-max-num-seqs-itl"
+    id: str  # stable within the lesson, e.g. "s9-1", "dir-max-num-seqs-itl"
     type: str  # single | multiple | numeric
     prompt: dict[str, str]
     explain: dict[str, str]
@@ -114,7 +118,7 @@ class Question:
     abs_tol: float | None = None
     rel_tol: float | None = None
     unit: dict[str, str] | None = None
-    seed: int | None = None  # number of the source lesson's §9 question this one grades
+    section: int | None = None  # number of the lesson's §9 question this one grades
     generator: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
 
@@ -162,8 +166,8 @@ class Question:
         d["explain"] = t(self.explain)
         if lang is not None:
             d["expected"] = self.expected(lang)
-        if self.seed is not None:
-            d["seed"] = self.seed
+        if self.section is not None:
+            d["section"] = self.section
         if self.generator:
             d["generator"] = self.generator
             d["params"] = self.params
@@ -287,7 +291,15 @@ def generator(name: str) -> Callable[[GeneratorFn], GeneratorFn]:
     return deco
 
 
-GENERATOR_MODULES = ("gen_knobs", "gen_capacity", "gen_slo", "gen_runs", "gen_scaleout", "gen_grid")
+GENERATOR_MODULES = (
+    "gen_knobs",
+    "gen_capacity",
+    "gen_slo",
+    "gen_runs",
+    "gen_trust",
+    "gen_scaleout",
+    "gen_grid",
+)
 
 
 def _register_generators() -> None:
@@ -308,24 +320,34 @@ def quiz_path(lesson: str) -> Path:
     return QUIZ_DIR / f"{lesson}.yaml"
 
 
-def _choices(raw: Any, where: str) -> tuple[Choice, ...]:
+def shuffled(n: int, qid: str) -> list[int]:
+    """The display order of ``n`` choices: a permutation fixed by the item id, so every
+    renderer (static page, widget, text) shows the same order and no key sits at one letter
+    because of how the item was written."""
+    digest = hashlib.sha256(f"{SHUFFLE_SALT}:{qid}".encode()).digest()
+    order = list(range(n))
+    random.Random(int.from_bytes(digest[:8], "big")).shuffle(order)
+    return order
+
+
+def _choices(raw: Any, where: str, qid: str) -> tuple[Choice, ...]:
+    """Choices in the order ``shuffled`` gives, ids a, b, c... in that order."""
     if not isinstance(raw, Sequence) or len(raw) < 2:
         raise QuizError(f"{where}: needs at least two choices")
     if len(raw) > len(CHOICE_IDS):
         raise QuizError(f"{where}: too many choices")
-    out = []
     for i, c in enumerate(raw):
         if not isinstance(c, Mapping):
             raise QuizError(f"{where}: choice {i + 1} is not a mapping")
-        out.append(
-            Choice(
-                id=CHOICE_IDS[i],
-                text=_bi(c.get("text"), f"{where} choice {i + 1}"),
-                correct=bool(c.get("correct", False)),
-                key=str(c.get("key", "")),
-            )
+    return tuple(
+        Choice(
+            id=CHOICE_IDS[pos],
+            text=_bi(raw[i].get("text"), f"{where} choice {i + 1}"),
+            correct=bool(raw[i].get("correct", False)),
+            key=str(raw[i].get("key", "")),
         )
-    return tuple(out)
+        for pos, i in enumerate(shuffled(len(raw), qid))
+    )
 
 
 def _tol(value: Any, where: str) -> float | None:
@@ -348,7 +370,7 @@ def _build(fields: Mapping[str, Any], where: str) -> Question:
         type=qtype,
         prompt=_bi(fields.get("prompt"), f"{where} prompt"),
         explain=_bi(fields.get("explain"), f"{where} explain"),
-        seed=fields.get("seed"),
+        section=fields.get("section"),
         generator=fields.get("generator"),
         params=dict(fields.get("params") or {}),
     )
@@ -364,14 +386,14 @@ def _build(fields: Mapping[str, Any], where: str) -> Question:
             unit=_bi(fields["unit"], f"{where} unit") if fields.get("unit") else None,
         )
     else:
-        q["choices"] = _choices(fields.get("choices"), where)
+        q["choices"] = _choices(fields.get("choices"), where, qid)
         n = sum(c.correct for c in q["choices"])
         if qtype == "single" and n != 1:
             raise QuizError(f"{where}: a single-choice question needs exactly one correct choice")
         if qtype == "multiple" and n < 1:
             raise QuizError(f"{where}: a multiple-choice question needs a correct choice")
-    if q["seed"] is not None and not isinstance(q["seed"], int):
-        raise QuizError(f"{where}: seed must be the §9 question number")
+    if q["section"] is not None and not isinstance(q["section"], int):
+        raise QuizError(f"{where}: section must be the §9 question number")
     return Question(**q)
 
 
@@ -379,7 +401,7 @@ def expand(entry: Mapping[str, Any], where: str = "entry") -> Question:
     """One YAML entry -> Question; ``generator`` entries are computed now.
 
     A generator entry may replace the generated ``prompt``, put a written ``intro`` before
-    it, and add a written ``explain`` after the generated one; ``id`` and ``seed`` come from
+    it, and add a written ``explain`` after the generated one; ``id`` and ``section`` come from
     the entry.
     """
     if "generator" not in entry:
@@ -398,7 +420,7 @@ def expand(entry: Mapping[str, Any], where: str = "entry") -> Question:
     fields = {
         **gen,
         "id": entry.get("id"),
-        "seed": entry.get("seed"),
+        "section": entry.get("section"),
         "generator": name,
         "params": params,
     }

@@ -137,6 +137,63 @@ def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+@generator("kv_gain")
+def _g_kv_gain(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: records (a recorded lab 01 results.jsonl), model, gpu, base, to, rel_tol.
+    Answer: the KV tokens vLLM logs at ``to``, predicted from the tokens it logged at
+    ``base``: the extra share of the GPU's total goes whole to KV. Refuses a record at ``to``
+    that the prediction misses."""
+    from course_utils.core import capacity
+    from course_utils.core.records import read_jsonl
+
+    src = resolve_path(p["records"])
+    logged = {
+        r["value"]: int(r["kv_cache_tokens"])
+        for r in read_jsonl(src)
+        if r.get("status") == "ok" and r.get("kv_cache_tokens")
+    }
+    m, g = _model(p), capacity.get_gpu(p["gpu"])
+    base, to, tol = float(p["base"]), float(p["to"]), float(p.get("rel_tol", 0.005))
+    if base not in logged or to not in logged:
+        raise QuizError(f"kv_gain: {src} has no KV size at {base} and {to}")
+    per = m.kv_bytes_per_token()
+    extra = (to - base) * g.total_gib * capacity.GIB / per
+    answer = round(logged[base] + extra)
+    naive = logged[base] * to / base  # the mistake the explanation names
+    if abs(logged[to] - answer) > tol * answer or abs(naive - answer) <= tol * answer:
+        raise QuizError("kv_gain: the recorded size does not tell the two readings apart")
+    run = src.parent.parent.name
+    head = {
+        "en": f"Lab 01 in the recorded run `{run}`, {m.name} on one {g.name} (vLLM sees "
+        f"{g.total_gib:.1f} GiB in all; {_fmt(per)} bytes of KV per token): at "
+        f"`gpu_memory_utilization={base:g}` vLLM logged `GPU KV cache size: "
+        f"{_fmt(logged[base])} tokens`. Before you run {to:g}: how many tokens will it log?",
+        "zh": f"已录制的实测 `{run}` 中的实验 01，{m.name} 跑在一张 {g.name} 上（vLLM 看到的总显存是 "
+        f"{g.total_gib:.1f} GiB；每 token 的 KV 占 {_fmt(per)} 字节）：`gpu_memory_utilization="
+        f"{base:g}` 时 vLLM 日志是 `GPU KV cache size: {_fmt(logged[base])} tokens`。还没跑 "
+        f"{to:g} 之前，先算：它会打印多少 token？",
+    }
+    d = to - base
+    return {
+        "type": "numeric",
+        "answer": answer,
+        "tolerance": {"rel": tol},
+        "unit": {"en": "tokens", "zh": "token"},
+        "prompt": head,
+        "explain": {
+            "en": f"The weights, the activation peak and the CUDA graphs take the same memory at "
+            f"both settings, so the whole extra share goes to KV: {d:g} × {g.total_gib:.1f} GiB "
+            f"÷ {_fmt(per)} bytes = {_fmt(round(extra))} more tokens, {_fmt(answer)} in all. "
+            f"vLLM logged {_fmt(logged[to])}. Scaling the tokens by {to:g} / {base:g} "
+            f"({_fmt(round(naive))}) treats the fixed costs as if they grew too.",
+            "zh": f"权重、激活峰值和 CUDA graph 在两个设置下占的显存一样，所以多出来的那一份全给了 KV："
+            f"{d:g} × {g.total_gib:.1f} GiB ÷ {_fmt(per)} 字节 = 多 {_fmt(round(extra))} 个 token，"
+            f"一共 {_fmt(answer)}。vLLM 实际打印 {_fmt(logged[to])}。按 {to:g} / {base:g} 等比放大"
+            f"（{_fmt(round(naive))}）等于把固定开销也一起放大了。",
+        },
+    }
+
+
 @generator("kv_binding")
 def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: records (a lab 01 results.jsonl, recorded; or inline records), baseline,
@@ -236,8 +293,10 @@ def _same_batch_points(
     return pts, where
 
 
-def _same_batch_choices(base: Any, cand: Any, gap: float, overall: float) -> list[dict[str, Any]]:
-    """The four choices of same_batch_spread (the first is right)."""
+def _same_batch_choices(base: Any, cand: Any, gap: float, faster: float) -> list[dict[str, Any]]:
+    """The four choices of same_batch_spread (the first is right). The wrong ones are the
+    readings a learner makes: the pass's total taken as the knob's effect (keep-base), a
+    bigger pool blamed for more preemption (preempt), "KV did not bind" where it did (no-bind)."""
     return _opts(
         [
             (
@@ -250,8 +309,8 @@ def _same_batch_choices(base: Any, cand: Any, gap: float, overall: float) -> lis
             ),
             (
                 {
-                    "en": f"Keep {base}: the smaller KV pool is {-overall:.0%} faster over the pass",
-                    "zh": f"保留 {base}：整轮来看，KV 池小一些反而快 {-overall:.0%}",
+                    "en": f"Keep {base}: the smaller KV pool is {faster:.0%} faster over the pass",
+                    "zh": f"保留 {base}：整轮来看，KV 池小一些反而快 {faster:.0%}",
                 },
                 False,
                 "keep-base",
@@ -266,8 +325,8 @@ def _same_batch_choices(base: Any, cand: Any, gap: float, overall: float) -> lis
             ),
             (
                 {
-                    "en": "Ignore the knob: the KV cache did not bind, so it could not matter",
-                    "zh": "不必理会这个旋钮：KV cache 没成为瓶颈，它不可能起作用",
+                    "en": "Ignore the knob: the caches filled at the end only, too late to matter",
+                    "zh": "不必理会这个旋钮：cache 到最后才满，来不及起作用",
                 },
                 False,
                 "no-bind",
@@ -276,19 +335,46 @@ def _same_batch_choices(base: Any, cand: Any, gap: float, overall: float) -> lis
     )
 
 
+def _repeat(p: Mapping[str, Any], base: Any) -> dict[str, str]:
+    """The explanation's sentence on ``params.repeat`` (two recorded folders of the same
+    sweep, run in the same order): the baseline's output tok/s in each; '' when absent."""
+    from course_utils.core.records import read_jsonl
+
+    dirs = [resolve_path(d) for d in p.get("repeat") or []]
+    if len(dirs) != 2 or not all((d / "results.jsonl").is_file() for d in dirs):
+        return {"en": "", "zh": ""}
+    tok = [
+        next(r["output_tok_s"] for r in read_jsonl(d / "results.jsonl") if r["value"] == base)
+        for d in dirs
+    ]
+    apart = max(tok) / min(tok) - 1.0
+    names = [d.as_posix().split("labs/results/")[-1] for d in dirs]
+    a, b = _fmt(round(tok[0])), _fmt(round(tok[1]))
+    return {
+        "en": f" The same sweep run twice in the same order (`{names[0]}`, `{names[1]}`) put "
+        f"{base} at {a} and {b} tok/s, {apart:.0%} apart with nothing changed, so gaps of "
+        "this size come without the knob.",
+        "zh": f"同一个 sweep 按同样顺序跑两次（`{names[0]}`、`{names[1]}`），{base} 分别是 {a} 和 "
+        f"{b} tok/s，什么都没改也差了 {apart:.0%}，所以这么大的差距不需要旋钮也会出现。",
+    }
+
+
 @generator("same_batch_spread")
 def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: run (a recorded lab 01 knobs folder, or inline {value: {tok_s,
-    gen_before_full, kv_full_at_s}}), baseline, candidate, min_gain. Answer: the gap before
-    the KV cache filled is larger than the effect, so the run cannot judge the knob."""
+    gen_before_full, kv_full_at_s}}), baseline, candidate, min_gain, repeat (optional: two
+    folders of one sweep run twice). Answer: the gap before the KV cache filled is larger
+    than the effect, so the run cannot judge the knob."""
     src = _data(p, "run")
     base, cand = p["baseline"], p["candidate"]
     pts, where = _same_batch_points(src, base, cand)
     b, c = pts[base], pts[cand]
     overall = c["tok_s"] / b["tok_s"] - 1.0
+    faster = b["tok_s"] / c["tok_s"] - 1.0  # the baseline over the candidate
     gap = c["gen_before_full"] / b["gen_before_full"] - 1.0
     gain = float(p.get("min_gain", 0.05))
     lo, hi = pts["window"]["from_s"], pts["window"]["to_s"]
+    rep = _repeat(p, base)
     return {
         "type": "single",
         "prompt": {
@@ -306,22 +392,20 @@ def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
             f"{_fmt(round(b['gen_before_full']))} 对 {_fmt(round(c['gen_before_full']))} tok/s。"
             "结论是什么？",
         },
-        "choices": _same_batch_choices(base, cand, gap, overall),
+        "choices": _same_batch_choices(base, cand, gap, faster),
         "explain": {
             "en": f"Until a cache fills, every value of a capacity knob runs the same batch, so "
             f"the {gap:+.0%} gap there cannot come from the knob. This run does not say "
-            "what caused it (the points ran in one order, 0.80 first; clocks and memory "
-            "placement are other candidates), and an earlier same-order repeat on this "
-            "host showed gaps of the same kind, so it may be systematic rather than "
-            f"noise. Either way it is larger than the {overall:+.0%} over the pass and "
-            f"than the {gain:.0%} min_gain, so no verdict on the knob survives it. Lab 01 "
-            "turns a keep inside this spread into recheck "
-            "(course_utils.core.keep.same_batch_gap).",
+            f"what caused it (the points ran in one order, {base} first; clocks and memory "
+            f"placement are other candidates).{rep['en']} Either way the gap is larger than "
+            f"the {overall:+.0%} over the pass ({base} {faster:.0%} faster) and than the "
+            f"{gain:.0%} min_gain, so no verdict on the knob survives it. Lab 01 turns a keep "
+            "inside this spread into recheck (course_utils.core.keep.same_batch_gap).",
             "zh": f"cache 填满之前，容量类旋钮的每个取值跑的都是同一批请求，所以那一段的 {gap:+.0%} 不可能来自旋钮。"
-            "这次运行说明不了它的成因（两个点按固定顺序跑，0.80 在先；时钟、显存布局也都可能），而这台机器上"
-            "更早一次同顺序的重复也出现过同类差距，所以它可能是系统性的，而不只是噪声。无论如何，它比整轮的 "
-            f"{overall:+.0%}、也比 {gain:.0%} 的 min_gain 都大，关于这个旋钮的任何结论都站不住。实验 01 "
-            "会把落在这个差距之内的「保留」改判为 recheck（course_utils.core.keep.same_batch_gap）。",
+            f"这次运行说明不了它的成因（两个点按固定顺序跑，{base} 在先；时钟、显存布局也都可能）。{rep['zh']}"
+            f"无论如何，这个差距比整轮的 {overall:+.0%}（{base} 快 {faster:.0%}）、也比 {gain:.0%} 的 "
+            "min_gain 都大，关于这个旋钮的任何结论都站不住。实验 01 会把落在这个差距之内的「保留」改判为 "
+            "recheck（course_utils.core.keep.same_batch_gap）。",
         },
     }
 

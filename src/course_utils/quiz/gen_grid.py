@@ -77,13 +77,17 @@ def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
     grid_en = f"defaults {runs['defaults']:.2f} and {kept_label} {runs[kept_label]:.2f} req/s"
     grid_zh = f"默认配置 {runs['defaults']:.2f}、{kept_label} 为 {runs[kept_label]:.2f} req/s"
     worst = max(cross, key=lambda k: cross[k])
+    worst_zh = "默认配置" if worst == "defaults" else worst
     run = loop.as_posix().split("labs/results/")[-1]
+    # Wrong options, as learners read two disagreeing measurements: the loop's windows taken
+    # as the spread (kept_wins), the grid taken as the truth (grid_wins), disagreement taken
+    # as invalidity (grid_invalid).
     opts = [
         (
             {
-                "en": "Only the ending: with these knobs the rate is past the knee. The order of "
-                "the values is inside the spread between servers.",
-                "zh": "只有结局站得住：只靠这些旋钮，这个速率已过拐点。各取值的高下落在服务器之间的波动里。",
+                "en": "Only the ending (past the knee); the values' order is inside the spread "
+                "between servers.",
+                "zh": "只有结局站得住（已过拐点）；各取值的高下落在服务器之间的波动里。",
             },
             True,
             "ending_only",
@@ -99,8 +103,8 @@ def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
         ),
         (
             {
-                "en": "The defaults are better: vLLM's grid is the ground truth.",
-                "zh": "默认配置更好：vLLM 的网格就是标准答案。",
+                "en": "The defaults are better: vLLM's own grid is the ground truth for a ranking.",
+                "zh": "默认配置更好：排高下时，vLLM 自己的网格就是标准答案。",
             },
             False,
             "grid_wins",
@@ -134,7 +138,7 @@ def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
             "side ranks the values, and a grid run is no more the truth than a window. Both "
             "agree on the ending: lower the rate to the knee or add replicas.",
             "zh": "所有取值都不达标时，goodput 只数到碰巧达标的那几个请求。同一台服务器上的两个窗口，"
-            f"量到的只是这台服务器自己的波动，量不到服务器之间的波动：{worst} 在闭环那台和网格那台服务器之间"
+            f"量到的只是这台服务器自己的波动，量不到服务器之间的波动：{worst_zh} 在闭环那台和网格那台服务器之间"
             f"差了 {cross[worst]:.0%}（(最大 − 最小) / 均值），网格给出的高下还和闭环正好相反。所以哪一边都排不出"
             "这些取值的高下，网格的一次运行也不比一个窗口更可信。两边一致的只有结局：把速率降到拐点，或者加副本。",
         },
@@ -206,20 +210,22 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
     share = f"{o['goodput_share']:.0%}"
     named_en, named_zh = _named_knobs_note(o["untried"], o.get("in_effect") or [])
     best = f"{float(summary['request_goodput'] or 0):.2f}"
+    # Wrong options, as learners read such an ending: more of the same knobs (more_values),
+    # the best score taken as good enough (ship_best), "kept nothing" read as "the defaults
+    # are fine" (ship_defaults).
     opts = [
         (
             {
-                "en": "With these knobs the rate is past the knee for this SLO: lower it or "
-                "add replicas.",
-                "zh": "只靠这些旋钮，对这个 SLO 这个速率已过拐点：降低速率或加副本。",
+                "en": "With these knobs the rate is past the knee: lower it or add replicas.",
+                "zh": "只靠这些旋钮，这个速率已过拐点：降低速率或加副本。",
             },
             True,
             "past_knee",
         ),
         (
             {
-                "en": "Try wider values of the same knobs until one meets the SLO.",
-                "zh": "把同样的旋钮试更极端的取值，直到有一个达标。",
+                "en": "Try wider values of the same knobs until one of them meets the SLO.",
+                "zh": "把同样的旋钮换成更极端的取值继续试，直到有一个满足 SLO。",
             },
             False,
             "more_values",
@@ -234,11 +240,11 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
         ),
         (
             {
-                "en": "The run is invalid: a finished loop always meets the SLO.",
-                "zh": "这次运行无效：跑完的闭环一定满足 SLO。",
+                "en": "Ship the defaults: the loop stayed on them, so they are good enough here.",
+                "zh": "上线默认配置：闭环最后停在默认值上，说明它在这里够用了。",
             },
             False,
-            "invalid",
+            "ship_defaults",
         ),
     ]
     return {
@@ -297,6 +303,14 @@ def _g_spread_scale(p: Mapping[str, Any]) -> dict[str, Any]:
         raise QuizError("spread_scale: the two scales agree here; the item needs them apart")
     run = loop.as_posix().split("labs/results/")[-1]
     b, k = f"{runs[best]:.2f}", f"{runs[pick]:.2f}"
+    apart_hosts = p.get("other_host") in (best, pick)
+    hosts = {
+        "en": ", on two different hosts" if apart_hosts else ", on one host",
+        "zh": "（两次运行在两台不同的机器上）" if apart_hosts else "（两次运行在同一台机器上）",
+    }
+    # Wrong options: the gain over the lower score weighed against a (max - min) / mean
+    # spread (gain), the loop's own windows taken as enough (loop), and "another host" taken
+    # to forbid any comparison (hosts).
     opts = [
         (
             {
@@ -336,11 +350,12 @@ def _g_spread_scale(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "single",
         "prompt": {
             "en": f"The recorded loop `{run}` kept {pick}. vLLM's grid, on the same workload, "
-            f"measured {best} at {b} req/s and {pick} at {k} req/s. The same configuration, "
+            f"measured {best} at {b} req/s and {pick} at {k} req/s{hosts['en']}. The same "
+            "configuration, "
             f"measured by the loop and by the grid on two servers, moved up to {margin:.0%} "
             "((max - min) / mean). What is the verdict?",
             "zh": f"已录制的闭环 `{run}` 保留了 {pick}。vLLM 的网格在同一份负载上测得 {best} 为 "
-            f"{b} req/s，{pick} 为 {k} req/s。同一配置由闭环和网格在两台服务器上分别测，最多相差 "
+            f"{b} req/s，{pick} 为 {k} req/s{hosts['zh']}。同一配置由闭环和网格在两台服务器上分别测，最多相差 "
             f"{margin:.0%}（(最大 − 最小) / 均值）。结论是什么？",
         },
         "choices": _opts(opts),
@@ -378,4 +393,121 @@ def _run_point(label: str, score: float) -> dict[str, Any]:
         "slo": "",
         "status": "ok",
         "windows": [window],
+    }
+
+
+def _budget_choices(used: str, budget: str, prompt: int) -> list[dict[str, Any]]:
+    """The four choices of budget_unused (the first is right). The wrong ones are the readings
+    learners bring: the budget taken as memory (kv), "the GPU is full of prefill" carried
+    over from a saturated server without reading the step's tokens (saturated), and the
+    chunk-size trade applied where no prompt is chunked (itl)."""
+    return _opts(
+        [
+            (
+                {
+                    "en": f"Steps use {used} of {budget} tokens: a bigger budget changes no step",
+                    "zh": f"每步只用了 {budget} 里的 {used} 个 token：预算再大也没有哪一步会变",
+                },
+                True,
+                "unused",
+            ),
+            (
+                {
+                    "en": "A bigger budget needs more KV memory than the server has left for it",
+                    "zh": "预算更大就要更多 KV 显存，而服务器已经没有多余的显存给它了",
+                },
+                False,
+                "kv",
+            ),
+            (
+                {
+                    "en": "Every step is already full of prefill work, so the GPU is saturated",
+                    "zh": "每一步都已经塞满了 prefill 的活，GPU 已经饱和了",
+                },
+                False,
+                "saturated",
+            ),
+            (
+                {
+                    "en": "Bigger chunks slow the decoding requests, which cancels the TTFT gain",
+                    "zh": "更大的块拖慢了正在 decode 的请求，抵消了 TTFT 上的收益",
+                },
+                False,
+                "itl",
+            ),
+        ]
+    )
+
+
+@generator("budget_unused")
+def _g_budget_unused(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: run (a recorded loop whose diagnosis named a bigger token budget). Answer: the
+    budget was not the limit: the diagnosis's mean tokens per step is under half of it and
+    a whole prompt fits in it. Refuses a run where either fails."""
+    from course_utils.core.records import ServedPoint
+    from course_utils.core.store import POINTS_FILE, TUNE_FILE, last_summary, read_jsonl
+
+    root = resolve_path(p["run"])
+    steps = read_jsonl(root / TUNE_FILE)
+    summary = last_summary(steps) or {}
+    ev = (summary.get("diagnosis") or {}).get("evidence") or {}
+    pts = [ServedPoint.from_json(x) for x in read_jsonl(root / POINTS_FILE)]
+    base = next((x for x in pts if x.knob == "baseline"), None)
+    if base is None or "tokens_per_step" not in ev:
+        raise QuizError(f"budget_unused: {root} has no baseline or no tokens per step")
+    used, budget = float(ev["tokens_per_step"]), int(ev["max_num_batched_tokens"])
+    w = base.workload
+    prompt = int(w["input_len"])
+    if used >= 0.5 * budget or prompt > budget:
+        raise QuizError("budget_unused: the steps used the budget; a bigger one could help")
+    tried = [
+        (r["value"], float(r["score"]) / float(st["score_before"]) - 1.0)
+        for st in steps
+        if st.get("kind") == "sweep" and st.get("knob") == "max_num_batched_tokens"
+        for r in st.get("results") or []
+        if r.get("score") is not None and st.get("score_before")
+    ]
+    moves = {
+        "en": ", ".join(f"{v} {g:+.1%}" for v, g in tried),
+        "zh": "、".join(f"{v} 为 {g:+.1%}" for v, g in tried),
+    }
+    run = root.as_posix().split("labs/results/")[-1]
+    u, bud = _fmt(round(used)), _fmt(budget)
+    slo = str(base.slo).split(" @ ")[0]
+    rate = _fmt(w["request_rate"])
+    ev_en = (
+        f"p99 TTFT {float(ev['p99_ttft_ms']):.0f} ms, at most {_fmt(ev['waiting_max'])} "
+        f"waiting, up to {_fmt(ev['running_max'])} running, KV use at most "
+        f"{float(ev['kv_usage_max']):.0%}"
+    )
+    ev_zh = (
+        f"p99 TTFT {float(ev['p99_ttft_ms']):.0f} ms，最多 {_fmt(ev['waiting_max'])} 个在排队，"
+        f"最多 {_fmt(ev['running_max'])} 个在运行，KV 使用率最高 {float(ev['kv_usage_max']):.0%}"
+    )
+    return {
+        "type": "single",
+        "prompt": {
+            "en": f"The recorded loop `{run}` ({prompt} in / {w['output_len']} out at {rate} "
+            f"req/s, SLO `{slo}`) diagnosed prefill: {ev_en}. A step carried {u} tokens on "
+            f"average against the budget of {bud}. Raising the budget changed goodput by "
+            f"{moves['en']} (vs the defaults). Why can't a bigger budget help here?",
+            "zh": f"已录制的闭环 `{run}`（输入 {prompt} / 输出 {w['output_len']} token，{rate} req/s，"
+            f"SLO `{slo}`）诊断为 prefill 在卡：{ev_zh}。每步平均只带 {u} 个 token，预算是 {bud}。"
+            f"调大预算后 goodput 的变化（相对默认配置）：{moves['zh']}。为什么更大的预算在这里帮不上忙？",
+        },
+        "choices": _budget_choices(u, bud, prompt),
+        "explain": {
+            "en": f"The budget caps the tokens one step may schedule. Here a step used {u} of "
+            f"{bud} on average and each {prompt}-token prompt fit in one chunk, so no step was "
+            "cut short by the budget and a larger one schedules exactly the same steps: the "
+            "changes are run-to-run spread. The budget does not reserve memory (KV use stayed "
+            f"at most {float(ev['kv_usage_max']):.0%}), and an unfilled step is not a "
+            "saturated GPU. The TTFT is the prompts' own prefill; what is left is fewer "
+            "prompt tokens (prefix caching, already on) or a lower rate.",
+            "zh": f"预算限制的是一步最多调度多少 token。这里每步平均只用了 {bud} 里的 {u} 个，"
+            f"{prompt} token 的 prompt 一块就装得下，所以没有哪一步被预算截断，预算再大调度的也是完全"
+            "一样的步：这些变化只是运行之间的波动。预算不占显存（KV 使用率最高只有 "
+            f"{float(ev['kv_usage_max']):.0%}），没填满的步也说明 GPU 并没有饱和。TTFT 花在 prompt 自己的 "
+            "prefill 上；剩下的办法是减少 prompt token（prefix caching，已默认开启）或降低速率。",
+        },
     }

@@ -82,7 +82,7 @@ def effect_line(k: Any, axis: str, lang: str) -> str:
         ax = AXES[axis]["zh"]
         gap = " " if ax[-1:].isascii() else ""
         return (
-            f"`{k.flag}` {mark}：{ax}{gap}{knobs.EFFECT_WORD[eff]['zh']}{c}，代价：{k.trade['zh']}"
+            f"`{k.flag}` {mark}：{ax}{gap}{knobs.EFFECT_WORD[eff]['zh']}{c}，取舍：{k.trade['zh']}"
         )
     c = f" ({cond})" if cond else ""
     return f"`{k.flag}` {mark}: {AXES[axis]['en']} {knobs.EFFECT_WORD[eff]['en']}{c}; trade: {k.trade['en']}"
@@ -118,7 +118,7 @@ def _g_knob_direction(p: Mapping[str, Any]) -> dict[str, Any]:
         "explain": {
             "en": f"{AXES[axis]['en']}: {knobs.EFFECT_WORD[eff]['en']}. Trade: {k.trade['en']}. "
             f"{note['en']}".strip(),
-            "zh": f"{AXES[axis]['zh']}：{knobs.EFFECT_WORD[eff]['zh']}。代价：{k.trade['zh']}。"
+            "zh": f"{AXES[axis]['zh']}：{knobs.EFFECT_WORD[eff]['zh']}。取舍：{k.trade['zh']}。"
             f"{note['zh']}",
         },
     }
@@ -157,10 +157,17 @@ def _g_knob_recommend(p: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def helps_both(k: Any) -> bool:
-    """Throughput better and no latency worse, by the direction map."""
+    """Throughput better, a latency better and none marked worse, by the direction map (a
+    "depends" is a condition the explanation names, not a latency the move pays with)."""
     return (
         k.throughput == "better" and "worse" not in (k.ttft, k.itl) and "better" in (k.ttft, k.itl)
     )
+
+
+DEPENDS_NOTE = {
+    "en": ' ({ax} "depends": it can also get worse, so measure it too)',
+    "zh": "（{ax}「看情况」：也可能变差，所以也要测）",
+}
 
 
 @generator("knob_free_wins")
@@ -178,96 +185,103 @@ def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
         mark = "✓" if helps_both(k) else "✗"
         sep = "：" if lg == "zh" else ": "
         head = "吞吐/TTFT/ITL " if lg == "zh" else "throughput/TTFT/ITL "
-        tr = "代价" if lg == "zh" else "trade"
-        return f"`{k.flag}` {mark}{sep}{head}{effs}{'，' if lg == 'zh' else '; '}{tr}{sep}{k.trade[lg]}"
+        tr = "取舍" if lg == "zh" else "trade"
+        line = f"`{k.flag}` {mark}{sep}{head}{effs}{'，' if lg == 'zh' else '; '}{tr}{sep}{k.trade[lg]}"
+        for ax in ("ttft", "itl"):
+            if getattr(k, ax) == "depends" and helps_both(k):
+                line += DEPENDS_NOTE[lg].format(ax=AXES[ax][lg])
+        return line
 
     return {
         "type": "multiple",
         "prompt": {
-            "en": "Which moves help throughput and make no latency worse, because what "
-            "they trade is not the other end of the throughput↔latency curve?",
-            "zh": "哪些动作能提吞吐、又不让任何延迟变差，因为它们换掉的不是吞吐↔延迟曲线的另一端？",
+            "en": "By the direction map, which moves raise throughput and improve a latency, "
+            'with no latency marked worse (a "depends" is a condition, not a cost), '
+            "because what they pay lies off the throughput↔latency curve?",
+            "zh": "按方向地图，哪些动作既提高吞吐、又改善某项延迟，而且没有哪项延迟被标为变差"
+            "（「看情况」是前提，不是代价）？它们付出的东西不在吞吐↔延迟曲线上。",
         },
         "choices": choices,
         "explain": {lg: each([line(k, lg) for k in shown], lg) for lg in LANGS},
     }
 
 
-@generator("default_source")
-def _g_default_source(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: knob (max_num_seqs or max_num_batched_tokens), field_default (the
-    SchedulerConfig field's value), gpus (two capacity.GPUS keys). Answer: the defaults
-    differ by GPU because EngineArgs.get_batch_defaults decides (knobs.default)."""
+@generator("default_cap")
+def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: gpu (a capacity.GPUS key), small_gpu (one that gets the small default),
+    field_default (the SchedulerConfig field's value), rate (req/s), e2e_s (mean seconds a
+    request spends in the server). Answer: by Little's law, whether the cap vLLM picks on
+    ``gpu`` without the flag (knobs.default, the value the server logs) holds the load."""
     from course_utils.core import capacity, knobs
 
-    k = knobs.get(p["knob"])
-    if k.name not in ("max_num_seqs", "max_num_batched_tokens"):
-        raise QuizError("default_source: only the batch knobs take their default by GPU")
-    gpus = [capacity.get_gpu(g) for g in p["gpus"]]
-    vals = [knobs.default(k.name, gpu_memory_gib=g.memory_gib, gpu_name=g.name) for g in gpus]
-    if vals[0] == vals[1]:
-        raise QuizError("default_source: the two GPUs get the same default")
-    fd = p["field_default"]
-    got = {
-        lg: ("，" if lg == "zh" else ", ").join(
-            f"{g.name} {'得到' if lg == 'zh' else 'gets'} {v}"
-            for g, v in zip(gpus, vals, strict=True)
-        )
-        for lg in LANGS
+    def cap(key: str) -> int:
+        g = capacity.get_gpu(key)
+        return int(knobs.default("max_num_seqs", gpu_memory_gib=g.memory_gib, gpu_name=g.name))
+
+    gpu, sgpu = capacity.get_gpu(p["gpu"]), capacity.get_gpu(p["small_gpu"])
+    logged, small, fd = cap(p["gpu"]), cap(p["small_gpu"]), int(p["field_default"])
+    rate, e2e = float(p["rate"]), float(p["e2e_s"])
+    n = rate * e2e
+    if not fd < small < n < logged:
+        raise QuizError("default_cap: needs field default < small-GPU default < load < cap")
+    load = {
+        "en": f"{_fmt(rate)} × {_fmt(e2e)} s = {_fmt(n)}",
+        "zh": f"{_fmt(rate)} × {_fmt(e2e)} 秒 = {_fmt(n)}",
     }
+    # The wrong options are the two caps learners read instead of the logged one: the
+    # field's declared default, and the small-GPU default remembered as "the" default.
     opts = [
         (
             {
-                "en": "`EngineArgs.get_batch_defaults` picks it by GPU memory and entry point",
-                "zh": "`EngineArgs.get_batch_defaults` 按显存大小与入口来挑",
+                "en": f"No: {load['en']} in flight, under {logged}",
+                "zh": f"不会：同时在服务器里 {load['zh']} 个，低于 {logged}",
             },
             True,
-            "batch-defaults",
+            "fits",
         ),
         (
             {
-                "en": f"The field's default {fd} is what runs; the log rounds it differently",
-                "zh": f"真正生效的是字段默认值 {fd}，只是日志的显示方式不同",
+                "en": f"Yes: {load['en']} in flight, over the {fd} the config declares",
+                "zh": f"会：同时在服务器里 {load['zh']} 个，超过配置字段声明的 {fd}",
             },
             False,
             "field",
         ),
         (
             {
-                "en": "vLLM measures free memory at start-up and sizes the cap to fit",
-                "zh": "vLLM 启动时测空闲显存，再按能装下的量定这个上限",
+                "en": f"Yes: {load['en']} in flight, over the default of {small} requests",
+                "zh": f"会：同时在服务器里 {load['zh']} 个，超过默认的 {small} 个上限",
             },
             False,
-            "profiled",
-        ),
-        (
-            {
-                "en": "The model's `config.json` sets it, so it changes with the checkpoint",
-                "zh": "由模型的 `config.json` 设定，所以随 checkpoint 变化",
-            },
-            False,
-            "model",
+            "small",
         ),
     ]
     return {
         "type": "single",
         "prompt": {
-            "en": f"`{k.config}` is declared with the default {fd} in `{k.source}`. "
-            f"Yet `vllm serve` without `{k.flag}`: {got['en']}. Why?",
-            "zh": f"`{k.source}` 里 `{k.config}` 的字段默认值是 {fd}。可是不设 `{k.flag}` 时，"
-            f"`vllm serve` 上 {got['zh']}。为什么？",
+            "en": f"`vllm serve` on one {gpu.name}, started without `--max-num-seqs`, logs "
+            f"`max_num_seqs={logged}`; `SchedulerConfig.max_num_seqs` is declared with "
+            f"{fd}, and on an {sgpu.name} the same command logs {small}. Your load: "
+            f"{_fmt(rate)} req/s, each request in the server for {_fmt(e2e)} s on average. "
+            "Does this cap make requests queue?",
+            "zh": f"在一张 {gpu.name} 上不设 `--max-num-seqs` 启动 `vllm serve`，日志是 "
+            f"`max_num_seqs={logged}`；`SchedulerConfig.max_num_seqs` 声明的默认值是 {fd}，"
+            f"同样的命令在 {sgpu.name} 上日志是 {small}。你的负载：{_fmt(rate)} req/s，每个请求"
+            f"平均在服务器里待 {_fmt(e2e)} 秒。这个上限会让请求排队吗？",
         },
         "choices": _opts(opts),
         "explain": {
-            "en": "The field's default is for tests (its docstring says so); when the flag is "
-            "unset, `EngineArgs.get_batch_defaults` in vllm/engine/arg_utils.py fills it "
-            "from the GPU's memory (>= 70 GiB and not an A100 counts as large) and the "
-            "entry point (`vllm serve` or `LLM(...)`). It does not look at free memory "
-            "or the model. So read the value your server logs, not the field.",
-            "zh": "字段默认值是给测试用的（它的 docstring 就这么写）；不设 flag 时，"
-            "vllm/engine/arg_utils.py 的 `EngineArgs.get_batch_defaults` 按显卡总显存"
-            "（>= 70 GiB 且不是 A100 算大卡）和入口（`vllm serve` 或 `LLM(...)`）来填。"
-            "它不看空闲显存，也不看模型。所以要看服务器日志里实际的值，而不是字段声明。",
+            "en": f"Little's law: requests in the server = rate × time each spends there = "
+            f"{load['en']}. The cap that runs is the one the server logs: "
+            "`EngineArgs.get_batch_defaults` (vllm/engine/arg_utils.py) fills the unset flag "
+            f"by GPU memory, {logged} on this card and {small} on the {sgpu.name}; the field's "
+            f"{fd} is for tests. {_fmt(n)} < {logged}, so the cap holds this load and any "
+            "queue has another cause (KV space or the step's token budget).",
+            "zh": f"利特尔定律：服务器里的请求数 = 到达速率 × 每个请求停留的时间 = {load['zh']}。"
+            "真正生效的上限是服务器日志里的那个：不设 flag 时由 `EngineArgs.get_batch_defaults`"
+            f"（vllm/engine/arg_utils.py）按显存来填，这张卡是 {logged}，{sgpu.name} 是 {small}；"
+            f"字段里的 {fd} 是给测试用的。{_fmt(n)} < {logged}，所以上限装得下这份负载，"
+            "如果有排队，原因在别处（KV 空间或每步的 token 预算）。",
         },
     }
 
@@ -321,6 +335,8 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
     except knobs.KnobError as e:
         ok, why = False, str(e)
     on = f" ({_fmt(gib)} GiB GPU)" if gib else ""
+    # The wrong options are the two ways learners expect a bad combination to be handled:
+    # accepted as given, or quietly adjusted by vLLM.
     on_zh = f"（{_fmt(gib)} GiB 显卡）" if gib else ""
     opts = [
         (

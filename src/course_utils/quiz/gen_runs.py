@@ -1,6 +1,6 @@
 """Reasoning items generated from the recorded GPU runs (``labs/results/<run>/``): Little's
-law against the waiting/running series, TTFT split by the /metrics histograms, and "can you
-trust this measurement?" (replayed prompts, a JIT compile inside the window, preemption).
+law against the waiting/running series and TTFT split by the /metrics histograms ("can you
+trust this measurement?" items are in ``gen_trust``).
 
 Every generator names the exact run it reads and raises QuizError when the data does not
 support the keyed answer, so an item cannot teach what its own data contradicts.
@@ -205,15 +205,21 @@ def ttft_key(parts: Mapping[str, float]) -> str:
     raise QuizError("ttft_split: no part holds more than half of TTFT")
 
 
+# The options of ttft_split; the wrong ones are the readings learners bring: "under load
+# TTFT is queueing" (queue), "TTFT is the prompt's compute" (prefill), "the first token
+# needs a decode step" (decode).
 _PART_TEXT = {
-    "queue": {"en": "Waiting in the engine's queue for a slot", "zh": "在引擎队列里等待进入运行批"},
+    "queue": {
+        "en": "Waiting in the engine core's queue for a free slot",
+        "zh": "在引擎核心的队列里等空出的名额",
+    },
     "prefill": {
         "en": "Prefill compute, from scheduling to the first token",
         "zh": "prefill 计算：从被调度到产出首 token",
     },
     "outside": {
-        "en": "Outside the engine core: before queueing and after",
-        "zh": "在引擎核心之外：入队之前与出结果之后",
+        "en": "Before the engine queues it, or on the way back",
+        "zh": "进入引擎队列之前，或首 token 的回程上",
     },
     "decode": {
         "en": "The first decode step, after the prefill ends",
@@ -230,17 +236,19 @@ def _part_why(k: str, parts: Mapping[str, float], lg: str) -> str:
         "token budget act here",
         "prefill": f"prefill time {ms['prefill']} ({share['prefill']}); "
         "`--max-num-batched-tokens` acts here",
-        "outside": f"TTFT minus both is {ms['outside']} ({share['outside']}): HTTP, "
-        "tokenisation and the hand-off between API server and engine core; no "
-        "scheduler knob acts on it",
+        "outside": f"TTFT minus both is {ms['outside']} ({share['outside']}): tokenising, "
+        "the hand-off to the engine core, waiting there for the running step to end (new "
+        "requests are taken only between steps) and the way back of the first token; "
+        "longer steps and bigger batches lengthen it",
         "decode": "never part of TTFT: the step that finishes the prompt emits the first token",
     }
     zh = {
         "queue": f"排队时间 {ms['queue']}（{share['queue']}）；`--max-num-seqs` 或 token 预算作用在这里",
         "prefill": f"prefill 时间 {ms['prefill']}（{share['prefill']}）；"
         "`--max-num-batched-tokens` 作用在这里",
-        "outside": f"TTFT 减去前两段还剩 {ms['outside']}（{share['outside']}）：HTTP、分词以及 "
-        "API 服务器与引擎核心之间的交接；没有调度旋钮能作用于它",
+        "outside": f"TTFT 减去前两段还剩 {ms['outside']}（{share['outside']}）：分词、交给引擎核心、"
+        "在那里等正在跑的这一步结束（引擎核心只在两步之间接收新请求），以及首 token 的回程；"
+        "每步越长、批越大，这一段就越长",
         "decode": "从来不属于 TTFT：算完 prompt 的那一步就产出首 token",
     }
     return (zh if lg == "zh" else en)[k]
@@ -277,324 +285,15 @@ def _g_ttft_split(p: Mapping[str, Any]) -> dict[str, Any]:
         },
         "choices": _opts(opts),
         "explain": {
-            "en": "vLLM stamps a request when it arrives at the API server, when the engine "
-            "core queues it, when it is scheduled and when its first token comes out "
-            f"(vllm/v1/metrics/stats.py). {lines['en']}. Turn the knob of the part "
-            "that dominates, and only that one.",
-            "zh": "vLLM 给每个请求打了几个时间戳：到达 API 服务器、进入引擎核心队列、被调度、产出首 token"
-            f"（vllm/v1/metrics/stats.py）。{lines['zh']}。只去拧占大头的那一段对应的旋钮。",
-        },
-    }
-
-
-# ---------------------------------------------------------------- can you trust it?
-
-
-def _replay_rows(root: Path) -> list[dict[str, float]]:
-    """prefix_replay's rows {rate, p99 (TTFT ms), hit (prefix-cache hit rate)} of a recorded
-    knee scan, by rate."""
-    from course_utils.core import metrics, validity
-
-    rows = []
-    for d in sorted(root.glob("rate-*"), key=lambda x: float(x.name.split("-", 1)[1])):
-        b = json.loads((d / "bench.json").read_text(encoding="utf-8"))
-        hit = validity.prefix_cache_hit_rate(metrics.load_series(d / "metrics.jsonl"))
-        rows.append(
-            {"rate": float(d.name.split("-", 1)[1]), "p99": b["p99_ttft_ms"], "hit": hit or 0.0}
-        )
-    return rows
-
-
-def _replay_choices(
-    rows: list[dict[str, float]], bad: list[dict[str, float]]
-) -> list[dict[str, Any]]:
-    """The four choices of prefix_replay (the first is right)."""
-    bad_rates = "/".join(_fmt(r["rate"]) for r in bad)
-    opts = [
-        (
-            {
-                "en": f"Not at {bad_rates} req/s: replayed prompts skipped most of their prefill",
-                "zh": f"{bad_rates} req/s 的点不可信：重放的 prompt 跳过了大部分 prefill",
-            },
-            True,
-            "replay",
-        ),
-        (
-            {
-                "en": f"Yes: p99 TTFT stays near 300 ms up to {_fmt(rows[-1]['rate'])} req/s",
-                "zh": f"可信：直到 {_fmt(rows[-1]['rate'])} req/s，p99 TTFT 都在 300 ms 附近",
-            },
-            False,
-            "trust",
-        ),
-        (
-            {
-                "en": "Yes: prefix caching is on by default, so this is what users will see",
-                "zh": "可信：prefix caching 默认开启，用户看到的就是这个",
-            },
-            False,
-            "default",
-        ),
-        (
-            {
-                "en": f"Not at {_fmt(rows[0]['rate'])} req/s: the first rate ran on a cold server",
-                "zh": f"{_fmt(rows[0]['rate'])} req/s 的点不可信：第一个速率跑在冷服务器上",
-            },
-            False,
-            "cold",
-        ),
-    ]
-    return _opts(opts)
-
-
-@generator("prefix_replay")
-def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: knee (a recorded knee-scan dir with rate-*/{bench.json, metrics.jsonl}).
-    Answer: the rates whose prefix-cache hit rate (core.validity) marks them replayed."""
-    from course_utils.core import validity
-
-    root = resolve_path(p["knee"])
-    rows = _replay_rows(root)
-    bad = [r for r in rows if r["hit"] > validity.REPLAY_HIT_RATE]
-    if not bad or len(bad) == len(rows):
-        raise QuizError("prefix_replay: needs both replayed and fresh rates")
-    where = run_name(root)
-    listing = {
-        "en": "; ".join(
-            f"{_fmt(r['rate'])} req/s: p99 TTFT {r['p99']:.0f} ms, hits {r['hit']:.1%}"
-            for r in rows
-        )
-        + ".",
-        "zh": "；".join(
-            f"{_fmt(r['rate'])} req/s：p99 TTFT {r['p99']:.0f} ms，命中率 {r['hit']:.1%}"
-            for r in rows
-        )
-        + "。",
-    }
-    return {
-        "type": "single",
-        "prompt": {
-            "en": f"Knee scan of the recorded run `{where}`: random 512-token prompts (no shared "
-            f"prefix), every rate on one server with the same `--seed`. Prefix-cache hits / "
-            f"queries over each run: {listing['en']} Can you trust this knee?",
-            "zh": f"已录制的实测 `{where}` 的拐点扫描：随机 512 token prompt（没有共享前缀），所有速率"
-            f"在同一个服务器上、用同一个 `--seed`。每段的 prefix cache 命中 / 查询："
-            f"{listing['zh']}这个拐点可信吗？",
-        },
-        "choices": _replay_choices(rows, bad),
-        "explain": {
-            "en": "The same seed sent the same random prompts at every rate, and the server "
-            "kept their KV from the previous rate: at a hit rate above "
-            f"{validity.REPLAY_HIT_RATE:.0%} the prefill was mostly skipped, so those "
-            "TTFTs are not those of new prompts (fresh servers at 55 req/s missed 300 ms). "
-            "Users with random prompts get no such hits, and the first rate is the only "
-            "honest one. Give each rate its own seed or restart the server, and check the hit "
-            "rate before reading a knee.",
-            "zh": "同一个 seed 在每个速率都发出同样的随机 prompt，而服务器还留着上一个速率的 KV："
-            f"命中率超过 {validity.REPLAY_HIT_RATE:.0%} 时 prefill 大多被跳过，这些 TTFT 不是新 prompt "
-            "的 TTFT（新起的服务器在 55 req/s 下都超了 300 ms）。真实用户的随机 prompt 不会这样命中，"
-            "第一个速率反而是唯一可信的点。每个速率换一个 seed 或重启服务器，读拐点之前先看命中率。",
-        },
-    }
-
-
-def _overrides(text: Any) -> Any:
-    """The "Server overrides:" dict that `vllm bench sweep serve` prints, as a dict."""
-    import ast
-
-    try:
-        return ast.literal_eval(text) if isinstance(text, str) else text
-    except (ValueError, SyntaxError):
-        return None
-
-
-def _jit_choices() -> list[dict[str, Any]]:
-    """The four choices of jit_window (the first is right)."""
-    opts = [
-        (
-            {
-                "en": "No: a one-time compile stalled the first requests inside the window",
-                "zh": "不可信：一次性的编译卡住了窗口里最早的那批请求",
-            },
-            True,
-            "jit",
-        ),
-        (
-            {
-                "en": "Yes: compiling kernels is part of what this setting costs",
-                "zh": "可信：编译内核本来就是这个配置的代价",
-            },
-            False,
-            "cost",
-        ),
-        (
-            {
-                "en": "Yes: vLLM compiles its kernels at start-up, before any window",
-                "zh": "可信：vLLM 在启动时就编译好内核，不会落进窗口",
-            },
-            False,
-            "startup",
-        ),
-        (
-            {
-                "en": "No: the cap is too small, so the queue makes TTFT meaningless",
-                "zh": "不可信：上限太小，排队让 TTFT 失去意义",
-            },
-            False,
-            "cap",
-        ),
-    ]
-    return _opts(opts)
-
-
-@generator("jit_window")
-def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: log (a `vllm bench sweep serve` log), result (that server's run=0.json),
-    server (its overrides). Answer: the window held a JIT compile (core.vllm_logs)."""
-    from course_utils.core import vllm_logs
-    from course_utils.core.records import read_text
-
-    log = resolve_path(p["log"])
-    parsed = vllm_logs.parse_sweep_log(read_text(log, errors="replace"))
-    want = dict(p["server"])
-    srv = next((s for s in parsed["servers"] if _overrides(s["overrides"]) == want), None)
-    if srv is None:
-        raise QuizError(f"jit_window: no server {want} in {log}")
-    kernels = sorted({k for w in srv["jit_windows"] for k in w["jit"]})
-    if not kernels:
-        raise QuizError("jit_window: that server's measured windows hold no JIT compile")
-    res = json.loads(resolve_path(p["result"]).read_text(encoding="utf-8"))
-    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in want.items())
-    k = kernels[0]
-    return {
-        "type": "single",
-        "prompt": {
-            "en": f"vLLM's `vllm bench sweep serve` in the recorded run `{run_name(log)}`, "
-            f"server `{flags}`, {_fmt(res['request_rate'])} req/s, no warm-up requests. "
-            "Between `Starting main benchmark run...` and the end of that benchmark the "
-            f"server logged `Triton kernel JIT compilation during inference: {k}`. The "
-            f"run reports p99 TTFT {_fmt(round(res['p99_ttft_ms']))} ms. Can you compare "
-            "this number with another setting's?",
-            "zh": f"已录制的实测 `{run_name(log)}` 里 vLLM 的 `vllm bench sweep serve`，服务器 "
-            f"`{flags}`，{_fmt(res['request_rate'])} req/s，没有预热请求。在 `Starting main "
-            "benchmark run...` 与这次压测结束之间，服务器日志出现 `Triton kernel JIT compilation "
-            f"during inference: {k}`。这次报告 p99 TTFT {_fmt(round(res['p99_ttft_ms']))} ms。"
-            "这个数能拿去和别的配置比吗？",
-        },
-        "choices": _jit_choices(),
-        "explain": {
-            "en": f"vLLM compiles `{k}` the first time a sampling batch needs it, once per "
-            "process (vllm/utils/jit_monitor.py warns about it), so a run without warm-up "
-            "pays it inside its window: the requests that arrive meanwhile pile up and "
-            "the p99 TTFT measures the compile, not the setting. `--num-warmups 8` moved "
-            "the same compile before the window in the later run (h200-2026-11-29c). "
-            "`core.vllm_logs.parse_sweep_log` finds such lines per window.",
-            "zh": f"vLLM 在采样第一次用到 `{k}` 时才编译它，每个进程一次（vllm/utils/jit_monitor.py 会告警），"
-            "所以没有预热的压测会在计时窗口里付这笔开销：编译期间到达的请求堆积起来，p99 TTFT 量的是编译，"
-            "不是配置本身。后来那次实测（h200-2026-11-29c）加了 `--num-warmups 8`，同一次编译就落到了"
-            "窗口之前。`core.vllm_logs.parse_sweep_log` 能按窗口找出这类日志行。",
-        },
-    }
-
-
-def _preempt_stats(root: Path, value: Any) -> tuple[dict[str, Any], list[Any], Any, Any]:
-    """kv_preempt's recorded point at `value`, its 10 s stats lines,
-    the first line with a queue (KV full) and the one with the longest queue."""
-    from course_utils.core import vllm_logs
-    from course_utils.core.records import read_jsonl, read_text
-
-    rec = next(
-        (
-            r
-            for r in read_jsonl(root / "results.jsonl")
-            if r.get("value") == value and r.get("status") == "ok"
-        ),
-        None,
-    )
-    if rec is None:
-        raise QuizError(f"kv_preempt: no point {value} in {root}")
-    log = root / "points" / str(rec["key"]) / "llm.log"
-    stats = vllm_logs.engine_stats(read_text(log, errors="replace"))
-    full = next((s for s in stats if s.waiting > 0), None)
-    peak = max(stats, key=lambda s: s.waiting) if stats else None
-    if full is None or peak is None or stats[0].waiting or full.kv_usage < 0.95:
-        raise QuizError("kv_preempt: the stats show no wait that starts with a full KV cache")
-    return rec, stats, full, peak
-
-
-def _preempt_choices() -> list[dict[str, Any]]:
-    """The four choices of kv_preempt (the first is right)."""
-    opts = [
-        (
-            {
-                "en": "The KV cache filled, so vLLM preempted running requests",
-                "zh": "KV cache 满了，vLLM 把运行中的请求抢占回队列",
-            },
-            True,
-            "preempt",
-        ),
-        (
-            {
-                "en": "New requests kept arriving faster than they finished",
-                "zh": "新请求持续到达，比完成得还快",
-            },
-            False,
-            "arrivals",
-        ),
-        (
-            {
-                "en": "The running batch hit its `max_num_seqs` cap",
-                "zh": "运行批顶到了 `max_num_seqs` 上限",
-            },
-            False,
-            "cap",
-        ),
-        (
-            {
-                "en": "The step's token budget was spent on prefill",
-                "zh": "每步的 token 预算都花在了 prefill 上",
-            },
-            False,
-            "budget",
-        ),
-    ]
-    return _opts(opts)
-
-
-@generator("kv_preempt")
-def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: run (a recorded lab 01 folder), value (the knob value). Answer: preemption,
-    read from vLLM's 10 s stats lines (core.vllm_logs.engine_stats)."""
-    root = resolve_path(p["run"])
-    rec, stats, full, peak = _preempt_stats(root, p["value"])
-    first = stats[0]
-    n = rec.get("load_prompts")
-    rows = "; ".join(
-        f"t={s.t_s} s: Running {s.running}, Waiting {s.waiting}, KV {s.kv_usage:.1%}"
-        for s in (first, full, peak)
-    )
-    return {
-        "type": "single",
-        "prompt": {
-            "en": f"Lab 01 in the recorded run `{run_name(root)}`, `gpu_memory_utilization="
-            f"{p['value']}`: all {n} requests were submitted at once, so none arrive "
-            f"later. vLLM's 10 s stats lines: {rows}. Why do requests wait?",
-            "zh": f"已录制的实测 `{run_name(root)}` 中的实验 01，`gpu_memory_utilization="
-            f"{p['value']}`：{n} 个请求一次性提交，之后不再有新请求。vLLM 每 10 秒的统计行："
-            f"{rows}。为什么会有请求在等？",
-        },
-        "choices": _preempt_choices(),
-        "explain": {
-            "en": f"Nothing new arrived, and the running count fell below its start of "
-            f"{first.running}, so neither arrivals nor the cap explain the queue. It starts "
-            f"when KV usage reaches {full.kv_usage:.1%}: each generated token needs KV "
-            "space, and when a running request cannot get a new block the v1 scheduler "
-            "preempts the newest running request, frees its blocks and puts it back to "
-            "waiting, to be recomputed later (`_preempt_request` in "
-            "vllm/v1/core/sched/scheduler.py). A bigger KV pool moves this point later.",
-            "zh": f"没有新请求到达，运行数也从一开始的 {first.running} 往下掉，所以既不是到达太快，也不是上限在卡。"
-            f"排队从 KV 使用率到 {full.kv_usage:.1%} 时开始：每生成一个 token 都要 KV 空间，运行中的请求"
-            "拿不到新 block 时，v1 调度器会抢占最新进入运行的请求，释放它的 block，把它放回等待队列，之后重算"
-            "（vllm/v1/core/sched/scheduler.py 的 `_preempt_request`）。KV 池更大，这个时刻就来得更晚。",
+            "en": "vLLM stamps a request's arrival before tokenising it "
+            "(vllm/renderers/base.py), then when the engine core queues it, when it is "
+            "scheduled and when the step with its first token ends; TTFT ends when the API "
+            "server has that token (vllm/v1/metrics/stats.py). The engine core takes new "
+            "requests only between steps (`run_busy_loop` in vllm/v1/engine/core.py). "
+            f"{lines['en']}. Turn the knob of the part that dominates, and only that one.",
+            "zh": "vLLM 在分词之前就记下请求的到达时间（vllm/renderers/base.py），之后依次记下进入引擎核心"
+            "队列、被调度、产出首 token 的那一步结束的时间；TTFT 到 API 服务器拿到这个 token 为止"
+            "（vllm/v1/metrics/stats.py）。引擎核心只在两步之间接收新请求（vllm/v1/engine/core.py 的 "
+            f"`run_busy_loop`）。{lines['zh']}。只去拧占大头的那一段对应的旋钮。",
         },
     }

@@ -56,7 +56,7 @@ def _g_replicas_plan(p: Mapping[str, Any]) -> dict[str, Any]:
             "en": f"Recorded run `{where}`, lab 03: one GPU's offered-rate scan under the SLO "
             f"({rows['en']}; req/s). You must serve {_fmt(target)} req/s with {h} of each "
             "replica's knee kept free. How many replicas do you provision?",
-            "zh": f"已录制的实测 `{where}`，Lab 03：单卡在 SLO 下的速率扫描（{rows['zh']}；单位 "
+            "zh": f"已录制的实测 `{where}`，实验 03：单卡在 SLO 下的速率扫描（{rows['zh']}；单位 "
             f"req/s）。要服务 {_fmt(target)} req/s，每个副本的拐点留出 {h} 余量。要部署几个副本？",
         },
         "explain": {

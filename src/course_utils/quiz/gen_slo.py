@@ -25,12 +25,13 @@ from course_utils.quiz.gen_knobs import CONSTRAINTS, NO_KNOB, each, move_word
 
 def _requests_text(p: Mapping[str, Any], b: Any) -> dict[str, str]:
     per = _per_request(b)
-    rows = "; ".join(f"{t:.0f}/{d:.0f}" for t, d in zip(per["ttft"], per["tpot"], strict=True))
+    pairs = [f"{t:.0f}/{d:.0f}" for t, d in zip(per["ttft"], per["tpot"], strict=True)]
+    rows, rows_zh = "; ".join(pairs), "；".join(pairs)
     return {
         "en": f"A run of {b.completed} requests took {_fmt(b.duration)} s. Per request, "
         f"TTFT/TPOT in ms: {rows}.",
         "zh": f"一次压测 {b.completed} 个请求，用时 {_fmt(b.duration)} 秒。逐请求 TTFT/TPOT"
-        f"（ms）：{rows}。",
+        f"（ms）：{rows_zh}。",
     }
 
 
@@ -84,7 +85,8 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
     sc = slo_mod.score(b, s)
     keys = [k for k in s.targets() if b.percentile(k, s.percentile) is not None]
     over = {k for k in keys if b.percentile(k, s.percentile) > s.targets()[k]}
-    pcts = ", ".join(f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms" for k in keys)
+    each_p99 = [f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms" for k in keys]
+    pcts, pcts_zh = ", ".join(each_p99), "，".join(each_p99)
     opts: list[tuple[dict[str, str], bool, str]] = [
         (
             {
@@ -118,7 +120,20 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
                 "fail-several",
             )
         )
-    intro = _requests_text(p, b) if _per_request(b) is not None else {"en": "", "zh": ""}
+    if _per_request(b) is not None:
+        intro = _requests_text(p, b)
+    else:  # a saved result: its p99s and throughput are what the gate reads
+        got = {
+            lg: ("，" if lg == "zh" else ", ").join(
+                f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms" for k in keys
+            )
+            for lg in LANGS
+        }
+        thr = f"{b.request_throughput:.2f} req/s"
+        intro = {
+            "en": f"`vllm bench serve` reported {thr} completed, {got['en']}.",
+            "zh": f"`vllm bench serve` 报告完成 {thr}，{got['zh']}。",
+        }
     return {
         "type": "single",
         "prompt": {
@@ -132,7 +147,7 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
             "en": f"{pcts}. "
             + (f"Violations: {'; '.join(sc.violations)}. " if sc.violations else "")
             + sc.why_they_differ("en"),
-            "zh": f"{pcts}。"
+            "zh": f"{pcts_zh}。"
             + (f"不达标：{'; '.join(sc.violations)}。" if sc.violations else "")
             + sc.why_they_differ("zh"),
         },
@@ -164,6 +179,7 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
     if best_req != best_gate:
         raise QuizError("slo_compare: the two goodputs rank the configs differently")
     opts = [({lg: r["name"] for lg in LANGS}, r["name"] == best_req, r["name"]) for r in rows]
+    # "tie": the mistake of scoring both by the share of requests that met the SLO alone
     opts.append(({"en": "Neither: they score the same", "zh": "都不是：得分一样"}, False, "tie"))
 
     def desc(r: dict[str, Any], lg: str) -> str:
@@ -216,6 +232,36 @@ def _pad(zh: str) -> str:
     return f"{' ' if zh[:1].isascii() else ''}{zh}{' ' if zh[-1:].isascii() else ''}"
 
 
+def _sweep_rows(pts: list[dict[str, Any]], s: Any, how: str, lang: str) -> str:
+    """What each point's score is read from: throughput and p99s for the gate, good requests
+    and the run's length for vLLM's goodput (good = goodput x duration, as vLLM counts)."""
+    from course_utils.core import slo as slo_mod
+
+    rows = []
+    for pt in pts:
+        b = pt["bench"]
+        if how == "gate":
+            comma, colon = ("，", "：") if lang == "zh" else (", ", ": ")
+            p99 = comma.join(
+                f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms"
+                for k in s.targets()
+                if b.percentile(k, s.percentile) is not None
+            )
+            rows.append(f"{pt['value']}{colon}{b.request_throughput:.2f} req/s{comma}{p99}")
+            continue
+        good = round(float(slo_mod.request_goodput(b, s) or 0.0) * float(b.duration))
+        if lang == "zh":
+            rows.append(
+                f"{pt['value']}：{b.completed} 个请求里 {good} 个各项达标，用时 {_fmt(b.duration)} 秒"
+            )
+        else:
+            rows.append(
+                f"{pt['value']}: {good} of {b.completed} requests within every target "
+                f"in {_fmt(b.duration)} s"
+            )
+    return ("；" if lang == "zh" else "; ").join(rows)
+
+
 @generator("sweep_best")
 def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: knob, slo, score (gate|request), results (a recorded sweep dir) and/or
@@ -254,65 +300,23 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
         ({"en": "None: every value scores 0", "zh": "都不行：每个值都得 0"}, win == "none", "none")
     )
     listing = "; ".join(f"{v}: {sc:.2f} req/s" for v, sc in scores)
+    listing_zh = "；".join(f"{v}：{sc:.2f} req/s" for v, sc in scores)
+    shown = {lg: _sweep_rows(pts, s, how, lg) for lg in LANGS}
     return {
         "type": "single",
         "prompt": {
             "en": f"A recorded sweep {run} of `{flag}` over {vals}{at}, SLO "
-            f"{slo_text(s, 'en')}. Scored by {name['en']}, which value wins?",
+            f"{slo_text(s, 'en')}. Per value: {shown['en']}. Scored by {name['en']}, which "
+            "value wins?",
             "zh": f"已录制的实测 {run} 里 `{flag}` 的 sweep（{vals}{at_zh}），SLO "
-            f"{slo_text(s, 'zh')}。以{_pad(name['zh'])}打分，哪个值胜出？",
+            f"{slo_text(s, 'zh')}。各取值：{shown['zh']}。以{_pad(name['zh'])}打分，哪个值胜出？",
         },
         "choices": _opts(opts),
         "explain": {
             "en": f"Scores: {listing}. The gate is all-or-nothing on p99; vLLM "
             "counts good requests one by one, so the two can pick differently.",
-            "zh": f"得分：{listing}。门槛对 p99 是全有或全无；vLLM 逐个数达标请求，"
+            "zh": f"得分：{listing_zh}。门槛对 p99 是全有或全无；vLLM 逐个数达标请求，"
             "所以两种分数可能选出不同的值。",
-        },
-    }
-
-
-@generator("goodput_args")
-def _g_goodput_args(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: slo. Answer: SLO.goodput_args() (ttft/tpot/e2el only, in ms)."""
-    from course_utils.core import slo as slo_mod
-
-    s = _slo(p)
-    right = " ".join(s.goodput_args())
-    t = s.targets()
-    cands = [
-        right,
-        " ".join(f"{k}:{_fmt(v)}" for k, v in t.items()),
-        " ".join(f"p99_{k}_ms:{_fmt(v)}" for k, v in t.items()),
-        " ".join(f"{k}:{_fmt(v / 1000)}" for k, v in t.items() if k in slo_mod.VLLM_GOODPUT_KEYS),
-    ]
-    seen: list[str] = []
-    for c in cands:
-        if c not in seen:
-            seen.append(c)
-    dropped = [k for k in t if k not in slo_mod.VLLM_GOODPUT_KEYS]
-    note = (
-        {
-            "en": f" `{', '.join(dropped)}` is not a valid key, so it stays your own p99 check.",
-            "zh": f"`{', '.join(dropped)}` 不是合法键，只能留作你自己的 p99 检查。",
-        }
-        if dropped
-        else {"en": "", "zh": ""}
-    )
-    return {
-        "type": "single",
-        "prompt": {
-            "en": f"SLO: {slo_text(s, 'en')}. What goes after `vllm bench serve --goodput`?",
-            "zh": f"SLO：{slo_text(s, 'zh')}。`vllm bench serve --goodput` 后面写什么？",
-        },
-        "choices": _opts([({lg: f"`{c}`" for lg in LANGS}, c == right, c) for c in seen]),
-        "explain": {
-            "en": f"`{right}`: KEY:VALUE pairs in milliseconds, keys only "
-            f"{', '.join(slo_mod.VLLM_GOODPUT_KEYS)} (check_goodput_args in "
-            f"vllm/benchmarks/serve.py).{note['en']}",
-            "zh": f"`{right}`：毫秒单位的 KEY:VALUE 对，键只能是 "
-            f"{', '.join(slo_mod.VLLM_GOODPUT_KEYS)}（vllm/benchmarks/serve.py 的 "
-            f"check_goodput_args）。{note['zh']}",
         },
     }
 

@@ -237,7 +237,7 @@ def show(lesson: str, lang: Lang = "en", *, live: bool | None = None) -> None:
 def as_text(lesson: str, lang: Lang = "en") -> str:
     lines = [f"# {title(lesson, lang)} [{lesson}/{lang}]"]
     for n, q in enumerate(load(lesson), 1):
-        tag = f"§9.{q.seed}, " if q.seed else ""
+        tag = f"§9.{q.section}, " if q.section else ""
         lines.append(f"\n{n}. [{q.id}] ({tag}{q.type}) {q.prompt[lang]}")
         for c in q.choices:
             lines.append(f"   {'*' if c.correct else ' '} {c.id}) {c.text[lang]}")

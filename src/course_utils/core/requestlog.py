@@ -1,0 +1,301 @@
+"""Request logs turned into a trace (core.workload): what a served model saw, read from
+
+- **an OpenAI-style JSONL**, one request per line: a ``timestamp`` (Unix seconds or ISO 8601;
+  ``arrival_time`` or the response's ``created`` are read when it is missing), the request's
+  ``messages`` or ``prompt`` (text or token ids) and the response's ``usage``
+  (``prompt_tokens``/``completion_tokens``, or ``input_tokens``/``output_tokens``), each
+  at the top level or under ``request`` / ``response``;
+- **`vllm bench serve --save-detailed`'s result JSON** (vllm/benchmarks/serve.py, 0.26.0):
+  its ``input_lens``, ``output_lens``, ``start_times`` (time.perf_counter() at each send)
+  and ``errors``. It holds no prompts: shared prefixes are unknown there.
+
+Nothing is guessed: every line that cannot say when a request arrived, how long its prompt
+and answer were, or (when other lines carry one) what its prompt was, is one problem line.
+Failed requests are problems too unless ``drop_failed``: the log cannot say how long their
+answers would have been. Lines out of time order are sorted (a log written at completion
+is out of arrival order), and said so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from course_utils.core.workload import CHUNK, TraceError, TraceRequest, prefix_hash_ids, problem
+
+__all__ = ["LoggedRequest", "ReadLog", "read_log"]
+
+TIME_KEYS = ("timestamp", "arrival_time", "created")
+IN_KEYS = ("prompt_tokens", "input_tokens")
+OUT_KEYS = ("completion_tokens", "output_tokens")
+TIME_FIX = "log when each request arrived (Unix seconds or ISO 8601)"
+USAGE_FIX = "log the response's usage (streams: stream_options include_usage)"
+
+
+@dataclass(frozen=True)
+class LoggedRequest:
+    where: str
+    timestamp: float
+    input_length: int
+    output_length: int
+    prompt: str | tuple[int, ...] | None
+
+
+@dataclass
+class ReadLog:
+    """A log read: the trace's requests (time order, from 0) and notes on what was done."""
+
+    requests: list[TraceRequest]
+    fmt: str
+    prefixes_known: bool
+    notes: list[str] = field(default_factory=list)
+
+
+def _scopes(d: dict[str, Any]) -> list[dict[str, Any]]:
+    return [d] + [d[k] for k in ("request", "response") if isinstance(d.get(k), dict)]
+
+
+def _first(d: dict[str, Any], keys: Sequence[str]) -> Any:
+    for scope in _scopes(d):
+        for k in keys:
+            if k in scope:
+                return scope[k]
+        usage = scope.get("usage")
+        if isinstance(usage, dict):
+            for k in keys:
+                if k in usage:
+                    return usage[k]
+    return None
+
+
+def _time(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v) if math.isfinite(v) else None
+    if isinstance(v, str):
+        try:
+            return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def _content(c: Any) -> str:
+    if isinstance(c, str):
+        return c
+    if isinstance(c, list):  # content parts: {"type": "text", "text": ...}
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in c)
+    return "" if c is None else json.dumps(c, sort_keys=True)
+
+
+def _prompt(d: dict[str, Any]) -> str | tuple[int, ...] | None:
+    """The prompt as the model saw it: token ids, or the text (messages rendered role by
+    role, so equal leading messages give equal leading text)."""
+    for scope in _scopes(d):
+        msgs = scope.get("messages")
+        if isinstance(msgs, list) and msgs:
+            return "".join(
+                f"<{m.get('role', '')}>{_content(m.get('content'))}\n"
+                for m in msgs
+                if isinstance(m, dict)
+            )
+        p = scope.get("prompt")
+        if isinstance(p, str) and p:
+            return p
+        if isinstance(p, list) and p and all(isinstance(t, int) for t in p):
+            return tuple(p)
+        if isinstance(p, list) and len(p) == 1 and isinstance(p[0], str):
+            return p[0]
+    return None
+
+
+def _count(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _openai_line(
+    where: str, d: Any, drop_failed: bool
+) -> tuple[LoggedRequest | None, list[str], bool]:
+    """(request or None, problems, dropped)."""
+    if not isinstance(d, dict):
+        return None, [problem(where, "not a JSON object", "one request object per line")], False
+    failed = any(scope.get("error") for scope in _scopes(d))
+    ts = _time(_first(d, TIME_KEYS))
+    n_in = _count(_first(d, IN_KEYS))
+    n_out = _count(_first(d, OUT_KEYS))
+    if failed or n_out == 0:
+        if drop_failed:
+            return None, [], True
+        why = "the request failed" if failed else "completion_tokens is 0"
+        return (
+            None,
+            [
+                problem(
+                    where,
+                    f"{why}: its answer length is unknown",
+                    "delete the line or pass --drop-failed",
+                )
+            ],
+            False,
+        )
+    missing = (
+        (ts is None, "no timestamp (timestamp, arrival_time or created)", TIME_FIX),
+        (not n_in, "no prompt token count (usage.prompt_tokens)", USAGE_FIX),
+        (n_out is None, "no answer token count (usage.completion_tokens)", USAGE_FIX),
+    )
+    probs = [problem(where, what, fix) for bad, what, fix in missing if bad]
+    if probs or ts is None or not n_in or not n_out:
+        return None, probs, False
+    return LoggedRequest(where, ts, n_in, n_out, _prompt(d)), [], False
+
+
+def _read_openai(
+    text: str, name: str, drop_failed: bool
+) -> tuple[list[LoggedRequest], list[str], int]:
+    reqs: list[LoggedRequest] = []
+    probs: list[str] = []
+    dropped = 0
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{name}:{no}"
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:
+            probs.append(
+                problem(where, "not a JSON object (a torn line?)", "delete or complete the line")
+            )
+            continue
+        r, p, drop = _openai_line(where, d, drop_failed)
+        probs += p
+        dropped += drop
+        if r is not None:
+            reqs.append(r)
+    with_prompt = [r for r in reqs if r.prompt is not None]
+    if with_prompt and len(with_prompt) < len(reqs):
+        probs += [
+            problem(
+                r.where,
+                "no prompt (messages or prompt) while other lines have one",
+                "log every request's prompt, or none",
+            )
+            for r in reqs
+            if r.prompt is None
+        ]
+    return reqs, probs, dropped
+
+
+def _read_bench(
+    d: dict[str, Any], name: str, drop_failed: bool
+) -> tuple[list[LoggedRequest], list[str], int]:
+    keys = ("input_lens", "output_lens", "start_times")
+    lists = [d.get(k) for k in keys]
+    ins, outs, starts = (x if isinstance(x, list) else None for x in lists)
+    if ins is None or outs is None or starts is None:
+        return (
+            [],
+            [
+                problem(
+                    name,
+                    "no per-request lists (input_lens, output_lens, start_times)",
+                    "run vllm bench serve with --save-detailed",
+                )
+            ],
+            0,
+        )
+    errors = d.get("errors") or [""] * len(ins)
+    if not len(ins) == len(outs) == len(starts) == len(errors):
+        return (
+            [],
+            [
+                problem(
+                    name,
+                    "per-request lists of different lengths",
+                    "use the file vllm bench serve wrote, unedited",
+                )
+            ],
+            0,
+        )
+    reqs, probs, dropped = [], [], 0
+    for i, (n_in, n_out, st, err) in enumerate(zip(ins, outs, starts, errors, strict=True)):
+        where = f"{name}: request {i}"
+        if err or not n_out:
+            if drop_failed:
+                dropped += 1
+                continue
+            probs.append(
+                problem(
+                    where,
+                    "failed in the run: its answer length is unknown",
+                    "pass --drop-failed, or re-run the bench",
+                )
+            )
+            continue
+        ts = _time(st)
+        if ts is None or not _count(n_in) or not _count(n_out):
+            probs.append(
+                problem(
+                    where,
+                    "bad start time or token count",
+                    "use the file vllm bench serve wrote, unedited",
+                )
+            )
+            continue
+        reqs.append(LoggedRequest(where, ts, n_in, n_out, None))
+    return reqs, probs, dropped
+
+
+def _bench_json(text: str) -> dict[str, Any] | None:
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(d, dict) and ("input_lens" in d or "request_throughput" in d):
+        return d
+    return None
+
+
+def read_log(text: str, name: str, *, chunk: int = CHUNK, drop_failed: bool = False) -> ReadLog:
+    """The trace of a log's text (either format); raises TraceError, one line per problem."""
+    bench = _bench_json(text)
+    if bench is not None:
+        fmt = "vllm bench serve --save-detailed"
+        reqs, probs, dropped = _read_bench(bench, name, drop_failed)
+    else:
+        fmt = "OpenAI-style JSONL"
+        reqs, probs, dropped = _read_openai(text, name, drop_failed)
+    if not reqs and not probs:
+        probs.append(problem(name, "no request in the log", "give a log with one request per line"))
+    if probs:
+        raise TraceError(probs)
+    notes = []
+    if dropped:
+        notes.append(f"dropped {dropped} failed request(s) (--drop-failed)")
+    order = sorted(range(len(reqs)), key=lambda i: reqs[i].timestamp)
+    late = sum(1 for a, b in zip(reqs, reqs[1:], strict=False) if b.timestamp < a.timestamp)
+    if late:
+        notes.append(f"{late} line(s) earlier than the line before: sorted by timestamp")
+    reqs = [reqs[i] for i in order]
+    if len(reqs) > 2 and all(float(r.timestamp).is_integer() for r in reqs):
+        notes.append("every timestamp is a whole second: gaps under a second are not resolved")
+    known = any(r.prompt is not None for r in reqs)
+    if not known:
+        notes.append("the log has no prompts: shared prefixes unknown, the trace shares none")
+    ids = prefix_hash_ids([r.prompt for r in reqs], [r.input_length for r in reqs], chunk)
+    if known and any(isinstance(r.prompt, str) for r in reqs):
+        notes.append(
+            "shared prefixes from the prompt text: tokens estimated per request from its characters per token"
+        )
+    t0 = reqs[0].timestamp
+    trace = [
+        TraceRequest(r.timestamp - t0, r.input_length, r.output_length, h)
+        for r, h in zip(reqs, ids, strict=True)
+    ]
+    return ReadLog(trace, fmt, known, notes)

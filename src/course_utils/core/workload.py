@@ -1,0 +1,505 @@
+"""A request trace that `vllm bench serve --dataset-name timed_trace` (0.26.0) replays, its
+statistics, and ``TraceWorkload``: a slice of it as a workload of the tuning loop.
+
+The trace format is vLLM's (vllm/benchmarks/datasets/datasets.py ``TimedTrace``): one JSON
+object per line, ``timestamp`` (seconds), ``input_length``, ``output_length`` and
+``hash_ids``. From the 0.26.0 source:
+- each hash id becomes ``--timed-trace-chunk-hash-size`` (default 16) prompt tokens drawn from
+  a seed of ``hash(f"{id}:{size}")``: equal ids give equal tokens within one bench process,
+  so ids shared by two requests are a shared prompt prefix (str hashes are salted per
+  process unless PYTHONHASHSEED is set, but a persistent bench worker is one process:
+  ``TraceWorkload`` salts the ids with its seed so that no two windows share tokens); a prompt is as long as its ids
+  cover (``ceil(input_length / chunk)`` ids give ``input_length`` tokens);
+- requests are sent in file order at ``timestamp * --timed-trace-sec-multiplier`` seconds
+  after the start (``--self-timed``, the default for this dataset; ``--request-rate`` and
+  ``--burstiness`` are then unused), ``--num-prompts`` takes the first lines;
+- ``ignore_eos`` is forced, so each answer is ``output_length`` tokens long.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from course_utils.core.records import Workload
+
+__all__ = [
+    "CHUNK",
+    "Distribution",
+    "TraceError",
+    "TraceRequest",
+    "TraceWorkload",
+    "distribution",
+    "expected_hits",
+    "expected_prefix_hit_rate",
+    "parse_trace",
+    "prefix_hash_ids",
+    "problem",
+    "scheduled_rate",
+    "trace_lines",
+    "workload_from_dict",
+]
+
+# vLLM's default `--timed-trace-chunk-hash-size`, equal to vLLM's KV block size (16 tokens):
+# one hash id per prefix-cache block
+CHUNK = 16
+
+
+def problem(where: str, what: str, fix: str) -> str:
+    """One problem of a bad input file, as one line: ``<where>: <what> → fix: <fix>``."""
+    return f"{where}: {what} → fix: {fix}"
+
+
+class TraceError(ValueError):
+    """A bad log or trace: one ``problem()`` line per problem found."""
+
+    def __init__(self, problems: Sequence[str]):
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One request of a trace: when it arrives (s), its lengths (tokens), its prompt blocks."""
+
+    timestamp: float
+    input_length: int
+    output_length: int
+    hash_ids: tuple[Any, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "timestamp": round(self.timestamp, 6),
+            "input_length": self.input_length,
+            "output_length": self.output_length,
+            "hash_ids": list(self.hash_ids),
+        }
+
+
+def trace_lines(requests: Sequence[TraceRequest]) -> list[str]:
+    """The trace file's lines (without newlines), in the given order."""
+    return [json.dumps(r.to_json(), separators=(",", ":")) for r in requests]
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def parse_trace(text: str, name: str, chunk: int = CHUNK) -> list[TraceRequest]:
+    """The requests of a trace file's text; raises TraceError with one line per problem
+    (a torn line, a missing or bad field, too few hash ids, timestamps out of order)."""
+    out: list[TraceRequest] = []
+    problems: list[str] = []
+    last = -math.inf
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{name}:{no}"
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:
+            problems.append(problem(where, "not a JSON object (a torn line?)", "delete the line"))
+            continue
+        if not isinstance(d, dict):
+            problems.append(problem(where, "not a JSON object", "one request object per line"))
+            continue
+        bad = [k for k in ("input_length", "output_length") if not _positive_int(d.get(k))]
+        raw_ts: Any = d.get("timestamp")
+        ok_ts = isinstance(raw_ts, (int, float)) and not isinstance(raw_ts, bool)
+        if not ok_ts or not math.isfinite(raw_ts):
+            bad.append("timestamp")
+        ids = d.get("hash_ids", [])
+        if not isinstance(ids, list):
+            bad.append("hash_ids")
+        if bad:
+            problems.append(
+                problem(
+                    where,
+                    f"missing or bad {', '.join(bad)}",
+                    "timestamp: seconds; input_length, output_length: integers >= 1; "
+                    "hash_ids: a list",
+                )
+            )
+            continue
+        need = math.ceil(d["input_length"] / chunk)
+        if len(ids) < need:
+            problems.append(
+                problem(
+                    where,
+                    f"{len(ids)} hash_ids cover {len(ids) * chunk} tokens, input_length is "
+                    f"{d['input_length']} (vLLM would send a shorter prompt)",
+                    f"give ceil(input_length / {chunk}) = {need} ids",
+                )
+            )
+            continue
+        ts = float(raw_ts)
+        if ts < last:
+            problems.append(
+                problem(where, "timestamp earlier than the line before", "sort by timestamp")
+            )
+            continue
+        last = ts
+        out.append(TraceRequest(ts, d["input_length"], d["output_length"], tuple(ids)))
+    if not out and not problems:
+        problems.append(problem(name, "no request in the file", "give one request per line"))
+    if problems:
+        raise TraceError(problems)
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# shared prefixes
+# --------------------------------------------------------------------------------------
+
+
+def _common_len(a: Sequence[Any], b: Sequence[Any]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def prefix_hash_ids(
+    prompts: Sequence[str | tuple[int, ...] | None],
+    input_lengths: Sequence[int],
+    chunk: int = CHUNK,
+) -> list[tuple[int, ...]]:
+    """Hash ids per request such that a request shares its first k ids with an earlier one
+    when their prompts agree on their first k full blocks. A prompt is its token ids (exact)
+    or its text: then the common characters are turned into tokens at the request's own
+    characters per token (usage gives the token count only). None: no prompt, no sharing."""
+    keys: dict[type, tuple[list[Any], list[int]]] = {}
+    ids: list[tuple[int, ...]] = []
+    fresh = 0
+    for i, (p, n) in enumerate(zip(prompts, input_lengths, strict=True)):
+        blocks = math.ceil(n / chunk)
+        shared: tuple[int, ...] = ()
+        if p:
+            seqs, owners = keys.setdefault(type(p), ([], []))
+            pos = bisect.bisect_left(seqs, p)
+            best, owner = 0, -1
+            for j in (pos - 1, pos):  # the longest common prefix is with a sorted neighbour
+                if 0 <= j < len(seqs):
+                    c = _common_len(p, seqs[j])
+                    if c > best:
+                        best, owner = c, owners[j]
+            if owner >= 0:
+                tokens = best if isinstance(p, tuple) else math.floor(best * n / len(p))
+                shared = ids[owner][: min(tokens // chunk, blocks)]
+            seqs.insert(pos, p)
+            owners.insert(pos, i)
+        own = tuple(range(fresh, fresh + blocks - len(shared)))
+        fresh += len(own)
+        ids.append(shared + own)
+    return ids
+
+
+def expected_hits(requests: Sequence[TraceRequest], chunk: int = CHUNK) -> tuple[int, int]:
+    """(hit tokens, prompt tokens) the prefix cache serves when the requests are sent in
+    order, each after the earlier ones were computed and nothing evicted (an upper bound).
+    As vLLM's prefix cache counts them: whole blocks whose id chain (every block before
+    included) was seen, at most ``input_length - 1`` tokens (the last token is computed)."""
+    seen: set[int] = set()
+    hits = queries = 0
+    for r in requests:
+        full = r.input_length // chunk
+        node, hit_blocks, missed = 0, 0, False
+        for k, h in enumerate(r.hash_ids[:full]):
+            node = hash((node, h))
+            if not missed and node in seen and k < (r.input_length - 1) // chunk:
+                hit_blocks += 1
+            else:
+                missed = True
+            seen.add(node)
+        hits += hit_blocks * chunk
+        queries += r.input_length
+    return hits, queries
+
+
+# --------------------------------------------------------------------------------------
+# the distribution a learner looks at
+# --------------------------------------------------------------------------------------
+
+
+def _quantile(xs: Sequence[float], q: float) -> float:
+    """Linear interpolation between order statistics (numpy's default)."""
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """What a trace asks of a server. ``cv``: coefficient of variation of the inter-arrival
+    times (1 for Poisson arrivals, > 1 bursty); ``gamma_shape`` = 1 / cv**2, the
+    `--burstiness` of vLLM's gamma arrivals with the same variation."""
+
+    requests: int
+    span_s: float
+    rate: float | None
+    cv: float | None
+    gamma_shape: float | None
+    input_len: dict[str, float]
+    output_len: dict[str, float]
+    prefix_share: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "span_s": self.span_s,
+            "rate": self.rate,
+            "cv": self.cv,
+            "gamma_shape": self.gamma_shape,
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "prefix_share": self.prefix_share,
+        }
+
+    def text(self) -> str:
+        def row(name: str, d: dict[str, float]) -> str:
+            return (
+                f"{name:<14} mean {d['mean']:>8.1f}  p50 {d['p50']:>7.0f}  "
+                f"p90 {d['p90']:>7.0f}  p99 {d['p99']:>7.0f}"
+            )
+
+        rate = "n/a (one request)" if self.rate is None else f"{self.rate:.3f} req/s"
+        if self.cv is None or self.gamma_shape is None:
+            burst = "n/a (fewer than 3 requests)"
+        else:
+            kind = (
+                "bursty"
+                if self.cv > 1.05
+                else "smoother than Poisson"
+                if self.cv < 0.95
+                else "Poisson-like"
+            )
+            burst = f"cv {self.cv:.2f} ({kind}; vLLM --burstiness {self.gamma_shape:.2f})"
+        share = (
+            "unknown (the log has no prompts; the trace shares none)"
+            if self.prefix_share is None
+            else f"{self.prefix_share:.1%} of prompt tokens (blocks seen earlier in the trace)"
+        )
+        return "\n".join(
+            [
+                f"requests       {self.requests} over {self.span_s:.1f} s",
+                row("input tokens", self.input_len),
+                row("output tokens", self.output_len),
+                f"arrival rate   {rate}",
+                f"burstiness     {burst}",
+                f"shared prefix  {share}",
+            ]
+        )
+
+
+def _lengths(xs: Sequence[int]) -> dict[str, float]:
+    return {
+        "mean": sum(xs) / len(xs),
+        "p50": _quantile(xs, 0.5),
+        "p90": _quantile(xs, 0.9),
+        "p99": _quantile(xs, 0.99),
+    }
+
+
+def distribution(
+    requests: Sequence[TraceRequest], *, chunk: int = CHUNK, prefixes_known: bool = True
+) -> Distribution:
+    """The distribution of a (time-ordered, non-empty) trace."""
+    ts = [r.timestamp for r in requests]
+    span = ts[-1] - ts[0]
+    gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
+    rate = (len(ts) - 1) / span if span > 0 else None
+    cv = shape = None
+    if len(gaps) >= 2:
+        mean = sum(gaps) / len(gaps)
+        var = sum((g - mean) ** 2 for g in gaps) / (len(gaps) - 1)
+        cv = math.sqrt(var) / mean if mean > 0 else None
+        shape = 1.0 / cv**2 if cv else None
+    hits, queries = expected_hits(requests, chunk)
+    return Distribution(
+        requests=len(requests),
+        span_s=span,
+        rate=rate,
+        cv=cv,
+        gamma_shape=shape,
+        input_len=_lengths([r.input_length for r in requests]),
+        output_len=_lengths([r.output_length for r in requests]),
+        prefix_share=(hits / queries if queries else 0.0) if prefixes_known else None,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# a slice of a trace as a workload of the loop
+# --------------------------------------------------------------------------------------
+
+
+def _slice(reqs: Sequence[TraceRequest], start: int, n: int, salt: int) -> list[TraceRequest]:
+    """``n`` requests from ``start`` on, wrapping around the end (a lap later by the
+    trace's span and one mean gap), timestamps from 0, hash ids salted by ``salt`` and the
+    lap: another salt gives other prompt tokens for the same lengths and arrivals."""
+    total = len(reqs)
+    span = reqs[-1].timestamp - reqs[0].timestamp
+    lap_s = span + (span / (total - 1) if total > 1 else 1.0)
+    out = []
+    for k in range(start, start + n):
+        lap, r = divmod(k, total)
+        q = reqs[r]
+        ids = tuple(f"{salt}.{lap}.{h}" for h in q.hash_ids)
+        out.append(TraceRequest(q.timestamp + lap * lap_s, q.input_length, q.output_length, ids))
+    t0 = out[0].timestamp
+    return [
+        TraceRequest(r.timestamp - t0, r.input_length, r.output_length, r.hash_ids) for r in out
+    ]
+
+
+@dataclass(frozen=True)
+class TraceWorkload(Workload):
+    """``num_prompts`` requests of a trace file from request ``start`` on, replayed with
+    vLLM's timed_trace dataset. ``request_rate``: the trace's mean rate is scaled to it
+    (``--timed-trace-sec-multiplier`` = trace_rate / request_rate; inf: all at once).
+    ``seed`` salts the hash ids: windows with other seeds send other prompt tokens with the
+    same lengths, arrivals and shared prefixes. ``input_len``/``output_len``: the slice's
+    mean lengths (rounded); ``expected_hit_rate``: its prefix-cache hit rate from its own
+    shared prefixes. Make one with ``TraceWorkload.load``."""
+
+    trace: str = ""
+    sha256: str = ""
+    start: int = 0
+    chunk_size: int = CHUNK
+    trace_rate: float = 0.0
+    expected_hit_rate: float = 0.0
+    ignore_eos: bool = True
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        num_prompts: int | None = None,
+        request_rate: float | None = None,
+        start: int = 0,
+        seed: int = 0,
+        max_concurrency: int | None = None,
+        chunk_size: int = CHUNK,
+    ) -> TraceWorkload:
+        """A slice of the trace at ``path`` (default: all of it, at its recorded rate).
+        Raises TraceError for a bad trace file, ValueError for a bad slice."""
+        data = Path(path).read_bytes()
+        reqs = parse_trace(data.decode("utf-8", errors="replace"), str(path), chunk_size)
+        rate = distribution(reqs, chunk=chunk_size).rate or math.inf
+        n = len(reqs) if num_prompts is None else num_prompts
+        if n < 1 or start < 0:
+            raise ValueError("a trace slice needs num_prompts >= 1 and start >= 0")
+        return cls(
+            num_prompts=n,
+            request_rate=rate if request_rate is None else float(request_rate),
+            seed=seed,
+            max_concurrency=max_concurrency,
+            trace=str(path),
+            sha256=hashlib.sha256(data).hexdigest()[:16],
+            start=start,
+            chunk_size=chunk_size,
+            trace_rate=rate,
+        )
+
+    def __post_init__(self) -> None:
+        """The slice's mean lengths and expected hit rate, from the trace when it is here
+        unchanged (so ``dataclasses.replace`` of any field stays consistent); else (a
+        recorded workload read back elsewhere) as recorded."""
+        try:
+            part = self.requests() if self.trace else None
+        except (OSError, ValueError):
+            part = None
+        if part:
+            n = len(part)
+            hits, queries = expected_hits(part, self.chunk_size)
+            for k, v in (
+                ("input_len", max(1, round(sum(r.input_length for r in part) / n))),
+                ("output_len", max(1, round(sum(r.output_length for r in part) / n))),
+                ("expected_hit_rate", round(hits / queries, 4) if queries else 0.0),
+            ):
+                object.__setattr__(self, k, v)
+        super().__post_init__()
+
+    @cached_property
+    def _all(self) -> list[TraceRequest]:
+        data = Path(self.trace).read_bytes()
+        if hashlib.sha256(data).hexdigest()[:16] != self.sha256:
+            raise ValueError(
+                f"{self.trace} changed since the workload was made from it "
+                "→ fix: make the workload again (TraceWorkload.load)"
+            )
+        return parse_trace(data.decode("utf-8", errors="replace"), self.trace, self.chunk_size)
+
+    def requests(self) -> list[TraceRequest]:
+        """This slice's requests, timestamps in the trace's own seconds from 0."""
+        return _slice(self._all, self.start, self.num_prompts, self.seed)
+
+    def time_scale(self) -> float:
+        """`--timed-trace-sec-multiplier`: trace seconds to replay seconds."""
+        if math.isinf(self.request_rate) or math.isinf(self.trace_rate):
+            return 0.0
+        return self.trace_rate / self.request_rate
+
+    def scheduled_rate(self) -> float:
+        """The mean arrival rate this slice is sent at (inf: all at once)."""
+        reqs = self.requests()
+        span = (reqs[-1].timestamp - reqs[0].timestamp) * self.time_scale()
+        return (len(reqs) - 1) / span if span > 0 else math.inf
+
+    def warmup(self, num_prompts: int, seed: int) -> TraceWorkload:
+        """The warm-up: ``num_prompts`` requests of the trace right after this slice (another
+        part of the same traffic), at the same time scale, salted by ``seed``."""
+        w = TraceWorkload.load(
+            self.trace,
+            num_prompts=num_prompts,
+            request_rate=self.request_rate,
+            start=(self.start + self.num_prompts) % len(self._all),
+            seed=seed,
+            max_concurrency=self.max_concurrency,
+            chunk_size=self.chunk_size,
+        )
+        return w
+
+    def dataset_args(self, slice_path: str | Path) -> list[str]:
+        """`vllm bench serve` dataset flags that replay this slice, written to ``slice_path``."""
+        return [
+            "--dataset-name",
+            "timed_trace",
+            "--dataset-path",
+            str(slice_path),
+            "--timed-trace-chunk-hash-size",
+            str(self.chunk_size),
+            "--timed-trace-sec-multiplier",
+            f"{self.time_scale():.6g}",
+        ]
+
+    def slice_text(self) -> str:
+        return "\n".join(trace_lines(self.requests())) + "\n"
+
+
+def workload_from_dict(d: Mapping[str, Any]) -> Workload:
+    """A recorded workload (``to_dict()``): a trace's (it has ``trace``) or a random one."""
+    return TraceWorkload.from_dict(d) if "trace" in d else Workload.from_dict(d)
+
+
+def expected_prefix_hit_rate(w: Workload) -> float | None:
+    """The prefix-cache hit rate a workload's own prompts give: a trace's from its shared
+    prefixes, 0 for random prompts without a shared prefix, None (not judged) with one."""
+    if isinstance(w, TraceWorkload):
+        return w.expected_hit_rate
+    return 0.0 if w.prefix_len == 0 else None
+
+
+def scheduled_rate(w: Workload) -> float:
+    """The mean arrival rate the client is asked to produce for this workload."""
+    return w.scheduled_rate() if isinstance(w, TraceWorkload) else w.request_rate

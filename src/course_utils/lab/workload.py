@@ -1,0 +1,129 @@
+"""``python -m course_utils workload``: a request log in, the trace vLLM replays out, and the
+distribution printed; ``--workload TRACE`` of `tune`/`sweep` reads such a trace."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from course_utils.core.requestlog import read_log
+from course_utils.core.workload import (
+    CHUNK,
+    TraceWorkload,
+    distribution,
+    parse_trace,
+    problem,
+    trace_lines,
+)
+
+__all__ = ["add_parser", "slice_path", "trace_from_args", "write_slice"]
+
+
+def _is_trace(text: str) -> bool:
+    """A file in vLLM's timed_trace format already (its first line has input_length)."""
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    try:
+        d = json.loads(first)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(d, dict) and "input_length" in d and "output_length" in d
+
+
+def cmd_workload(a: argparse.Namespace) -> int:
+    src = Path(a.log)
+    if not src.is_file():
+        raise ValueError(problem(str(src), "no such file", "give the request log's path"))
+    text = src.read_bytes().decode("utf-8", errors="replace")
+    if _is_trace(text):
+        reqs, fmt, known, notes = parse_trace(text, str(src), a.chunk), "vLLM timed_trace", True, []
+    else:
+        log = read_log(text, str(src), chunk=a.chunk, drop_failed=a.drop_failed)
+        reqs, fmt, known, notes = log.requests, log.fmt, log.prefixes_known, log.notes
+    out = Path(a.out) if a.out else None
+    if out is not None and out.exists():
+        raise ValueError(
+            problem(str(out), "exists (a trace is never overwritten)", "give another --out")
+        )
+    d = distribution(reqs, chunk=a.chunk, prefixes_known=known)
+    if a.format == "json":
+        print(json.dumps({"format": fmt, **d.as_dict(), "notes": notes}, indent=2))
+    else:
+        print(f"read {src} ({fmt})")
+        for n in notes:
+            print(f"note: {n}")
+        print(d.text())
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("\n".join(trace_lines(reqs)) + "\n")
+        if a.format != "json":
+            print(
+                f"wrote {out}: replay with vllm bench serve --dataset-name timed_trace "
+                f"--dataset-path {out} --timed-trace-chunk-hash-size {a.chunk}, or "
+                f"tune/sweep --workload {out} [--rate R]"
+            )
+    return 0
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``workload`` (sets ``func(args) -> int``)."""
+    p = subparsers.add_parser(
+        "workload",
+        help="a request log in, the trace vLLM replays out, its distribution printed",
+    )
+    p.add_argument(
+        "log",
+        help="OpenAI-style JSONL (timestamp, messages/prompt, usage), vllm bench serve "
+        "--save-detailed JSON, or a timed_trace file (only printed)",
+    )
+    p.add_argument("--out", default=None, help="the trace to write (JSONL; never overwritten)")
+    p.add_argument(
+        "--chunk",
+        type=int,
+        default=CHUNK,
+        help="tokens per hash id (vLLM's --timed-trace-chunk-hash-size; its KV block size)",
+    )
+    p.add_argument(
+        "--drop-failed",
+        action="store_true",
+        help="leave failed requests out (else each is an error: its answer length is unknown)",
+    )
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_workload)
+
+
+# --------------------------------------------------------------------------------------
+# --workload of tune / sweep, and the slice each bench call replays
+# --------------------------------------------------------------------------------------
+
+
+def trace_from_args(a: Any) -> TraceWorkload:
+    """The workload of ``--workload TRACE``: ``--num-prompts`` requests of it from the first
+    (wrapping round past its end; none given: all of it), the trace's time scaled so its mean rate is ``--rate`` (not given or
+    inf: as recorded). Sets ``a.rate`` to the rate replayed."""
+    rate = getattr(a, "rate", None)
+    given = rate is not None and not math.isinf(rate)
+    w = TraceWorkload.load(
+        a.workload,
+        num_prompts=getattr(a, "num_prompts", None),
+        request_rate=rate if given else None,
+        seed=getattr(a, "seed", 0) or 0,
+        max_concurrency=getattr(a, "max_concurrency", None),
+    )
+    a.rate = w.request_rate
+    return w
+
+
+def slice_path(result_dir: str | Path, result_filename: str) -> Path:
+    """Where the slice of a bench call is written: next to its result JSON."""
+    return Path(result_dir) / (Path(result_filename).stem + ".trace.jsonl")
+
+
+def write_slice(w: TraceWorkload, result_dir: str | Path, result_filename: str) -> Path:
+    """Write the requests one bench call replays (its own seed's prompt blocks)."""
+    path = slice_path(result_dir, result_filename)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(w.slice_text())
+    return path

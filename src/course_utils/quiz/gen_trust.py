@@ -1,0 +1,330 @@
+"""Reasoning items on "can you trust this measurement?" from the recorded GPU runs: replayed
+prompts in a knee scan, a JIT compile inside the measured window, preemption under a full KV
+cache. Each generator refuses data that does not support its key."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from course_utils.quiz.data import _opts, resolve_path
+from course_utils.quiz.engine import QuizError, _fmt, generator
+from course_utils.quiz.gen_runs import run_name
+
+
+def _replay_rows(root: Path) -> list[dict[str, float]]:
+    """prefix_replay's rows {rate, p99 (TTFT ms), hit (prefix-cache hit rate)} of a recorded
+    knee scan, by rate."""
+    from course_utils.core import metrics, validity
+
+    rows = []
+    for d in sorted(root.glob("rate-*"), key=lambda x: float(x.name.split("-", 1)[1])):
+        b = json.loads((d / "bench.json").read_text(encoding="utf-8"))
+        hit = validity.prefix_cache_hit_rate(metrics.load_series(d / "metrics.jsonl"))
+        rows.append(
+            {"rate": float(d.name.split("-", 1)[1]), "p99": b["p99_ttft_ms"], "hit": hit or 0.0}
+        )
+    return rows
+
+
+def _replay_choices(
+    rows: list[dict[str, float]], bad: list[dict[str, float]]
+) -> list[dict[str, Any]]:
+    """The four choices of prefix_replay (the first is right). Wrong: a flat p99 taken as
+    proof (trust), the default prefix caching taken as what users get (default), the first
+    rate blamed as cold (cold)."""
+    bad_rates = "/".join(_fmt(r["rate"]) for r in bad)
+    opts = [
+        (
+            {
+                "en": f"Not at {bad_rates} req/s: replayed prompts skipped their prefill",
+                "zh": f"{bad_rates} req/s 不可信：重放的 prompt 跳过了 prefill",
+            },
+            True,
+            "replay",
+        ),
+        (
+            {
+                "en": f"Yes: p99 TTFT stays near 300 ms up to {_fmt(rows[-1]['rate'])} req/s",
+                "zh": f"可信：直到 {_fmt(rows[-1]['rate'])} req/s，p99 TTFT 都在 300 ms 附近",
+            },
+            False,
+            "trust",
+        ),
+        (
+            {
+                "en": "Yes: prefix caching is on by default, so this is what your users will see too",
+                "zh": "可信：prefix caching 默认就是开启的，用户实际看到的也就是这个结果",
+            },
+            False,
+            "default",
+        ),
+        (
+            {
+                "en": f"Not at {_fmt(rows[0]['rate'])} req/s: the first rate ran on a cold server, unwarmed",
+                "zh": f"{_fmt(rows[0]['rate'])} req/s 的点不可信：第一个速率跑在还没预热的冷服务器上",
+            },
+            False,
+            "cold",
+        ),
+    ]
+    return _opts(opts)
+
+
+@generator("prefix_replay")
+def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: knee (a recorded knee-scan dir with rate-*/{bench.json, metrics.jsonl}).
+    Answer: the rates whose prefix-cache hit rate (core.validity) marks them replayed."""
+    from course_utils.core import validity
+
+    root = resolve_path(p["knee"])
+    rows = _replay_rows(root)
+    bad = [r for r in rows if r["hit"] > validity.REPLAY_HIT_RATE]
+    if not bad or len(bad) == len(rows):
+        raise QuizError("prefix_replay: needs both replayed and fresh rates")
+    where = run_name(root)
+    listing = {
+        "en": "; ".join(
+            f"{_fmt(r['rate'])} req/s: p99 TTFT {r['p99']:.0f} ms, hits {r['hit']:.1%}"
+            for r in rows
+        )
+        + ".",
+        "zh": "；".join(
+            f"{_fmt(r['rate'])} req/s：p99 TTFT {r['p99']:.0f} ms，命中率 {r['hit']:.1%}"
+            for r in rows
+        )
+        + "。",
+    }
+    return {
+        "type": "single",
+        "prompt": {
+            "en": f"Knee scan of the recorded run `{where}`: random 512-token prompts (no shared "
+            f"prefix), every rate on one server with the same `--seed`. Prefix-cache hits / "
+            f"queries over each run: {listing['en']} Can you trust this knee?",
+            "zh": f"已录制的实测 `{where}` 的拐点扫描：随机 512 token prompt（没有共享前缀），所有速率"
+            f"在同一个服务器上、用同一个 `--seed`。每段的 prefix cache 命中 / 查询："
+            f"{listing['zh']}这个拐点可信吗？",
+        },
+        "choices": _replay_choices(rows, bad),
+        "explain": {
+            "en": "The same seed sent the same random prompts at every rate, and the server "
+            "kept their KV from the previous rate: at a hit rate above "
+            f"{validity.REPLAY_HIT_RATE:.0%} the prefill was mostly skipped, so those "
+            "TTFTs are not those of new prompts (fresh servers at 55 req/s missed 300 ms). "
+            "Users with random prompts get no such hits, and the first rate is the only "
+            "honest one. Give each rate its own seed or restart the server, and check the hit "
+            "rate before reading a knee.",
+            "zh": "同一个 seed 在每个速率都发出同样的随机 prompt，而服务器还留着上一个速率的 KV："
+            f"命中率超过 {validity.REPLAY_HIT_RATE:.0%} 时 prefill 大多被跳过，这些 TTFT 不是新 prompt "
+            "的 TTFT（新起的服务器在 55 req/s 下都超了 300 ms）。真实用户的随机 prompt 不会这样命中，"
+            "第一个速率反而是唯一可信的点。每个速率换一个 seed 或重启服务器，读拐点之前先看命中率。",
+        },
+    }
+
+
+def _overrides(text: Any) -> Any:
+    """The "Server overrides:" dict that `vllm bench sweep serve` prints, as a dict."""
+    import ast
+
+    try:
+        return ast.literal_eval(text) if isinstance(text, str) else text
+    except (ValueError, SyntaxError):
+        return None
+
+
+def _jit_choices() -> list[dict[str, Any]]:
+    """The four choices of jit_window (the first is right). Wrong: the compile taken as part
+    of the setting's cost (cost), compiles taken to happen at start-up (startup), the queue
+    blamed on the cap (cap)."""
+    opts = [
+        (
+            {
+                "en": "No: a one-time compile stalled requests inside the window",
+                "zh": "不可信：一次性的编译卡住了窗口里的请求",
+            },
+            True,
+            "jit",
+        ),
+        (
+            {
+                "en": "Yes: compiling kernels is part of what this setting costs",
+                "zh": "可信：编译内核本来就是这个配置的代价",
+            },
+            False,
+            "cost",
+        ),
+        (
+            {
+                "en": "Yes: vLLM compiles its kernels at start-up, before any window",
+                "zh": "可信：vLLM 在启动时就编译好内核，不会落进窗口",
+            },
+            False,
+            "startup",
+        ),
+        (
+            {
+                "en": "No: the cap is too small, so the queue makes TTFT meaningless",
+                "zh": "不可信：上限太小，排队让 TTFT 失去意义",
+            },
+            False,
+            "cap",
+        ),
+    ]
+    return _opts(opts)
+
+
+@generator("jit_window")
+def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: log (a `vllm bench sweep serve` log), result (that server's run=0.json),
+    server (its overrides). Answer: the window held a JIT compile (core.vllm_logs)."""
+    from course_utils.core import vllm_logs
+    from course_utils.core.records import read_text
+
+    log = resolve_path(p["log"])
+    parsed = vllm_logs.parse_sweep_log(read_text(log, errors="replace"))
+    want = dict(p["server"])
+    srv = next((s for s in parsed["servers"] if _overrides(s["overrides"]) == want), None)
+    if srv is None:
+        raise QuizError(f"jit_window: no server {want} in {log}")
+    kernels = sorted({k for w in srv["jit_windows"] for k in w["jit"]})
+    if not kernels:
+        raise QuizError("jit_window: that server's measured windows hold no JIT compile")
+    res = json.loads(resolve_path(p["result"]).read_text(encoding="utf-8"))
+    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in want.items())
+    k = kernels[0]
+    return {
+        "type": "single",
+        "prompt": {
+            "en": f"vLLM's `vllm bench sweep serve` in the recorded run `{run_name(log)}`, "
+            f"server `{flags}`, {_fmt(res['request_rate'])} req/s, no warm-up requests. "
+            "Between `Starting main benchmark run...` and the end of that benchmark the "
+            f"server logged `Triton kernel JIT compilation during inference: {k}`. The "
+            f"run reports p99 TTFT {_fmt(round(res['p99_ttft_ms']))} ms. Can you trust "
+            "this number in a comparison with another setting?",
+            "zh": f"已录制的实测 `{run_name(log)}` 里 vLLM 的 `vllm bench sweep serve`，服务器 "
+            f"`{flags}`，{_fmt(res['request_rate'])} req/s，没有预热请求。在 `Starting main "
+            "benchmark run...` 与这次压测结束之间，服务器日志出现 `Triton kernel JIT compilation "
+            f"during inference: {k}`。这次报告 p99 TTFT {_fmt(round(res['p99_ttft_ms']))} ms。"
+            "拿它和别的配置比，这个数可信吗？",
+        },
+        "choices": _jit_choices(),
+        "explain": {
+            "en": f"vLLM compiles `{k}` the first time a sampling batch needs it, once per "
+            "process (vllm/utils/jit_monitor.py warns about it), so a run without warm-up "
+            "pays it inside its window: the requests that arrive meanwhile pile up and "
+            "the p99 TTFT measures the compile, not the setting. `--num-warmups 8` moved "
+            "the same compile before the window in the later run (h200-2026-11-29c). "
+            "`core.vllm_logs.parse_sweep_log` finds such lines per window.",
+            "zh": f"vLLM 在采样第一次用到 `{k}` 时才编译它，每个进程一次（vllm/utils/jit_monitor.py 会告警），"
+            "所以没有预热的压测会在计时窗口里付这笔开销：编译期间到达的请求堆积起来，p99 TTFT 量的是编译，"
+            "不是配置本身。后来那次实测（h200-2026-11-29c）加了 `--num-warmups 8`，同一次编译就落到了"
+            "窗口之前。`core.vllm_logs.parse_sweep_log` 能按窗口找出这类日志行。",
+        },
+    }
+
+
+def _preempt_stats(root: Path, value: Any) -> tuple[dict[str, Any], list[Any], Any, Any]:
+    """kv_preempt's recorded point at `value`, its 10 s stats lines,
+    the first line with a queue (KV full) and the one with the longest queue."""
+    from course_utils.core import vllm_logs
+    from course_utils.core.records import read_jsonl, read_text
+
+    rec = next(
+        (
+            r
+            for r in read_jsonl(root / "results.jsonl")
+            if r.get("value") == value and r.get("status") == "ok"
+        ),
+        None,
+    )
+    if rec is None:
+        raise QuizError(f"kv_preempt: no point {value} in {root}")
+    log = root / "points" / str(rec["key"]) / "llm.log"
+    stats = vllm_logs.engine_stats(read_text(log, errors="replace"))
+    full = next((s for s in stats if s.waiting > 0), None)
+    peak = max(stats, key=lambda s: s.waiting) if stats else None
+    if full is None or peak is None or stats[0].waiting or full.kv_usage < 0.95:
+        raise QuizError("kv_preempt: the stats show no wait that starts with a full KV cache")
+    return rec, stats, full, peak
+
+
+def _preempt_choices() -> list[dict[str, Any]]:
+    """The four choices of kv_preempt (the first is right). Wrong: the usual causes of a queue
+    read without the stats lines (arrivals, cap, budget)."""
+    opts = [
+        (
+            {
+                "en": "The KV cache filled, so vLLM preempted running requests",
+                "zh": "KV cache 满了，vLLM 把运行中的请求抢占回队列",
+            },
+            True,
+            "preempt",
+        ),
+        (
+            {
+                "en": "New requests kept arriving faster than the running ones finished",
+                "zh": "新请求持续到达，来得比运行中的请求完成得还快",
+            },
+            False,
+            "arrivals",
+        ),
+        (
+            {
+                "en": "The running batch hit its `max_num_seqs` cap, so the rest had to wait",
+                "zh": "运行批顶到了 `max_num_seqs` 上限，其余的请求只能等",
+            },
+            False,
+            "cap",
+        ),
+        (
+            {
+                "en": "Each step's token budget was spent on prefill, so no one else got in",
+                "zh": "每步的 token 预算都花在了 prefill 上，别的请求挤不进来",
+            },
+            False,
+            "budget",
+        ),
+    ]
+    return _opts(opts)
+
+
+@generator("kv_preempt")
+def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: run (a recorded lab 01 folder), value (the knob value). Answer: preemption,
+    read from vLLM's 10 s stats lines (core.vllm_logs.engine_stats)."""
+    root = resolve_path(p["run"])
+    rec, stats, full, peak = _preempt_stats(root, p["value"])
+    first = stats[0]
+    n = rec.get("load_prompts")
+    lines = [
+        f"t={s.t_s} s: Running {s.running}, Waiting {s.waiting}, KV {s.kv_usage:.1%}"
+        for s in (first, full, peak)
+    ]
+    rows, rows_zh = "; ".join(lines), "；".join(lines)
+    return {
+        "type": "single",
+        "prompt": {
+            "en": f"Lab 01 in the recorded run `{run_name(root)}`, `gpu_memory_utilization="
+            f"{p['value']}`: all {n} requests were submitted at once, so none arrive "
+            f"later. vLLM's 10 s stats lines: {rows}. Why do requests wait?",
+            "zh": f"已录制的实测 `{run_name(root)}` 中的实验 01，`gpu_memory_utilization="
+            f"{p['value']}`：{n} 个请求一次性提交，之后不再有新请求。vLLM 每 10 秒的统计行："
+            f"{rows_zh}。为什么会有请求在等？",
+        },
+        "choices": _preempt_choices(),
+        "explain": {
+            "en": f"Nothing new arrived, and the running count fell below its start of "
+            f"{first.running}, so neither arrivals nor the cap explain the queue. It starts "
+            f"when KV usage reaches {full.kv_usage:.1%}: each generated token needs KV "
+            "space, and when a running request cannot get a new block the v1 scheduler "
+            "preempts the newest running request, frees its blocks and puts it back to "
+            "waiting, to be recomputed later (`_preempt_request` in "
+            "vllm/v1/core/sched/scheduler.py). A bigger KV pool moves this point later.",
+            "zh": f"没有新请求到达，运行数也从一开始的 {first.running} 往下掉，所以既不是到达太快，也不是上限在卡。"
+            f"排队从 KV 使用率到 {full.kv_usage:.1%} 时开始：每生成一个 token 都要 KV 空间，运行中的请求"
+            "拿不到新 block 时，v1 调度器会抢占最新进入运行的请求，释放它的 block，把它放回等待队列，之后重算"
+            "（vllm/v1/core/sched/scheduler.py 的 `_preempt_request`）。KV 池更大，这个时刻就来得更晚。",
+        },
+    }

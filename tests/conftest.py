@@ -3,9 +3,9 @@
 `@pytest.mark.gpu` tests are deselected (not skipped, not passed) unless `--run-gpu`.
 With COURSE_UTILS_NO_SKIPS=1 (tools/run_pytest.sh) a run with any skipped test fails.
 
-Under pytest-xdist (`--dist loadgroup`) the tests of a module that shares state between its
-tests (a module-scoped fixture, or a module-level cache listed in SHARED_MODULES) run on one
-worker, so that state is built once; the other tests spread over the workers one by one.
+Under pytest-xdist (`--dist loadgroup`) the tests that share a module-scoped fixture (or a
+module-level cache: SHARED_MODULES) run on one worker, so that state is built once; the
+other tests spread over the workers one by one.
 """
 
 from __future__ import annotations
@@ -31,13 +31,17 @@ SHARED_MODULES = {"tests/book/test_lab_pages.py"}
 SPREAD_MODULES = {"tests/book/test_nbval_lessons.py"}
 
 
-def _shares_state(item: pytest.Item) -> bool:
+def _group(item: pytest.Item) -> str | None:
+    """The xdist group of a test that shares state with others: its module, and the
+    module-scoped fixtures it uses (tests of one module that share none can run apart)."""
     module = item.nodeid.split("::", 1)[0]
     if module in SHARED_MODULES or module in SPREAD_MODULES:
-        return module in SHARED_MODULES
+        return module if module in SHARED_MODULES else None
     info = getattr(item, "_fixtureinfo", None)
-    defs = info.name2fixturedefs.values() if info is not None else ()
-    return any(d.scope in ("module", "package", "class") for ds in defs for d in ds)
+    defs = info.name2fixturedefs.items() if info is not None else ()
+    shared = sorted(name for name, ds in defs
+                    if any(d.scope in ("module", "package", "class") for d in ds))
+    return f"{module}::{'+'.join(shared)}" if shared else None
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the xdist_group marks
@@ -50,8 +54,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
     for item in items:
-        if _shares_state(item) and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+        group = _group(item)
+        if group and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -73,8 +73,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 FAKE_VLLM_VARS = ("FAKE_VLLM_FAIL", "FAKE_VLLM_DIE_AFTER", "FAKE_VLLM_STARTUP_S",
                   "FAKE_VLLM_STUBBORN", "FAKE_VLLM_KV_TOKENS", "FAKE_VLLM_JIT_AT",
                   "FAKE_VLLM_JIT_STALL_S", "FAKE_VLLM_GPU_TOTAL_BYTES", "FAKE_VLLM_IMPORTS",
-                  "FAKE_VLLM_CRASH_ONCE", "COURSE_UTILS_BENCH_WORKER",
-                  "COURSE_UTILS_BENCH_WORKER_ENTRY")
+                  "FAKE_VLLM_CRASH_ONCE")
 
 
 def install_fake_vllm(base: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

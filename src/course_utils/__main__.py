@@ -351,7 +351,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--target", type=v.positive_float, required=True, help="the rate to serve (req/s)"
     )
     r.add_argument(
-        "--headroom", type=v.share, default=0.2, help="share of each replica's knee kept free"
+        "--headroom",
+        type=v.share_below_one,
+        default=0.2,
+        help="share of each replica's knee kept free",
     )
     r.set_defaults(func=cmd_replicas)
 

@@ -9,9 +9,11 @@ pages, no English verdict or knee text.
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
+import jupytext
 import nbformat
 import pytest
 
@@ -133,10 +135,84 @@ def test_autodl_environment_cell_is_not_a_failure_on_the_build_machine(lang: str
     if here:  # a GPU machine: the cell checks it
         assert here in out, out
     else:  # the build machine: the recorded H200's versions pass the same check
-        assert ("OK: ready for the labs" if lang == "en" else "OK：可以开始做 lab 了") in out, out
+        assert ("OK: ready for the labs" if lang == "en" else "OK：可以开始做实验了") in out, out
         assert "NVIDIA H200" in out
 
 
 def test_nbval_covers_the_lab_and_autodl_pages() -> None:
     covered = set(pages_with_code())
     assert set(PAGES) <= covered, sorted(map(str, set(PAGES) - covered))
+
+
+ENDING = {"en": ("## Summary", "## Exercises", "## Next step"),
+          "zh": ("## 小结", "## 练习", "## 下一步")}
+SEE = {"en": ("### On an RTX 4090 (rehearsed)", "### On an H200"),
+       "zh": ("### 在 RTX 4090 上（复现）", "### 在 H200 上")}
+
+
+@pytest.mark.parametrize(("page", "lang"), lab_params())
+def test_lab_page_ends_with_summary_exercises_and_next_step(page: Path, lang: str) -> None:
+    headings = [ln for ln in page.read_text("utf-8").splitlines() if re.match(r"^## ", ln)]
+    assert tuple(headings[-3:]) == ENDING[lang], headings
+
+
+@pytest.mark.parametrize(("page", "lang"), lab_params())
+def test_exercises_run_on_a_folder_the_learner_replaces_with_their_own(page: Path,
+                                                                        lang: str) -> None:
+    """At least two exercises start from `MY_RUN = <a recorded folder>  # your output_dir`:
+    the learner puts their own folder there; here the cell runs on the recorded one."""
+    nb = executed(page)
+    own = []
+    for ex in exercises(nb, lang):
+        cell = ex["code"][0]
+        first = cell.source.splitlines()[0]
+        if not first.startswith("MY_RUN = "):
+            continue
+        own.append(ex["heading"])
+        assert first.endswith(MY_RUN_NOTE[lang]), first
+        assert text_of(cell).strip(), ex["heading"]
+    assert len(own) >= 2, own
+
+
+MY_RUN_NOTE = {"en": "# your output_dir", "zh": "# 你的 output_dir"}
+
+
+@pytest.mark.parametrize("lang", ("en", "zh"))
+@pytest.mark.parametrize("name", ("lab-knob-sweep", "lab-slo-loop"))
+def test_what_you_will_see_puts_the_4090_first(lang: str, name: str) -> None:
+    text = (BOOK / lang / f"{name}.md").read_text("utf-8")
+    first, second = SEE[lang]
+    assert 0 < text.index(first) < text.index(second)
+
+
+def plot_calls(source: str) -> list[ast.Call]:
+    tree = ast.parse(source)
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute) and n.func.attr.startswith("plot_")
+            and isinstance(n.func.value, ast.Name) and n.func.value.id == "plots"]
+
+
+@pytest.mark.parametrize(("page", "lang"), lab_params())
+def test_lab_page_plots_speak_its_language(page: Path, lang: str) -> None:
+    nb = jupytext.read(page)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    if plot_calls(code):
+        assert f'LANG = "{lang}"' in code
+    for cell in (c for c in nb.cells if c.cell_type == "code"):
+        for call in plot_calls(cell.source):
+            kw = {k.arg: k.value for k in call.keywords}
+            assert isinstance(kw.get("lang"), ast.Name) and kw["lang"].id == "LANG", cell.source
+
+
+@pytest.mark.parametrize("notebook", sorted((REPO / "labs").glob("0*.ipynb")),
+                         ids=lambda p: p.stem)
+def test_lab_notebook_has_a_lang_parameter_that_reaches_its_plots(notebook: Path) -> None:
+    nb = nbformat.read(notebook, as_version=4)
+    params = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    assert re.search(r'^lang = "en"', params.source, re.MULTILINE)
+    calls = [call for c in nb.cells if c.cell_type == "code" for call in plot_calls(c.source)]
+    for call in calls:
+        kw = {k.arg: k.value for k in call.keywords}
+        assert isinstance(kw.get("lang"), ast.Name) and kw["lang"].id == "lang", ast.unparse(call)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert re.search(r"[\u4e00-\u9fff]", code), "no Chinese comment or text in the code cells"

@@ -1,6 +1,7 @@
 import pytest
 
 from course_utils.core import capacity
+from tests.tooling import tool
 
 
 def test_reproduces_vllm_h200_log():
@@ -63,7 +64,7 @@ def recorded_starts() -> list[tuple[str, dict, str, int]]:
     assert any(f.suffix == ".gz" for f in logs)  # recorded long logs are gzipped
     for f in sorted(logs):
         text = read_text(f, errors="replace")
-        mark = re.escape(vllm_logs.ARGS_LINE)
+        mark = re.escape(tool("gpu/capacity_probe.py").ARGS_LINE)
         for part in re.split(f"(?={mark})", text)[1:]:
             args = ast.literal_eval(re.match(mark + r"(\{[^\n]*\})", part).group(1))
             tokens = vllm_logs.startup_facts(part).kv_cache_tokens

@@ -14,7 +14,11 @@ from pathlib import Path
 import pytest
 
 from course_utils.core import capacity, vllm_logs
-from course_utils.core.records import ProbeRecord, read_jsonl
+from course_utils.core.records import read_jsonl
+from tests.tooling import tool
+
+probe = tool("gpu/capacity_probe.py")
+ProbeRecord = probe.ProbeRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = [
@@ -57,7 +61,7 @@ def test_prediction_within_2_percent_of_vllms_kv_tokens(run: Path, case: str) ->
     # the record's lines re-parse to its facts: the parser reads vLLM's real format
     text = "\n".join(r.memory_lines)
     assert vllm_logs.startup_facts(text).kv_cache_tokens == r.facts["kv_cache_tokens"]
-    assert vllm_logs.memory_profile(text).as_dict() == r.memory
+    assert probe.memory_profile(text).as_dict() == r.memory
     # the prediction's inputs: nothing the log says about memory
     fit = capacity.predict_case(json.loads(json.dumps(r.config)), r.gpu_total_bytes, r.knobs,
                                 r.entry, name=case)

@@ -65,7 +65,7 @@ def test_bad_input_one_line_and_nonzero_exit(tmp_path, args, msg):
 
 
 def test_goodput_on_the_real_h200_result_shows_both_scores_differ():
-    from course_utils.core import examples
+    from tests.core import examples
 
     bench = examples.folder("queue_cap") / "bench.json"
     p = run("goodput", "--bench", str(bench), "--slo", "ttft:300 tpot:50", "--format", "json")

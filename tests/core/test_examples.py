@@ -1,6 +1,7 @@
 """The shipped examples are real H200 records and the decision tree reads them as the lab did."""
 
-from course_utils.core import diagnose, examples, metrics, slo
+from course_utils.core import diagnose, metrics, slo
+from tests.core import examples
 
 
 def test_queue_cap_example_is_a_queue_behind_the_cap():

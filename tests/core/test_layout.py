@@ -45,3 +45,43 @@ def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
 def test_every_module_lives_in_a_layer() -> None:
     top = sorted(p.name for p in PKG.glob("*.py"))
     assert top == ["__init__.py", "__main__.py"]
+
+
+def _private_imports(path: Path) -> set[str]:
+    """Names starting with "_" that a file imports from a course_utils module."""
+    return {
+        f"{node.module}.{a.name}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("course_utils")
+        for a in node.names
+        if a.name.startswith("_") or (a.asname or "").startswith("_")
+    }
+
+
+def test_no_private_name_crosses_a_module() -> None:
+    bad = {f"{p.relative_to(PKG)}: {n}" for p in PKG.rglob("*.py") for n in _private_imports(p)}
+    assert not bad, sorted(bad)
+
+
+# vLLM's grid and the loop against it: the book's table reads it, no product module does
+COMPARISON = {"course_utils.lab.grid", "course_utils.lab.gridrun"}
+
+
+def _comparison_importers(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*.py")
+            if str(p.relative_to(root)) not in ("lab/grid.py", "lab/gridrun.py")
+            and _imports(p) & COMPARISON}
+
+
+def test_no_product_module_imports_the_comparison() -> None:
+    assert not _comparison_importers(PKG)
+
+
+def test_the_checks_see_a_private_name_and_the_comparison(tmp_path: Path) -> None:
+    (tmp_path / "lab").mkdir()
+    f = tmp_path / "lab" / "tune.py"
+    f.write_text("from course_utils.lab.sweep import _x as y\nfrom course_utils.lab import grid\n")
+    assert _private_imports(f) == {"course_utils.lab.sweep._x"}
+    assert _comparison_importers(tmp_path) == {"lab/tune.py"}
+    (tmp_path / "lab" / "grid.py").write_text(f.read_text())
+    assert _comparison_importers(tmp_path) == {"lab/tune.py"}  # the grid module may

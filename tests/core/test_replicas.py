@@ -61,16 +61,35 @@ def test_carried_is_n_times_one_replica():
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "course_utils", "replicas", *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "course_utils", "replicas", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_cli_json_and_one_line_error():
-    p = _run("--knee-low", "50", "--knee-high", "60", "--target", "200", "--headroom", "0.2",
-             "--format", "json")
+    p = _run(
+        "--knee-low",
+        "50",
+        "--knee-high",
+        "60",
+        "--target",
+        "200",
+        "--headroom",
+        "0.2",
+        "--format",
+        "json",
+    )
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert (d["safe"], d["short"], d["decided"]) == (5, 5, True)
     bad = _run("--knee-low", "50", "--target", "200", "--headroom", "1.5")
     assert bad.returncode == 2
-    assert bad.stderr.strip().splitlines() == ["error: headroom must be in [0, 1), got 1.5"]
+    assert bad.stderr.strip().splitlines() == [
+        "error: argument --headroom: must be in [0, 1), got 1.5 → fix: see "
+        "`python -m course_utils replicas --help`"
+    ]
+    edge = _run("--knee-low", "50", "--target", "200", "--headroom", "1")
+    assert edge.returncode == 2 and "--headroom: must be in [0, 1), got 1 " in edge.stderr

@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 
 from course_utils.core import capacity
-from course_utils.core.records import ProbeRecord, read_jsonl
-from course_utils.lab import capacity_probe as probe
+from course_utils.core.records import read_jsonl
+from tests.tooling import tool
+
+probe = tool("gpu/capacity_probe.py")
+ProbeRecord = probe.ProbeRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKES = ROOT / "tests" / "fakes"

@@ -124,7 +124,10 @@ def test_a_cut_sweep_log_keeps_what_decides_a_windows_validity(tmp_path: Path) -
     JIT compile logged during the warm-up is still read as the warm-up's, not as the
     measured window's (a cut "Starting main benchmark run..." once made a valid combo replay
     as invalid)."""
-    from course_utils.core.vllm_logs import ARGS_LINE, JIT_LINE, MAIN_RUN_LINE, parse_sweep_log
+    from course_utils.core.vllm_logs import JIT_LINE, MAIN_RUN_LINE, parse_sweep_log
+    from tests.tooling import tool
+
+    ARGS_LINE = tool("gpu/capacity_probe.py").ARGS_LINE
 
     filler = "(APIServer pid=1) INFO: 127.0.0.1 - \"POST /v1/completions HTTP/1.1\" 200 OK\n"
     lines, t = [], 100.0

@@ -1,4 +1,4 @@
-"""vLLM's grid on any workload (lab.grid, lab.gridbench, lab.gridcompare, core.presets,
+"""vLLM's grid on any workload (lab.grid, lab.gridrun, tools/gpu/sweep_files.py, core.presets,
 tools/gpu/side_by_side.sh + grid_decode.sh), against the fake vLLM and on a recorded fake
 grid (tests/fixtures/grid_decode_fake, see its README)."""
 
@@ -17,9 +17,12 @@ from pathlib import Path
 import pytest
 
 from course_utils.core import knobs, presets
+from course_utils.core.keep import best_point
+from course_utils.core.records import Workload
 from course_utils.core.slo import SLO
 from course_utils.lab import cli, grid, gridrun, rehearsal
-from course_utils.lab.gridcompare import compare, grid_best
+from course_utils.lab.grid import compare
+from tests.tooling import tool
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "grid_decode_fake"
@@ -31,7 +34,7 @@ TWO_H200 = "NVIDIA H200,143771,143000,580.159.04;NVIDIA H200,143771,143000,580.1
 # ---------------------------------------------------------------------------- the grid's combos
 
 
-def test_decode_preset_grid_is_the_five_configs_the_loop_measured() -> None:
+def test_decode_preset_grid_is_the_five_configs_the_loop_measured(tmp_path: Path) -> None:
     pre = presets.get("decode", "h200")
     spec = grid.parse_grid(pre.grid_spec())
     assert spec.mode == "one-at-a-time" and spec.with_defaults
@@ -47,7 +50,10 @@ def test_decode_preset_grid_is_the_five_configs_the_loop_measured() -> None:
                        sort_keys=True) for c in combos}
     assert ours == loop
     # two GPUs: 3 + 2, nothing twice, nothing lost
-    halves = [grid.split(combos, i, 2) for i in range(2)]
+    halves = [gridrun.prepare(tmp_path / str(i), model="m", port=1, spec=spec,
+                              workload=Workload(**pre.workload_kwargs()),
+                              slo=SLO.parse(pre.slo), base=pre.base, gpu_memory_gib=140,
+                              part=(i, 2))["part_combos"] for i in range(2)]
     assert [len(h) for h in halves] == [3, 2]
     assert sorted(map(grid.combo_label, halves[0] + halves[1])) == sorted(
         map(grid.combo_label, combos))
@@ -98,8 +104,7 @@ def test_presets_are_data_for_every_constraint() -> None:
 def _env(tmp_path: Path, fake_vllm: Path, dummy_model: Path, **kw: str) -> dict[str, str]:
     env = {**os.environ, "PY": sys.executable, "MODEL": str(dummy_model),
            "AFTER_BENCH_CMD": "true", "INPUT_LEN": "16", "OUTPUT_LEN": "8", "PROMPTS": "12",
-           "RATE": "100", "FAKE_GPU": TWO_H200, "PYTHONPATH": str(ROOT / "src"),
-           "COURSE_UTILS_BENCH_WORKER_ENTRY": f"{FAKES / 'fake_vllm.py'}:main"}
+           "RATE": "100", "FAKE_GPU": TWO_H200, "PYTHONPATH": str(ROOT / "src")}
     env.pop("OUT", None)
     env.update(kw)
     return env
@@ -114,38 +119,21 @@ def test_grid_decode_on_two_gpus_merges_compares_and_resumes(
         tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path, dummy_model: Path,
         server_starts) -> None:
     run = tmp_path / "run"
-    imports = tmp_path / "imports.txt"
-    env = _env(tmp_path, fake_vllm, dummy_model, FAKE_VLLM_IMPORTS=str(imports))
+    env = _env(tmp_path, fake_vllm, dummy_model)
     p = _run("grid_decode.sh", run, env)
     assert p.returncode == 0, p.stdout + p.stderr
     assert server_starts() == 5
     merged = run / "grid-decode"
-    # each half's sweep has one bench worker (vLLM imported once per sweep): the combos'
-    # gridbench processes attach to it; no worker outlives its sweep
-    pids = []
-    for log in sorted((merged / "vllm_sweep" / "grid").glob("*/run=0.warmup.log")):
-        line = next(x for x in log.read_text().splitlines() if "bench worker pid" in x)
-        assert "a sweep's shared worker" in line, line
-        pids.append(int(line.split("pid ")[1].split()[0]))
-    assert len(pids) == 5 and len(set(pids)) == 2
-    imported = imports.read_text().split()  # servers and sweepers import the fake too
-    assert all(imported.count(str(pid)) == 1 for pid in set(pids))
-    for i in range(2):
-        assert not (run / f"grid-decode-gpu{i}" / "bench-worker.sock").exists()
-        for pid in set(pids):  # gone, or killed and not yet reaped by its new parent
-            st = Path(f"/proc/{pid}/stat")
-            assert not st.exists() or st.read_text().split(") ")[1][0] == "Z", st.read_text()
     pts = grid.grid_points(merged / "vllm_sweep", "ttft:2000 tpot:15")
     assert [x.knob for x in pts] == [
         "defaults", "max_num_batched_tokens=2048", "max_num_batched_tokens=4096",
         "max_num_seqs=128", "max_num_seqs=256"]
-    for x in pts:  # every run behind lab.measure's warm-up, in the worker, and gated
+    for x in pts:  # every run behind lab.measure's warm-up, and gated
         (w,) = x.windows
         h = json.loads((merged / "vllm_sweep" / "grid" / x.key / "run=0.harness.json")
                        .read_text())
         assert h["warmup"]["status"] == "ok" and h["warmup"]["num_prompts"] == 16
         assert h["warmup"]["seed"] != h["workload"]["seed"]
-        assert h["warmup"]["mode"] == h["run"]["mode"] == "worker"
         assert w.valid == h["valid"] and w.load["harness"] is True
     # the two halves ran on different GPUs and ports, at the same time
     cmds = [json.loads((run / f"grid-decode-gpu{i}" / "grid.json").read_text())
@@ -166,7 +154,7 @@ def test_grid_decode_on_two_gpus_merges_compares_and_resumes(
     # no server left behind on either port
     for c in cmds:
         port = int(c["serve_cmd"].split("--port ")[1].split()[0])
-        assert gridrun.servers_on_port(port) == []
+        assert tool("gpu/sweep_files.py").servers_on_port(port) == []
     # a second call resumes: no combo starts a server again
     p2 = _run("grid_decode.sh", run, env)
     assert p2.returncode == 0, p2.stdout + p2.stderr
@@ -176,7 +164,7 @@ def test_grid_decode_on_two_gpus_merges_compares_and_resumes(
 def test_a_recorded_partial_grid_carried_back_resumes(
         tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path, dummy_model: Path,
         server_starts) -> None:
-    """The recorded decode grid (3 of 5 combos, shrunk by collect.py and sidebyside shrink)
+    """The recorded decode grid (3 of 5 combos, shrunk by collect.py and sweep_files.py shrink)
     copied onto a fresh host resumes with vLLM's --resume: only the 2 missing combos start a
     server, the merged grid holds all 5, and the earlier call's timing is kept."""
     rec = ROOT / "labs" / "results" / "h200-2026-12-01" / "grid-decode"
@@ -273,7 +261,7 @@ def test_case_packs_the_grid_after_each_finished_run(
     assert "packed after 1 finished combo(s)" in (run / "commands.log").read_text()
     with tarfile.open(mid) as t:
         names = t.getnames()
-    # the first combo, whole (its run, gridbench's harness file, the sweep's summary); the
+    # the first combo, whole (its run, gridrun bench's harness file, the sweep's summary); the
     # second still to come
     done = [n.rsplit("/", 1)[0] for n in names if n.endswith("/summary.json") and "SERVE-" in n]
     assert len(done) == 1, names
@@ -314,7 +302,7 @@ def test_case_runs_a_two_knob_side_by_side_under_its_own_name(
     kept = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, **cmp["loop"]["knobs"]}
     assert cmp["loop_pick_in_grid"]["knobs"] == {**kept, "max_model_len": 4096}
     # without the GPU size (an older grid.json) only identical spellings match
-    from course_utils.lab.gridcompare import same_config
+    from course_utils.lab.grid import same_config
 
     assert not same_config({})({"max_model_len": 4096}, {"max_model_len": 4096, **{
         "max_num_seqs": 1024, "max_num_batched_tokens": 8192}})
@@ -347,7 +335,7 @@ def test_side_by_side_keeps_vllms_own_warm_up_as_an_option(
     meta = json.loads((run / "sidebyside" / "grid.json").read_text())
     assert meta["warmup"] == {"kind": "vllm --num-warmups", "n": 8}
     bench = (run / "sidebyside" / "bench_cmd.txt").read_text()
-    assert "--num-warmups 8" in bench and "gridbench" not in bench
+    assert "--num-warmups 8" in bench and "gridrun" not in bench
     # in the grid's order (grid.json), not the folders'
     assert [x.knob for x in grid.grid_points(run / "sidebyside" / "vllm_sweep",
                                              "ttft:300 tpot:50")] == ["max_num_seqs=64",
@@ -445,16 +433,18 @@ def test_a_rehearsed_presets_grid_runs_the_targets_budget_like_the_loop(tmp_path
                        "--gpu-size", "h200"])
     cli._apply_preset(a, tune=True)
     assert a.rehearse_gpu == "rtx4090"
-    base, cand = cli._rehearse(a, cli._parse_assign(a.base, False),
-                               cli._parse_assign(a.candidate, True))
+    base, cand = cli._rehearse(a, cli.parse_assign(a.base, False),
+                               cli.parse_assign(a.candidate, True))
     assert base["gpu_memory_utilization"] == r.util_here and base["max_num_seqs"] == 256
     assert cand["gpu_memory_utilization"] == [r.scale(0.95)]
 
 
 def test_prepare_fails_in_one_line_without_a_workload(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit, match="give --preset"):
-        gridrun.main(["prepare", str(tmp_path), "--model", "m", "--port", "1", "--rate", "2"])
+    assert gridrun.main(["prepare", str(tmp_path), "--model", "m", "--port", "1", "--rate",
+                         "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no workload → fix: give --preset") and err.count("\n") == 1
     assert gridrun.main(["prepare", str(tmp_path), "--model", "m", "--port", "1",
                       "--preset", "nope"]) == 2
     assert "no preset 'nope'" in capsys.readouterr().err
@@ -467,7 +457,7 @@ def test_replay_of_the_recorded_fake_grid_rederives_best_and_ratio() -> None:
     rec = json.loads((FIX / "compare.json").read_text())
     cmp = compare(FIX / "vllm_sweep", DECODE12, rec["slo"])
     pts = grid.grid_points(FIX / "vllm_sweep", rec["slo"])
-    best = grid_best(pts)
+    best = best_point(pts, objective="request_goodput")
     assert best is not None and cmp["grid"]["best"]["label"] == best.knob
     # from the per-combo run files as vLLM wrote them
     raw = {x.knob: json.loads((FIX / "vllm_sweep" / "grid" / x.key / "run=0.json").read_text())

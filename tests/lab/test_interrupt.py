@@ -24,7 +24,7 @@ def _lines(p: Path) -> list[str]:
 def _cmd(cmd: str, model: Path, out: Path) -> list[str]:
     common = ["--model", str(model), "--out", str(out), "--slo", "ttft:300 tpot:50", "--rate",
               "50", "--input-len", "16", "--output-len", "8", "--num-prompts", "12",
-              "--load-format", "dummy", "--no-progress", "--no-bench-worker"]
+              "--load-format", "dummy", "--no-progress"]
     if cmd == "sweep":
         return [sys.executable, "-m", "course_utils", "sweep", *common, "--knob",
                 "max_num_seqs", "--values", "2,4,8"]

@@ -1,4 +1,4 @@
-"""lab.loopvsgrid: the loop against vLLM's grid, one row per constraint, re-derived from the
+"""lab.grid's book table: the loop against vLLM's grid, one row per constraint, re-derived from the
 recorded folders that labs/results/loop_vs_grid.json names."""
 
 from __future__ import annotations
@@ -11,25 +11,25 @@ from pathlib import Path
 import pytest
 
 from course_utils.core import presets, texts
-from course_utils.lab import loopvsgrid
+from course_utils.lab import grid, gridrun
 
-RESULTS = loopvsgrid.RESULTS
+RESULTS = grid.RESULTS
 
 
 @pytest.fixture(scope="module")
-def rows() -> dict[str, loopvsgrid.CaseRow]:
-    return {r.case: r for r in loopvsgrid.rows()}
+def rows() -> dict[str, grid.CaseRow]:
+    return {r.case: r for r in grid.rows()}
 
 
-def test_every_preset_has_a_row_and_every_row_a_start(rows: dict[str, loopvsgrid.CaseRow]) -> None:
-    index = json.loads(loopvsgrid.INDEX.read_text())["cases"]
+def test_every_preset_has_a_row_and_every_row_a_start(rows: dict[str, grid.CaseRow]) -> None:
+    index = json.loads(grid.INDEX.read_text())["cases"]
     assert {c["preset"] for c in index if c.get("preset")} == set(presets.names())
     for c in index:  # a row without a preset is one whose start was handicapped, and says so
         assert c.get("preset") or rows[c["case"]].handicapped_start
 
 
 def test_decode_row_is_the_whole_grid_and_a_tie(
-    rows: dict[str, loopvsgrid.CaseRow],
+    rows: dict[str, grid.CaseRow],
 ) -> None:
     r = rows["decode"]
     assert r.status == "measured" and (r.combos_measured, r.combos_planned) == (5, 5)
@@ -52,19 +52,19 @@ def test_decode_row_is_the_whole_grid_and_a_tie(
 
 
 def test_handicapped_row_is_marked_and_gains_nothing_against_the_defaults(
-    rows: dict[str, loopvsgrid.CaseRow],
+    rows: dict[str, grid.CaseRow],
 ) -> None:
     r = rows["queue_cap"]
     assert r.status == "measured" and r.handicapped_start == "max_num_seqs=64"
     assert r.defaults is not None and r.loop is not None
     assert abs(r.loop / r.defaults - 1) < 0.01  # against vLLM's defaults: nothing
     assert r.verdict == "tie" and r.outcome == "meets_slo"
-    en = loopvsgrid.table([r], "en")
+    en = grid.case_table([r], "en")
     assert "a handicap" in en and "proves no constraint" in en
 
 
 def test_rows_without_a_recorded_side_carry_no_numbers(
-    rows: dict[str, loopvsgrid.CaseRow],
+    rows: dict[str, grid.CaseRow],
 ) -> None:
     for name in ("kv",):
         r = rows[name]
@@ -75,12 +75,12 @@ def test_rows_without_a_recorded_side_carry_no_numbers(
 def test_partial_grids_stay_partial_and_count_only_valid_combos(tmp_path: Path) -> None:
     """The earlier session's grids, as recorded there: prefix with its caching-off run
     rejected by the warm-up rule, the knee with 2 of its 3 combos."""
-    cases = {c["case"]: dict(c) for c in json.loads(loopvsgrid.INDEX.read_text())["cases"]}
+    cases = {c["case"]: dict(c) for c in json.loads(grid.INDEX.read_text())["cases"]}
     cases["prefix"]["grid"] = "h200-2026-12-01b/grid-prefix/vllm_sweep"
     cases["knee"]["grid"] = "h200-2026-12-01b/grid-knee/vllm_sweep"
     index = tmp_path / "index.json"
     index.write_text(json.dumps({"cases": [cases["prefix"], cases["knee"]]}))
-    p, k = loopvsgrid.rows(index, RESULTS)
+    p, k = grid.rows(index, RESULTS)
     # caching off was measured, but its window failed the warm-up coverage rule: not counted
     assert p.status == "partial" and (p.combos_measured, p.combos_planned) == (1, 2)
     assert p.grid_best_label == "defaults" and p.outcome == "meets_slo"
@@ -96,20 +96,20 @@ def test_a_grid_that_loses_a_combo_turns_its_row_partial(tmp_path: Path) -> None
     shutil.copytree(RESULTS / "h200-2026-11-29c", res / "h200-2026-11-29c")
     index = tmp_path / "index.json"
     case = next(
-        c for c in json.loads(loopvsgrid.INDEX.read_text())["cases"] if c["case"] == "queue_cap"
+        c for c in json.loads(grid.INDEX.read_text())["cases"] if c["case"] == "queue_cap"
     )
     index.write_text(json.dumps({"cases": [case]}))
-    assert loopvsgrid.rows(index, res)[0].status == "measured"
-    grid = res / "h200-2026-11-29c/sidebyside/vllm_sweep"
-    combo = next(d for d in grid.rglob("SERVE-*") if "max_num_seqs=64" in str(d) and d.is_dir())
+    assert grid.rows(index, res)[0].status == "measured"
+    sweep = res / "h200-2026-11-29c/sidebyside/vllm_sweep"
+    combo = next(d for d in sweep.rglob("SERVE-*") if "max_num_seqs=64" in str(d) and d.is_dir())
     shutil.rmtree(combo)
-    (r,) = loopvsgrid.rows(index, res)
+    (r,) = grid.rows(index, res)
     assert r.status == "partial" and r.combos_measured == 2
 
 
-def test_table_in_both_languages(rows: dict[str, loopvsgrid.CaseRow]) -> None:
+def test_table_in_both_languages(rows: dict[str, grid.CaseRow]) -> None:
     rs = list(rows.values())
-    en, zh = loopvsgrid.table(rs, "en"), loopvsgrid.table(rs, "zh")
+    en, zh = grid.case_table(rs, "en"), grid.case_table(rs, "zh")
     assert en.count("\n| ") == zh.count("\n| ") == len(rs)  # after the header
     assert "not run yet" in en and "尚未运行" in zh and "not run" not in zh
     # zh cells hold Chinese, code and numbers, not English prose
@@ -123,7 +123,7 @@ def test_cli_prints_the_table_and_fails_in_one_line_on_a_missing_folder(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert loopvsgrid.main([]) == 0
+    assert gridrun.main(["table"]) == 0
     assert "| decode (tight TPOT) |" in capsys.readouterr().out
     bad = tmp_path / "index.json"
     bad.write_text(
@@ -131,7 +131,7 @@ def test_cli_prints_the_table_and_fails_in_one_line_on_a_missing_folder(
             {"cases": [{"case": "decode", "preset": "decode", "grid": "nowhere/vllm_sweep"}]}
         )
     )
-    assert loopvsgrid.main(["--index", str(bad)]) == 2
+    assert gridrun.main(["table", "--index", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "nowhere" in err[0]
 

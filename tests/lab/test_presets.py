@@ -30,8 +30,8 @@ def test_tune_preset_fills_what_was_not_given() -> None:
     assert (a.input_len, a.output_len, a.num_prompts, a.prefix_len) == (3072, 256, 150, 0)
     assert a.rate == 6 and a.slo == "ttft:2000 tpot:15" and a.ignore_eos
     # base: the preset's, then the explicit one (which wins on a clash)
-    assert cli._parse_assign(a.base, False) == {"max_model_len": 4096, "max_num_seqs": 512}
-    assert cli._parse_assign(a.candidate, True) == {
+    assert cli.parse_assign(a.base, False) == {"max_model_len": 4096, "max_num_seqs": 512}
+    assert cli.parse_assign(a.candidate, True) == {
         "max_num_batched_tokens": [2048, 4096], "max_num_seqs": [128, 256]}
     # the recorded decode run's command line, from the preset alone
     kw = cli._kwargs_from(a)
@@ -127,7 +127,7 @@ def test_a_presets_warm_up_share_reaches_the_loop_and_its_grid(tmp_path: Path) -
     for args, share in (([], 1.0), (["--warmup-share", "0.5"], 0.5)):
         out = tmp_path / f"grid{share}"
         assert gridrun.main(["prepare", str(out), "--model", "m", "--port", "1", "--preset",
-                             "knee", "--gpu", "h200", "--bench-worker", *args]) == 0
+                             "knee", "--gpu", "h200", *args]) == 0
         bench = (out / "bench_cmd.txt").read_text()
         assert f"--warmup-share {share:g} " in bench
         assert json.loads((out / "grid.json").read_text())["warmup"]["share"] == share

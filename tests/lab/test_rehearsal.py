@@ -42,9 +42,19 @@ def test_lab01_rehearses_the_4090_budget_and_llm_defaults(on_h200: Path, tmp_pat
     starts = on_h200 / "llm-starts.jsonl"
     before = len(read_jsonl(starts))
     out = tmp_path / "knobs"
-    nb = _run(LAB01, out, {"backend": "vllm", "model": "fake/qwen2.5-7b-instruct-awq",
-                           "values": [0.8, 0.9], "load_prompts": 8, "load_max_tokens": 16,
-                           "eval_set": str(EVAL), "rehearse_gpu": "rtx4090"})
+    nb = _run(
+        LAB01,
+        out,
+        {
+            "backend": "vllm",
+            "model": "fake/qwen2.5-7b-instruct-awq",
+            "values": [0.8, 0.9],
+            "load_prompts": 8,
+            "load_max_tokens": 16,
+            "eval_set": str(EVAL),
+            "rehearse_gpu": "rtx4090",
+        },
+    )
     text = _text(nb)
     assert "Rehearsing an RTX 4090" in text and "Not reproduced: speed" in text
     runs = read_jsonl(starts)[before:]
@@ -59,13 +69,21 @@ def test_lab01_rehearses_the_4090_budget_and_llm_defaults(on_h200: Path, tmp_pat
     assert "Rehearsing an RTX 4090" in again
 
 
-def test_lab02_rehearses_the_4090_budget_and_serve_defaults(on_h200: Path,
-                                                            tmp_path: Path) -> None:
+def test_lab02_rehearses_the_4090_budget_and_serve_defaults(on_h200: Path, tmp_path: Path) -> None:
     starts = on_h200 / "serve-starts.jsonl"
     before = len(read_jsonl(starts))
-    params = {**SLO_PARAMS, "knee_rates": [5], "batch1_prompts": 0, "candidates": [2],
-              "second_candidates": [2048], "max_steps": 1, "gpu": "rtx4090", "lang": "zh",
-              "rehearse_gpu": "rtx4090", "base_knobs": {}}
+    params = {
+        **SLO_PARAMS,
+        "knee_rates": [5],
+        "batch1_prompts": 0,
+        "candidates": [2],
+        "second_candidates": [2048],
+        "max_steps": 1,
+        "gpu": "rtx4090",
+        "lang": "zh",
+        "rehearse_gpu": "rtx4090",
+        "base_knobs": {},
+    }
     nb = _run(LAB02, tmp_path / "slo", {"backend": "vllm", **params})
     assert "预演 RTX 4090" in _text(nb) and "不能复现：速度" in _text(nb)
     runs = [r["argv"] for r in read_jsonl(starts)[before:]]
@@ -75,3 +93,15 @@ def test_lab02_rehearses_the_4090_budget_and_serve_defaults(on_h200: Path,
         assert flag["--gpu-memory-utilization"] == str(scaled(0.92))
         assert flag["--max-num-batched-tokens"] == "2048"
         assert flag["--max-num-seqs"] in ("256", "2")  # the 4090's default, or a candidate
+
+
+def test_the_shipped_command_reads_as_the_target_runs_it() -> None:
+    """The recorded rehearsal ran 0.15557 of 139.8 GiB; on the 4090 that is 0.92 of 23.64."""
+    r = rehearsal.load(Path("labs/results/h200-2026-12-02/lab02-4090"))
+    assert r is not None and r.target == "RTX 4090"
+    cmd = json.loads(Path("labs/results/h200-2026-12-02/lab02-4090/chosen.json").read_text())
+    shipped = "vllm serve m --gpu-memory-utilization 0.15557 --max-num-seqs 256"
+    assert r.on_target(shipped) == "vllm serve m --gpu-memory-utilization 0.92 --max-num-seqs 256"
+    assert r.on_target(f"vllm serve m --gpu-memory-utilization={r.scale(0.98)}").endswith("=0.98")
+    assert r.on_target("vllm serve m --max-num-seqs 256") == "vllm serve m --max-num-seqs 256"
+    assert cmd["knobs"]["gpu_memory_utilization"] == r.util_here

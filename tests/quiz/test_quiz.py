@@ -295,13 +295,13 @@ def _bench(d: dict[str, Any]) -> slo.BenchResult:
 
 def _load_bench(p: dict[str, Any]) -> slo.BenchResult:
     rec = quiz.recorded_point(p)  # which file or inline dict the entry points at
-    src = rec["bench"] if rec else qdata._data(p, "bench")
+    src = rec["bench"] if rec else qdata.item_data(p, "bench")
     return slo.BenchResult.from_json(src) if isinstance(src, Path) else _bench(src)
 
 
 def _load_series(p: dict[str, Any]) -> list[metrics.Snapshot]:
     rec = quiz.recorded_point(p)
-    src = rec["series"] if rec else qdata._data(p, "series")
+    src = rec["series"] if rec else qdata.item_data(p, "series")
     return metrics.load_series(src) if isinstance(src, Path) else _series(src)
 
 
@@ -353,13 +353,13 @@ def check_generated(q: quiz.Question) -> None:
         assert q.answer == m.kv_bytes_per_token(p.get("kv_dtype", "auto"))
     elif g == "kv_tokens":
         m = capacity.load_model(p["model"])
-        facts, _ = qdata._logged(p)  # the recorded log's numbers, or the params' fallback
+        facts, _ = qdata.logged_memory(p)  # the recorded log's numbers, or the params' fallback
         assert q.answer == m.kv_tokens(facts["kv_memory_gib"], p.get("kv_dtype", "auto"))
         if "kv_tokens" in facts:  # vLLM's own count must grade as correct
             assert quiz.grade(q, facts["kv_tokens"]).correct
     elif g == "max_concurrency":
         m = capacity.load_model(p["model"])
-        facts, _ = qdata._logged(p)
+        facts, _ = qdata.logged_memory(p)
         assert q.answer == pytest.approx(
             m.max_concurrency(facts["kv_memory_gib"], p["max_model_len"]), abs=0.01)
         if "concurrency" in facts:
@@ -368,7 +368,7 @@ def check_generated(q: quiz.Question) -> None:
         from course_utils.core import evalset, keep
         from course_utils.core.records import read_jsonl
 
-        src = qdata._data(p, "records")
+        src = qdata.item_data(p, "records")
         recs = read_jsonl(src) if isinstance(src, Path) else list(src)
         items = evalset.load_items(quiz.resolve_path(p["eval_set"]))
         kv = keep.kv_check(recs, baseline=p["baseline"], max_num_seqs=p.get("max_num_seqs"),
@@ -379,7 +379,7 @@ def check_generated(q: quiz.Question) -> None:
         from course_utils.core import keep
         from course_utils.core.records import read_jsonl
 
-        src = qdata._data(p, "run")
+        src = qdata.item_data(p, "run")
         assert isinstance(src, Path)  # the recorded run is in the repo
         spread = keep.same_batch_gap(src, read_jsonl(src / "results.jsonl"),
                                           baseline=p["baseline"])
@@ -537,7 +537,7 @@ def test_startup_facts_come_from_core_vllm_logs(tmp_path: Path) -> None:
            "tokens per request: 27.36x\n")
     assert not hasattr(quiz, "startup_facts") and not hasattr(qdata, "_LOG_LINES")
     (tmp_path / "serve.log").write_text(log)
-    facts, from_log = qdata._logged({"log": str(tmp_path / "serve.log"), "kv_memory_gib": 1})
+    facts, from_log = qdata.logged_memory({"log": str(tmp_path / "serve.log"), "kv_memory_gib": 1})
     assert from_log and facts == {"kv_memory_gib": 5.98, "kv_tokens": 112048.0,
                                   "concurrency": 27.36, "concurrency_len": 4096.0}
     q = quiz.expand({"id": "k", "generator": "kv_tokens",

@@ -6,7 +6,7 @@
 # another job's GPU processes (no cleanup_gpu.sh here: it may run beside another job).
 #   [CUDA_VISIBLE_DEVICES=1] [BUDGET_S=540] bash tools/gpu/capacity_probe.sh RUN_DIR [CASES...]
 # PY: the Python (default python3; needs torch for the CUDA total); VLLM_CMD: the vllm command.
-# Cases: python -m course_utils.lab.capacity_probe x --list (default: all of them).
+# Cases: python tools/gpu/capacity_probe.py x --list (default: all of them).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 RUN=${1:?usage: capacity_probe.sh RUN_DIR [CASES...]}
@@ -15,7 +15,7 @@ source tools/gpu/hostenv.sh
 PY=${PY:-python3}
 BUDGET=${BUDGET_S:-540}   # the device call stops at 600 s: keep time to copy results
 mkdir -p "$RUN/capacity"
-CMD=("$PY" -m course_utils.lab.capacity_probe "$RUN" "$@" --budget-s "$BUDGET"
+CMD=("$PY" tools/gpu/capacity_probe.py "$RUN" "$@" --budget-s "$BUDGET"
      --vllm-cmd "${VLLM_CMD:-vllm}" --python "${TORCH_PY:-$PY}")
 echo "$(date -u +%FT%TZ) CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-} \$ $(printf '%q ' "${CMD[@]}")" \
   | tee -a "$RUN/commands.log"

@@ -34,7 +34,7 @@ pack_out() {
   for d in "$CASE" "grid-$CASE"; do
     [ -d "$RUN/$d" ] || continue
     $PY tools/gpu/collect.py "$RUN/$d" "$pack/$d" > /dev/null
-    [ "$d" = "grid-$CASE" ] && $PY -m course_utils.lab.sidebyside shrink "$pack/$d" > /dev/null
+    [ "$d" = "grid-$CASE" ] && $PY tools/gpu/sweep_files.py shrink "$pack/$d" > /dev/null
     # written aside, then renamed: a call cut mid-tar keeps the last whole archive
     tar czf "$OUT/.$d.tgz.part" -C "$pack" "$d" && mv -f "$OUT/.$d.tgz.part" "$OUT/$d.tgz"
   done
@@ -80,7 +80,7 @@ t0=$(date +%s)
 # the loop: a budget a little under its share, so that it stops itself between points
 mins=$($PY -c "import sys; print(round(max(0.5, (float(sys.argv[1]) - 30) / 60), 2))" "$LOOP")
 # shellcheck disable=SC2086  # TUNE_EXTRA is a list of flags
-OUT= TUNE_TIMEOUT_S=$LOOP COURSE_UTILS_BENCH_WORKER=${COURSE_UTILS_BENCH_WORKER:-1} \
+OUT= TUNE_TIMEOUT_S=$LOOP \
   bash tools/gpu/run_tune.sh "$CASE" "$RUN" -- --preset "$PRESET" --gpu-size "$GPU_SIZE" \
   --gpu-minutes "$mins" --seed 0 --startup-timeout 300 ${TUNE_EXTRA:-}
 loop_rc=$?

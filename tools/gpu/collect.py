@@ -34,14 +34,10 @@ def shrink_bench(path: Path, max_kb: int) -> bool:
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from course_utils.core.store import summarise_long_lists  # noqa: E402
-from course_utils.core.vllm_logs import (  # noqa: E402
-    ARGS_LINE,
-    JIT_LINE,
-    MEMORY_LINE_MARKS,
-    SWEEP_LOG_MARKS,
-)
+from course_utils.core.vllm_logs import JIT_LINE, SWEEP_LOG_MARKS  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from capacity_probe import ARGS_LINE, MEMORY_LINE_MARKS  # noqa: E402
 from compress_results import MIN_LOG_KB, compress  # noqa: E402
 
 # vLLM lines kept from the cut middle of a long log: the JIT monitor's compiles (the

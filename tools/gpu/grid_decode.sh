@@ -48,7 +48,7 @@ for i in $(seq 0 $((GPUS - 1))); do
 done
 echo "$(date -u +%FT%TZ) grid_decode rc=$rc wall=$(( $(date +%s) - t0 ))s" | tee -a "$RUN/commands.log"
 rm -rf "$MERGED"
-$PY -m course_utils.lab.gridrun merge "$MERGED" "${parts[@]}" || exit 2
+$PY tools/gpu/sweep_files.py merge "$MERGED" "${parts[@]}" || exit 2
 $PY -m course_utils.lab.gridrun compare "$MERGED/vllm_sweep" "$TUNE_DIR" \
   --json "$MERGED/compare.json" | tee "$MERGED/compare.md"
 $PY -m course_utils.lab.gridrun compare "$MERGED/vllm_sweep" "$TUNE_DIR" --lang zh \
@@ -57,7 +57,7 @@ if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT/labrun"
   for d in "${parts[@]}" "$MERGED"; do
     $PY tools/gpu/collect.py "$d" "$OUT/labrun/$(basename "$d")"
-    $PY -m course_utils.lab.sidebyside shrink "$OUT/labrun/$(basename "$d")"
+    $PY tools/gpu/sweep_files.py shrink "$OUT/labrun/$(basename "$d")"
   done
   cp "$RUN"/grid-decode-gpu*.out "$RUN/commands.log" "$OUT/labrun/" 2>/dev/null
 fi

@@ -4,9 +4,7 @@
 # GPU checked free, small results copied to $OUT. A rerun resumes from points.jsonl.
 #   bash tools/gpu/run_tune.sh NAME [RUN_DIR] -- TUNE_ARGS...
 # TUNE_ARGS may name a workload preset: -- --preset decode --gpu-size h200 --gpu-minutes 8
-# COURSE_UTILS_BENCH_WORKER=1: every `vllm bench serve` of the run in one process that imports
-# vLLM once (lab.benchworker; a call it cannot run falls back to the CLI); each point records
-# its cost and bench mode (points.jsonl "cost"). PY (python3): the Python that runs course_utils.
+# PY (python3): the Python that runs course_utils.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 NAME=${1:?usage: run_tune.sh NAME [RUN_DIR] -- TUNE_ARGS...}

@@ -6,7 +6,6 @@
 #    utilisations); GPU 0: lab 03 `one` (one replica), then the H200-default probes.
 # B  lab 03 `dp2` (vLLM's --data-parallel-size 2 over both GPUs).
 # C  lab 03 `tp2` (--tensor-parallel-size 2 over both GPUs).
-# Every `vllm bench serve` call runs in one bench worker per process (vLLM imported once).
 # Results: /tmp/labrun (scaleout/, cap0/capacity/, cap1/capacity/, commands.log), packed into
 # $OUT/STEP-<folder>.tgz, one per top-level folder (at most 8 files of 16 MiB come back).
 set -uo pipefail
@@ -16,7 +15,6 @@ RUN=/tmp/labrun
 OUTDIR=${OUT:-}
 unset OUT   # the sub-scripts would copy through collect.py themselves
 source tools/gpu/hostenv.sh
-export COURSE_UTILS_BENCH_WORKER=1
 mkdir -p "$RUN"
 t0=$(date +%s)
 case "$STEP" in

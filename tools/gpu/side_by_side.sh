@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # vLLM's own grid: vLLM 0.26.0's `vllm bench sweep serve` over one or two knobs, on any
-# workload, with lab.measure's warm-up before each run (course_utils.lab.grid, lab.gridbench).
+# workload, with lab.measure's warm-up before each run (course_utils.lab.grid, lab.gridrun).
 # One device call (its time budget BUDGET_S); a call stopped by the budget is resumed by the
 # next with vLLM's own --resume (finished combos start no server). Never touches processes
 # that are not its own: at the end it kills only servers on its PORT (their process groups).
@@ -19,9 +19,6 @@
 #   NAME          the folder under RUN_DIR (sidebyside)
 #   WARMUP (load) load: lab.measure's warm-up at the load's rate (WARMUP_SHARE of its prompts,
 #                 default lab.measure's 0.5); num:N: vLLM's own `--num-warmups N` instead
-#   BENCH_WORKER (1) the warm-up and the run in one process; SHARED_WORKER (1): one such
-#                 process for the whole sweep, started with the first server (vLLM imported
-#                 once per sweep, not once per combo)
 #   NUM_RUNS (1)  runs per combo (2+: each combo's own run-to-run spread)
 #   BUDGET_S (540) the sweep's time in this call; READY_TIMEOUT_S (420)
 #   TUNE_DIR      a tune() folder measured on the same workload: compare.md
@@ -41,7 +38,6 @@ GPU_SIZE=${GPU_SIZE:-h200}
 NAME=${NAME:-sidebyside}
 PART=${PART:-0/1}
 WARMUP=${WARMUP:-load}
-BENCH_WORKER=${BENCH_WORKER:-1}
 NUM_RUNS=${NUM_RUNS:-1}
 LIMIT=${BUDGET_S:-540}
 READY=${READY_TIMEOUT_S:-420}
@@ -68,8 +64,7 @@ ARGS=()
 [ -n "${GRID:-}" ] && ARGS+=(--grid "$GRID")
 for kv in ${BASE:-}; do ARGS+=(--base "$kv"); done
 case "$WARMUP" in
-  load) [ -n "${WARMUP_SHARE:-}" ] && ARGS+=(--warmup-share "$WARMUP_SHARE")
-        [ "$BENCH_WORKER" = 1 ] && ARGS+=(--bench-worker) ;;
+  load) [ -n "${WARMUP_SHARE:-}" ] && ARGS+=(--warmup-share "$WARMUP_SHARE") ;;
   num:*) ARGS+=(--num-warmups "${WARMUP#num:}") ;;
   *) echo "WARMUP must be load or num:N, not $WARMUP" >&2; exit 2 ;;
 esac
@@ -86,17 +81,6 @@ $PY -m course_utils.lab.gridrun prepare "$SBS" --model "$MODEL" --port "$PORT" \
   --serve-vllm "$SERVE_VLLM" --python "$PY" "${ARGS[@]}" || exit 2
 SERVE_CMD=$(cat "$SBS/serve_cmd.txt")
 BENCH_CMD=$(cat "$SBS/bench_cmd.txt")
-
-# one bench worker for the whole sweep (BENCH_WORKER=1, WARMUP=load): it imports vLLM while
-# the first server starts, and every combo's gridbench attaches to it instead of importing
-# vLLM itself (lab.benchworker --socket); stopped when this script ends
-if [ "$BENCH_WORKER" = 1 ] && [ "$WARMUP" = load ] && [ "${SHARED_WORKER:-1}" = 1 ]; then
-  export COURSE_UTILS_BENCH_WORKER_SOCKET="$SBS/bench-worker.sock"
-  setsid $PY -m course_utils.lab.benchworker --entry "${COURSE_UTILS_BENCH_WORKER_ENTRY:-vllm}" \
-    --socket "$COURSE_UTILS_BENCH_WORKER_SOCKET" > "$SBS/bench-worker.log" 2>&1 &
-  WORKER_PID=$!
-  trap 'kill -9 -- -$WORKER_PID 2>/dev/null; rm -f "$COURSE_UTILS_BENCH_WORKER_SOCKET"' EXIT
-fi
 
 RESUME=()
 if [ -d "$OUTDIR/$EXP" ]; then  # an earlier call started it: vLLM's own resume
@@ -120,9 +104,9 @@ timeout --signal=INT --kill-after=30 "$LIMIT" "${CMD[@]}" 2>&1 \
 rc=${PIPESTATUS[0]}
 wall=$($PY -c "print(round($EPOCHREALTIME - $t0, 2))")
 echo "$(date -u +%FT%TZ) side_by_side $NAME call $N rc=$rc wall=${wall}s" | tee -a "$RUN/commands.log" "$SBS/commands.log"
-$PY -m course_utils.lab.sidebyside timing "$LOG" "$SBS/timing.json" --call-wall-s "$wall" --rc "$rc"
+$PY tools/gpu/sweep_files.py timing "$LOG" "$SBS/timing.json" --call-wall-s "$wall" --rc "$rc"
 # only this job's servers (a sweeper killed before it could stop its server leaves one)
-$PY -m course_utils.lab.gridrun cleanup --port "$PORT" | tee -a "$SBS/commands.log"
+$PY tools/gpu/sweep_files.py cleanup --port "$PORT" | tee -a "$SBS/commands.log"
 grep -E "^[0-9.]+ (.*\[(BEGIN|END|SKIPPED) [A-Z]+\]|Server overrides|gridbench: |Warming up with|Experiment has been saved|RuntimeError|.*Error|.*JIT compilation during inference)" "$LOG" | tail -40
 done_runs=$(ls "$OUTDIR/$EXP"/SERVE-*/summary.json 2>/dev/null | wc -l)
 want=$($PY -c "import json,sys; print(len(json.load(open(sys.argv[1]))))" "$SBS/serve_params.json")
@@ -133,14 +117,10 @@ fi
 if [ -n "${TUNE_DIR:-}" ] && [ "$done_runs" -gt 0 ]; then
   $PY -m course_utils.lab.gridrun compare "$OUTDIR" "$TUNE_DIR" --json "$SBS/compare.json" \
     | tee "$SBS/compare.md"
-elif [ "${WARMUP#num:}" != "$WARMUP" ] && [ -s "$RUN/slo/tune.jsonl" ] && [ "$done_runs" -gt 0 ]; then
-  $PY -m course_utils.lab.sidebyside compare "$OUTDIR" "$RUN/slo" --slo "${SLO_SPEC:-}" \
-    --timing "$SBS/timing.json" --bench-cmd "$SBS/bench_cmd.txt" --json "$SBS/compare.json" \
-    | tee "$SBS/compare.md"
 fi
 if [ -n "${OUT:-}" ]; then  # small files only (run JSONs keep --save-detailed lists: shrunk)
   mkdir -p "$OUT/labrun"
   $PY tools/gpu/collect.py "$SBS" "$OUT/labrun/$NAME"
-  $PY -m course_utils.lab.sidebyside shrink "$OUT/labrun/$NAME"
+  $PY tools/gpu/sweep_files.py shrink "$OUT/labrun/$NAME"
 fi
 exit "$rc"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -513,6 +514,16 @@ class Rehearsal:
         if not 0 < here <= 1:
             raise ValueError(f"gpu_memory_utilization {util} on {self.target} does not fit here")
         return here
+
+    def on_target(self, serve_command: str) -> str:
+        """A command run here as the target runs it: every --gpu-memory-utilization scaled
+        back to the target's share of its own memory (the batch knobs are the target's)."""
+
+        def back(m: re.Match[str]) -> str:
+            util = float(m.group(2)) * self.here_total_gib / self.target_total_gib
+            return f"{m.group(1)}{round(util, 4):g}"
+
+        return re.sub(r"(--gpu-memory-utilization[ =])([0-9.]+)", back, serve_command)
 
     def explain(self, lang: str = "en") -> list[str]:
         """What a rehearsal reproduces and what it does not, in plain words."""

@@ -127,7 +127,7 @@ def _k(**kw: Any) -> Knob:
     return Knob(**kw)
 
 
-_KNOBS: list[Knob] = [
+KNOB_LIST: list[Knob] = [
     _k(
         name="gpu_memory_utilization",
         flag="--gpu-memory-utilization",

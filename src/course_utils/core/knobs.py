@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from course_utils.core.knob_table import (
-    _KNOBS,
+    KNOB_LIST,
     Effect,
     Entry,
     Knob,
@@ -55,7 +55,7 @@ INVERSE: dict[str, Effect] = {
 }
 
 
-KNOBS: dict[str, Knob] = {k.name: k for k in _KNOBS}
+KNOBS: dict[str, Knob] = {k.name: k for k in KNOB_LIST}
 GROUPS: dict[str, dict[str, str]] = {
     "capacity": {"en": "capacity", "zh": "容量"},
     "batch_shape": {"en": "batch shape", "zh": "批形状"},
@@ -308,10 +308,10 @@ def recommend(goal: str) -> list[Knob]:
     included, and ``Knob.condition(goal)`` says what it needs. Trades still apply.
     """
     if goal == "capacity":
-        return [k for k in _KNOBS if "kv" in k.relieves]
+        return [k for k in KNOB_LIST if "kv" in k.relieves]
     if goal not in METRIC_ATTR:
         raise KnobError(f"goal must be throughput, ttft, itl, tpot or capacity, not {goal!r}")
-    return [k for k in _KNOBS if k.effect(goal) == "better"]
+    return [k for k in KNOB_LIST if k.effect(goal) == "better"]
 
 
 def moves(goal: str, lang: Lang = "en") -> list[tuple[Knob, str, str]]:
@@ -322,7 +322,7 @@ def moves(goal: str, lang: Lang = "en") -> list[tuple[Knob, str, str]]:
     out = [(k, k.move[lang], k.condition(goal, lang)) for k in recommend(goal)]
     out += [
         (k, k.reverse[lang], "")
-        for k in _KNOBS
+        for k in KNOB_LIST
         if k.reverse and INVERSE[k.effect(goal)] == "better"
     ]
     return out
@@ -371,7 +371,7 @@ def _paren(text: str, lang: Lang) -> str:
 
 def free_wins() -> list[Knob]:
     """Knobs that help both ends of the curve and trade something other than the curve."""
-    return [k for k in _KNOBS if k.free_win]
+    return [k for k in KNOB_LIST if k.free_win]
 
 
 # The order in which to try the knobs for a binding constraint: cheapest, most direct first
@@ -417,7 +417,7 @@ def for_constraint(constraint: str) -> list[tuple[Knob, str]]:
     """(knob, which way) pairs that relieve a binding constraint, in the order to try them."""
     order = PRIORITY.get(constraint, ())
     assert all(constraint in KNOBS[n].relieves for n in order), constraint
-    assert {k.name for k in _KNOBS if constraint in k.relieves} == set(order), constraint
+    assert {k.name for k in KNOB_LIST if constraint in k.relieves} == set(order), constraint
     return [(KNOBS[n], KNOBS[n].relieves[constraint]) for n in order]
 
 
@@ -432,7 +432,7 @@ def table(
         else ("knob", "default", "group", "move", "throughput", "TTFT", "ITL/TPOT", "trade")
     )
     rows = []
-    for k in _KNOBS:
+    for k in KNOB_LIST:
         d = default(k.name, gpu_memory_gib=gpu_memory_gib, entry=entry, gpu_name=gpu_name)
         dtext = NONE_DEFAULT[k.name][lang] if d is None else str(d)
         cells = (

@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.cost import PointCost
 from course_utils.core.store import (
     GZ,
     append_jsonl,
@@ -31,7 +30,6 @@ __all__ = [
     "GZ",
     "KNEE_FILE",
     "PointPaths",
-    "ProbeRecord",
     "Workload",
     "append_jsonl",
     "gzip_file",
@@ -263,7 +261,7 @@ class Warmup:
     max_concurrent_requests: float | None = None
     jit: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float | None = None
-    load_s: float | None = None  # vLLM's bench duration of the warm-up (core.cost)
+    load_s: float | None = None  # vLLM's bench duration of the warm-up
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -313,7 +311,6 @@ class ServedPoint:
     time: str = ""
     warmup: Warmup | None = None
     windows: list[Window] = field(default_factory=list)
-    cost: PointCost | None = None  # where the point's time went (core.cost); None: older run
 
     @property
     def label(self) -> str:
@@ -389,7 +386,6 @@ class ServedPoint:
     # ---- JSON ---------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in _NESTED}
-        d["cost"] = self.cost.to_json() if self.cost else None
         d["warmup"] = self.warmup.to_json() if self.warmup else None
         d["windows"] = [w.to_json() for w in self.windows]
         dec = self.deciding
@@ -438,7 +434,6 @@ class ServedPoint:
             kw["startup_s"] = d["server_startup_s"]
         p = cls(**kw)
         p.warmup = Warmup.from_json(d["warmup"]) if d.get("warmup") else None
-        p.cost = PointCost.from_json(d["cost"]) if d.get("cost") else None
         if "windows" in d:
             p.windows = [Window.from_json(w) for w in d["windows"]]
         elif d.get("status") == "ok":  # a record from before windows: its one window
@@ -446,7 +441,7 @@ class ServedPoint:
         return p
 
 
-_NESTED = ("warmup", "windows", "cost")
+_NESTED = ("warmup", "windows")
 
 
 def _legacy_window(d: Mapping[str, Any]) -> Window:
@@ -558,41 +553,3 @@ class OfflinePoint:
         )
         p.update({k: v for k, v in d.items() if k not in ("key", "knobs", "model")})
         return p
-
-
-# --------------------------------------------------------------------------------------
-# capacity probe: one `vllm serve` start-up and the memory vLLM logged
-# --------------------------------------------------------------------------------------
-
-
-@dataclass
-class ProbeRecord:
-    """One capacity-probe case (lab/capacity_probe.py): the serve config, the GPU it ran on
-    (CUDA total, bytes) and, from the log, the start-up facts and the memory profile
-    (``vllm_logs.StartupFacts`` / ``MemoryProfile`` as dicts, plus the lines verbatim)."""
-
-    case: str
-    status: str  # "ok" | "failed"
-    model: str
-    config: dict[str, Any]  # the model folder's config.json: the prediction's only model input
-    entry: str  # whose defaults were passed: "serve" | "llm"
-    knobs: dict[str, Any]
-    gpu_total_bytes: int
-    target_gpu: str | None = None  # rehearsed GPU (None: this GPU's own defaults)
-    reason: str | None = None
-    note: str = ""
-    argv: list[str] = field(default_factory=list)
-    started_at: str = ""
-    startup_s: float | None = None
-    wall_s: float | None = None
-    log: str = ""
-    facts: dict[str, Any] = field(default_factory=dict)
-    memory: dict[str, Any] = field(default_factory=dict)
-    memory_lines: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ProbeRecord:
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})

@@ -6,7 +6,7 @@
 - ``stop_reason``: why ``sweep.tune`` stopped (its summary, or the ``stop_reason`` string);
 - ``loop_outcome``: what the finished loop concluded (``keep.loop_outcome``);
 - ``constraint_table``: the loop against vLLM's grid, one row per constraint
-  (``lab.loopvsgrid``);
+  (``lab.grid``);
 - ``issue``: one validity issue (``validity``), used by the two above.
 
 English reuses the ``why`` the rules wrote; Chinese is built from the structured fields (and
@@ -284,7 +284,7 @@ def loop_outcome(o: Mapping[str, Any], lang: str = "en") -> str:
     }.get(str(o.get("outcome")), str(o.get("why") or ""))
 
 
-# ---- the loop against vLLM's grid (lab.gridcompare.compare) -------------------------------
+# ---- the loop against vLLM's grid (lab.grid.compare) ------------------------------------
 
 _LVG_HEAD = {
     "en": ["", "vLLM's grid (`vllm bench sweep serve`)", "the loop (`tune()`)", "loop / grid"],
@@ -428,7 +428,7 @@ def loop_vs_grid(cmp: Mapping[str, Any], lang: str = "en") -> str:
     return "\n".join(lines)
 
 
-# ---- the loop against vLLM's grid, one row per constraint (lab.loopvsgrid) ---------------
+# ---- the loop against vLLM's grid, one row per constraint (lab.grid) ---------------------
 
 _CASE = {
     "prefill": {
@@ -572,7 +572,7 @@ def _ct_row(r: Mapping[str, Any], lang: str) -> list[str]:
 
 
 def constraint_table(rows: list[Mapping[str, Any]], lang: str = "en") -> str:
-    """The loop against vLLM's grid, one row per constraint (``lab.loopvsgrid.CaseRow``
+    """The loop against vLLM's grid, one row per constraint (``lab.grid.CaseRow``
     dicts), then each row's note, in `lang`."""
     lang = _lang(lang)
     head = _CT_HEAD[lang]

@@ -42,6 +42,7 @@ __all__ = [
     "workload_from_args",
     "positive_int",
     "share",
+    "share_below_one",
 ]
 
 EXIT_BAD_INPUT = 2
@@ -132,11 +133,12 @@ def _rate(text: Any) -> float:
 rate = _arg(_rate, "rate")
 
 
-def _in(low: float, high: float, low_open: bool) -> Callable[[Any], float]:
+def _in(low: float, high: float, low_open: bool, high_open: bool = False) -> Callable[[Any], float]:
     def rule(text: Any) -> float:
         v = float(_number(text, float))
-        if v > high or v < low or (low_open and v == low):
-            raise ValueError(f"must be in {'(' if low_open else '['}{low:g}, {high:g}], got {text}")
+        if v > high or v < low or (low_open and v == low) or (high_open and v == high):
+            span = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+            raise ValueError(f"must be in {span}, got {text}")
         return v
 
     return rule
@@ -144,6 +146,7 @@ def _in(low: float, high: float, low_open: bool) -> Callable[[Any], float]:
 
 fraction = _arg(_in(0.0, 1.0, True), "fraction")  # (0, 1]
 share = _arg(_in(0.0, 1.0, False), "share")  # [0, 1]
+share_below_one = _arg(_in(0.0, 1.0, False, high_open=True), "share")  # [0, 1)
 
 
 def _port(text: Any) -> int:

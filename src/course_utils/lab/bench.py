@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,6 @@ from course_utils.core.records import Workload
 from course_utils.core.slo import BenchResult
 from course_utils.core.vllm_logs import bench_failure_reason
 from course_utils.core.workload import TraceWorkload
-from course_utils.lab import benchworker
 from course_utils.lab.proc import run_logged
 from course_utils.lab.workload import slice_path, write_slice
 
@@ -38,9 +36,7 @@ __all__ = [
     "BenchError",
     "Workload",
     "bench_args",
-    "run_argv",
     "run_bench",
-    "WARMUP_PROMPTS",
 ]
 
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
@@ -169,18 +165,9 @@ def run_bench(
     num_warmups: int = 0,
     env: Mapping[str, str] | None = None,
     extra_args: Sequence[str] = (),
-    worker: bool | None = None,
-    worker_entry: str | None = None,
-    calls: list[dict[str, Any]] | None = None,
 ) -> Any:
-    """Run `vllm bench serve`; return slo.BenchResult of its JSON.
-
-    By default a subprocess per call. ``worker`` (default: COURSE_UTILS_BENCH_WORKER=1)
-    runs the same argv in the persistent worker of lab.benchworker (vLLM imported once;
-    ``worker_entry``: its entry, default COURSE_UTILS_BENCH_WORKER_ENTRY or vLLM's); a
-    worker that crashes or cannot start is replaced by the subprocess for that call.
-    ``calls``: a list that gets one {"mode", "wall_s", "log"} per call ("cli", "worker" or
-    "cli-fallback")."""
+    """Run `vllm bench serve` (a subprocess, its output in ``log_path``); return
+    slo.BenchResult of its JSON."""
     result_dir = Path(result_dir)
     result_dir.mkdir(parents=True, exist_ok=True)
     out = result_dir / result_filename
@@ -201,12 +188,7 @@ def run_bench(
         num_warmups=num_warmups,
         extra_args=extra_args,
     )
-    t0 = time.monotonic()
-    rc, timed_out, mode = run_argv(
-        argv, len(vllm_cmd), log, timeout_s, env=env, worker=worker, worker_entry=worker_entry
-    )
-    if calls is not None:
-        calls.append({"mode": mode, "wall_s": round(time.monotonic() - t0, 2), "log": str(log)})
+    rc, timed_out = run_logged(argv, log, timeout_s, env=env, grace_s=5.0)
     if timed_out:
         raise BenchError(f"vllm bench serve did not finish within {timeout_s:.0f} s", log_path=log)
     if rc != 0:
@@ -221,46 +203,3 @@ def run_bench(
         }
         out.write_text(json.dumps(result.raw))
     return result
-
-
-def run_argv(
-    argv: Sequence[str],
-    n_cmd: int,
-    log: Path,
-    timeout_s: float,
-    *,
-    env: Mapping[str, str] | None = None,
-    worker: bool | None = None,
-    worker_entry: str | None = None,
-) -> tuple[int | None, bool, str]:
-    """Run one `vllm bench serve` argv (``n_cmd``: how many leading items are the
-    executable) with its output appended to ``log``: (rc, timed_out, mode), mode "cli",
-    "worker" or "cli-fallback"; in the worker when enabled and usable."""
-    if not benchworker.worker_enabled(worker):
-        rc, timed_out = run_logged(argv, log, timeout_s, env=env, grace_s=5.0)
-        return rc, timed_out, "cli"
-    w = benchworker.shared(worker_entry)
-    if w.usable:
-        try:
-            w.start()
-            with open(log, "ab") as fh:  # the same first line as run_logged writes
-                fh.write(f"$ {list(argv)}\n".encode())
-                shared = " (a sweep's shared worker: vLLM imported before)" if w.attached else ""
-                fh.write(f"# in-process: course_utils bench worker pid {w.pid}{shared}\n".encode())
-            rc, timed_out = w.run(argv[n_cmd:], log, timeout_s, env=env)
-            return rc, timed_out, "worker"
-        except benchworker.WorkerCrash as exc:
-            with open(log, "ab") as fh:
-                fh.write(f"# {exc.reason}: this call runs again as a subprocess\n".encode())
-    rc, timed_out = run_logged(argv, log, timeout_s, env=env, grace_s=5.0)
-    return rc, timed_out, "cli-fallback"
-
-
-# `vllm bench serve --num-warmups` that tools/gpu/side_by_side.sh gives vLLM's own sweep (the
-# course's harness warms up through lab.measure instead: a share of the load at its rate)
-WARMUP_PROMPTS = 8
-
-
-# --------------------------------------------------------------------------------------
-# measurement validity
-# --------------------------------------------------------------------------------------

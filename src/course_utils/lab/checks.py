@@ -44,13 +44,13 @@ LABELS: dict[str, dict[str, str]] = {
 _FIX = {"en": "fix", "zh": "解决"}
 
 
-_INSTALL = {
+INSTALL_HINTS = {
     "en": f"pip install -r requirements-gpu.txt (vllm=={VLLM_VERSION}) in the active venv",
     "zh": f"在当前 venv 里 pip install -r requirements-gpu.txt（装上 vllm=={VLLM_VERSION}）",
 }
 
 
-def _t(en: str, zh: str) -> dict[str, str]:
+def en_zh(en: str, zh: str) -> dict[str, str]:
     return {"en": en, "zh": zh}
 
 
@@ -197,7 +197,7 @@ def _check_hub(model: str) -> Check:
     """A hub id downloads at start-up: ModelScope, the HF cache, a mirror or the network."""
 
     def ok(en: str, zh: str) -> Check:
-        return Check("model", True, _t(f"{model} (hub id, {en})", f"{model}（仓库 id，{zh}）"))
+        return Check("model", True, en_zh(f"{model} (hub id, {en})", f"{model}（仓库 id，{zh}）"))
 
     if os.environ.get("VLLM_USE_MODELSCOPE", "False").lower() == "true":  # vllm/envs.py
         if importlib.util.find_spec("modelscope") is not None:
@@ -205,11 +205,11 @@ def _check_hub(model: str) -> Check:
         return Check(
             "model",
             False,
-            _t(
+            en_zh(
                 f"{model}: VLLM_USE_MODELSCOPE=True, but the modelscope package is missing",
                 f"{model}：设了 VLLM_USE_MODELSCOPE=True，但没装 modelscope 包",
             ),
-            _t("pip install modelscope", "pip install modelscope"),
+            en_zh("pip install modelscope", "pip install modelscope"),
         )
     if _hf_cached(model):
         return ok("in the HF cache", "已在 HF 缓存里")
@@ -218,11 +218,11 @@ def _check_hub(model: str) -> Check:
         return Check(
             "model",
             False,
-            _t(
+            en_zh(
                 f"{model} is a hub id, but HF_HUB_OFFLINE={offline} forbids downloading it",
                 f"{model} 是模型仓库 id，但 HF_HUB_OFFLINE={offline} 禁止下载",
             ),
-            _t(
+            en_zh(
                 "download the model to a folder and pass the folder, or unset HF_HUB_OFFLINE",
                 "先把模型下载到目录里再传目录，或取消 HF_HUB_OFFLINE",
             ),
@@ -238,13 +238,13 @@ def _check_hub(model: str) -> Check:
     return Check(
         "model",
         False,
-        _t(
+        en_zh(
             f"{model} is a hub id, and huggingface.co is not reachable from here (no HF_ENDPOINT "
             "mirror, no VLLM_USE_MODELSCOPE)",
             f"{model} 是模型仓库 id，这里连不上 huggingface.co（没设 "
             "HF_ENDPOINT 镜像，也没设 VLLM_USE_MODELSCOPE）",
         ),
-        _t(
+        en_zh(
             "export HF_ENDPOINT=https://hf-mirror.com, or VLLM_USE_MODELSCOPE=True (pip install "
             "modelscope), or download the model to a folder and pass the folder",
             "export HF_ENDPOINT=https://hf-mirror.com，或设 VLLM_USE_MODELSCOPE=True（pip install "
@@ -262,8 +262,8 @@ def check_model(model: str, tokenizer: str | None = None) -> Check:
         return Check(
             "model",
             False,
-            _t(f"model folder {model} does not exist", f"模型目录 {model} 不存在"),
-            _t(
+            en_zh(f"model folder {model} does not exist", f"模型目录 {model} 不存在"),
+            en_zh(
                 "check the path (download the model first), or give a hub id such as "
                 "Qwen/Qwen2.5-7B-Instruct",
                 "检查路径（先下载模型），或者给一个仓库 id，比如 Qwen/Qwen2.5-7B-Instruct",
@@ -273,15 +273,15 @@ def check_model(model: str, tokenizer: str | None = None) -> Check:
         return Check(
             "model",
             False,
-            _t(f"{path} is a file, not a model folder", f"{path} 是文件，不是模型目录"),
-            _t("pass the folder that holds config.json", "传包含 config.json 的那个目录"),
+            en_zh(f"{path} is a file, not a model folder", f"{path} 是文件，不是模型目录"),
+            en_zh("pass the folder that holds config.json", "传包含 config.json 的那个目录"),
         )
     if not (path / "config.json").is_file():
         return Check(
             "model",
             False,
-            _t(f"no config.json in {path}", f"{path} 里没有 config.json"),
-            _t(
+            en_zh(f"no config.json in {path}", f"{path} 里没有 config.json"),
+            en_zh(
                 "pass the folder that holds config.json (the download's root), or download it again",
                 "传包含 config.json 的目录（下载的根目录），或重新下载",
             ),
@@ -291,7 +291,7 @@ def check_model(model: str, tokenizer: str | None = None) -> Check:
         return Check(
             "model",
             True,
-            _t(
+            en_zh(
                 f"{path} (config.json; tokenizer {tokenizer})",
                 f"{path}（有 config.json；分词器 {tokenizer}）",
             ),
@@ -301,13 +301,13 @@ def check_model(model: str, tokenizer: str | None = None) -> Check:
         return Check(
             "model",
             False,
-            _t(
+            en_zh(
                 f"{tok_dir} has no tokenizer (tokenizer.json or tokenizer.model/vocab files, plus "
                 "tokenizer_config.json)",
                 f"{tok_dir} 里没有分词器（tokenizer.json 或 tokenizer.model/"
                 "vocab 文件，外加 tokenizer_config.json）",
             ),
-            _t(
+            en_zh(
                 "download the tokenizer files into the folder too, or pass tokenizer=<folder>; for "
                 "dummy weights: python -m course_utils.lab.modelfolder <new folder>",
                 "把分词器文件也下载进这个目录，或传 tokenizer=<目录>；用随机权重时："
@@ -315,7 +315,7 @@ def check_model(model: str, tokenizer: str | None = None) -> Check:
             ),
         )
     return Check(
-        "model", True, _t(f"{path} (config.json, {found})", f"{path}（config.json、{found}）")
+        "model", True, en_zh(f"{path} (config.json, {found})", f"{path}（config.json、{found}）")
     )
 
 
@@ -332,7 +332,7 @@ def check_dummy_vocab(model: str, tokenizer: str | None = None) -> Check | None:
         return Check(
             "dummy_vocab",
             True,
-            _t(
+            en_zh(
                 f"no tokenizer.json in {tok_dir} to compare with config.json's vocab_size",
                 f"{tok_dir} 里没有 tokenizer.json，无法和 config.json 的 vocab_size 对照",
             ),
@@ -343,19 +343,19 @@ def check_dummy_vocab(model: str, tokenizer: str | None = None) -> Check | None:
         return Check(
             "dummy_vocab",
             False,
-            _t(
+            en_zh(
                 f"load_format=dummy: the tokenizer decodes {size - missing:,} of the {size:,} ids "
                 "in config.json's vocab_size, and random weights can emit any of them",
                 f"load_format=dummy：config.json 的 vocab_size 有 {size:,} 个 id，分词器只能解码 "
                 f"{size - missing:,} 个，而随机权重可能生成其中任何一个",
             ),
-            _t(
+            en_zh(
                 "make a folder whose tokenizer covers every id: python -m course_utils.lab.modelfolder "
                 "<new folder>, then pass it as the model",
                 "生成一个分词器覆盖全部 id 的目录：python -m course_utils.lab.modelfolder <新目录>，再把它作为 model 传入",
             ),
         )
-    return Check("dummy_vocab", True, _t(f"covers all {size:,} ids", f"覆盖全部 {size:,} 个 id"))
+    return Check("dummy_vocab", True, en_zh(f"covers all {size:,} ids", f"覆盖全部 {size:,} 个 id"))
 
 
 def check_port(port: int | None, host: str = "127.0.0.1") -> Check:
@@ -364,7 +364,7 @@ def check_port(port: int | None, host: str = "127.0.0.1") -> Check:
         return Check(
             "port",
             True,
-            _t(
+            en_zh(
                 "none given: a free port is picked for each server",
                 "未指定：每个服务自动选一个空闲端口",
             ),
@@ -378,17 +378,17 @@ def check_port(port: int | None, host: str = "127.0.0.1") -> Check:
                 return Check(
                     "port",
                     False,
-                    _t(
+                    en_zh(
                         f"port {port} needs root on {host}",
                         f"端口 {port} 在 {host} 上需要 root 权限",
                     ),
-                    _t("use a port above 1024", "换一个大于 1024 的端口"),
+                    en_zh("use a port above 1024", "换一个大于 1024 的端口"),
                 )
             busy = exc.errno == errno.EADDRINUSE
             return Check(
                 "port",
                 False,
-                _t(
+                en_zh(
                     f"port {port} on {host} is in use"
                     if busy
                     else f"port {port} on {host}: {exc.strerror}",
@@ -396,13 +396,13 @@ def check_port(port: int | None, host: str = "127.0.0.1") -> Check:
                     if busy
                     else f"{host} 上的端口 {port}：{exc.strerror}",
                 ),
-                _t(
+                en_zh(
                     f"choose another port (or none: a free one is picked), or stop what listens "
                     f"there: ss -ltnp | grep :{port}",
                     f"换一个端口（或不指定，自动选空闲端口），或停掉占用它的进程：ss -ltnp | grep :{port}",
                 ),
             )
-    return Check("port", True, _t(f"{host}:{port} is free", f"{host}:{port} 空闲"))
+    return Check("port", True, en_zh(f"{host}:{port} is free", f"{host}:{port} 空闲"))
 
 
 def check_output(output_dir: str | Path, min_free_gib: float = MIN_FREE_DISK_GIB) -> Check:
@@ -411,7 +411,7 @@ def check_output(output_dir: str | Path, min_free_gib: float = MIN_FREE_DISK_GIB
     probe = target
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
-    where_fix = _t(
+    where_fix = en_zh(
         "choose an output_dir you can write, e.g. on the data disk (/root/autodl-tmp on AutoDL)",
         "换一个可写的 output_dir，比如数据盘上的目录（AutoDL 上是 /root/autodl-tmp）",
     )
@@ -419,7 +419,7 @@ def check_output(output_dir: str | Path, min_free_gib: float = MIN_FREE_DISK_GIB
         return Check(
             "output",
             False,
-            _t(
+            en_zh(
                 f"{probe} is a file, so {target} cannot be a folder",
                 f"{probe} 是文件，{target} 无法成为目录",
             ),
@@ -433,7 +433,7 @@ def check_output(output_dir: str | Path, min_free_gib: float = MIN_FREE_DISK_GIB
         return Check(
             "output",
             False,
-            _t(f"cannot write in {probe}: {exc.strerror}", f"无法写入 {probe}：{exc.strerror}"),
+            en_zh(f"cannot write in {probe}: {exc.strerror}", f"无法写入 {probe}：{exc.strerror}"),
             where_fix,
         )
     free = shutil.disk_usage(probe).free / GIB
@@ -441,12 +441,12 @@ def check_output(output_dir: str | Path, min_free_gib: float = MIN_FREE_DISK_GIB
         return Check(
             "output",
             False,
-            _t(
+            en_zh(
                 f"{free:.2f} GiB free on the disk of {probe}, less than {min_free_gib:g} GiB for the results",
                 f"{probe} 所在磁盘只剩 {free:.2f} GiB，结果至少需要 {min_free_gib:g} GiB",
             ),
             where_fix,
         )
     return Check(
-        "output", True, _t(f"{target} ({free:.0f} GiB free)", f"{target}（剩余 {free:.0f} GiB）")
+        "output", True, en_zh(f"{target} ({free:.0f} GiB free)", f"{target}（剩余 {free:.0f} GiB）")
     )

@@ -14,8 +14,7 @@ from course_utils.core.keep import OBJECTIVES
 from course_utils.core.knobs import KnobError
 from course_utils.core.knobs import get as get_knob
 from course_utils.core.records import Workload
-from course_utils.core.validate import BadInput, parse_values, process_kwargs
-from course_utils.core.validate import parse_assign as _parse_assign
+from course_utils.core.validate import BadInput, parse_assign, parse_values, process_kwargs
 from course_utils.lab.preflight import MIN_FREE_DISK_GIB, preflight, requested_gmu
 
 __all__ = ["add_cli", "process_kwargs", "workload_from_args"]
@@ -99,13 +98,6 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
         help="warm-up prompts at the load's rate, as a share of --num-prompts "
         "(default: the preset's, else 0.5)",
     )
-    p.add_argument(
-        "--bench-worker",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="run each `vllm bench serve` in one process that imports vLLM once "
-        "(default: COURSE_UTILS_BENCH_WORKER=1 turns it on)",
-    )
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -187,7 +179,7 @@ def _base(a: argparse.Namespace) -> dict[str, Any]:
     """--base as given (a preset's first, the explicit ones win)."""
     out: dict[str, Any] = {}
     for item in a.base or []:
-        out.update(_parse_assign([item], False, "--base"))
+        out.update(parse_assign([item], False, "--base"))
     return out
 
 
@@ -223,7 +215,6 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
         repeats=a.repeats,
         remeasure=a.remeasure,
         warmup_share=a.warmup_share,
-        bench_worker=a.bench_worker,
     )
 
 
@@ -343,7 +334,7 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
 
 
 def _candidates(a: argparse.Namespace) -> dict[str, list[Any]]:
-    cand = _parse_assign(a.candidate, True, "--candidate")
+    cand = parse_assign(a.candidate, True, "--candidate")
     if not cand:
         raise BadInput("no --candidate given", "give --candidate KNOB=V1,V2 (or --preset NAME)")
     out: dict[str, list[Any]] = {}

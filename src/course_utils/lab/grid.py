@@ -1,65 +1,76 @@
-"""vLLM's own grid (`vllm bench sweep serve`, 0.26.0) on any workload over one or two knobs,
-and the loop (lab.tune) against it.
+"""vLLM's own grid (`vllm bench sweep serve`, 0.26.0) over one or two knobs, read back, and
+the loop (lab.tune) against it; running it is lab.gridrun.
 
-vLLM 0.26.0 facts (vllm/benchmarks/sweep/):
-- param_sweep.py ``ParameterSweep.read_json``: ``--serve-params`` is a JSON list of dicts,
-  one per server configuration, run in that order (or a dict of named dicts). The sweep does
-  NOT take a product of the keys inside it: a two-knob grid is the list of every pair, which
-  ``grid_combos`` writes. Only ``--serve-params`` x ``--bench-params`` is a product.
-- A dict's ``_benchmark_name`` names its folder and is not a flag; every other key becomes a
-  flag of the serve command (``apply_to_cmd``: replaced if present, else appended; "_" keys
-  written "--a-b"; a bool as ``--k`` / ``--no-k``). The folder is ``SERVE--`` + the name, or
-  + ``k=v`` pairs joined by "-" (serve.py ``_get_comb_base_path``). vLLM's defaults are the
-  dict ``{"_benchmark_name": "defaults"}``: the serve command unchanged, in
-  ``SERVE--defaults``.
-- A combo whose ``summary.json`` exists starts no server on ``--resume`` (serve.py
-  ``_comb_needs_server``); a ``run=N.json`` that exists is not run again.
+vLLM 0.26.0 (vllm/benchmarks/sweep/): ``--serve-params`` is a JSON list of dicts, one server
+each, in order (no product inside it: a two-knob grid lists every pair); ``_benchmark_name``
+names a combo's folder, every other key is a serve flag; the folder is ``SERVE--`` + the
+name or the ``k=v`` pairs joined by "-" (serve.py ``_get_comb_base_path``). Each run writes
+``SERVE--<combo>/run=N.json`` (the bench result, serve overrides merged in), then the
+combo's ``summary.json``; ``--resume`` starts no server for a combo that has one.
 
-The grid's bench command is lab.gridbench (lab.measure's warm-up at the load's rate before
-the sweep's own `vllm bench serve` run, the validity gate in ``run=N.harness.json``), or,
-with ``num_warmups``, plain `vllm bench serve --num-warmups N` (vLLM's own warm-up: N copies
-of the first request at once, which does not reach a load's batch sizes).
-
-Running it (the sweep's inputs, the CLI of the GPU scripts): lab.gridrun.
+A run's validity is lab.measure's gate as the grid's bench command recorded it
+(``run=N.harness.json``) plus the JIT compiles vLLM logged inside it (the sweep's log).
+``compare`` judges the loop's pick against the grid's best by the loop's keep rule
+(core.keep.decide); ``rows``/``case_table`` are the book's table.
 """
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import re
-import shutil
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from course_utils.core import knobs as knobs_mod
-from course_utils.core.records import Scores, ServedPoint, Window, bench_summary
-from course_utils.core.slo import SLO, BenchResult, score
-from course_utils.lab.gridbench import harness_path
-from course_utils.lab.sidebyside_evidence import (
-    RUN_FILE,
-    SideBySideError,
-    combo_params,
-    experiment_dir,
+from course_utils.core import presets
+from course_utils.core.keep import best_point, decide, objective_value
+from course_utils.core.records import (
+    GZ,
+    Scores,
+    ServedPoint,
+    Window,
+    Workload,
+    bench_summary,
+    read_text,
+    relative_spread,
 )
+from course_utils.core.slo import SLO, BenchResult, score
 
 __all__ = [
-    "DEFAULTS_NAME",
-    "GRID_FILE",
+    "CaseRow",
+    "GridError",
     "GridSpec",
+    "case_table",
     "combo_label",
+    "compare",
     "grid_combos",
     "grid_points",
-    "merge_parts",
     "parse_grid",
-    "reopen_rejected",
     "read_grid_meta",
+    "rows",
 ]
 
 DEFAULTS_NAME = "defaults"
 GRID_FILE = "grid.json"  # what the grid was: spec, base knobs, combos, workload, SLO
+HARNESS_SUFFIX = ".harness.json"  # next to run=N.json: the warm-up, the run, the gate
+RUN_FILE = re.compile(r"^run=(\d+)\.json$")
+SWEEP_LOG = re.compile(r"^sweep-(\d+)\.log(?:\.gz)?$")  # a recorded copy gzips long logs
+RESULTS = Path(__file__).resolve().parents[3] / "labs" / "results"
+INDEX = RESULTS / "loop_vs_grid.json"
+OBJECTIVE = "request_goodput"
+
+
+class GridError(ValueError):
+    """A folder that is not what the grid's readers need (one line)."""
+
+
+# --------------------------------------------------------------------------------------
+# the grid: knobs and values, and the combos vLLM will serve
+# --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -113,16 +124,14 @@ def grid_combos(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The ``--serve-params`` records and the combos left out (one line each).
 
-    Every combo is validated with the base knobs (core.knobs, this GPU size's defaults)
-    before any server starts, because a server vLLM rejects aborts its whole sweep.
-    One-at-a-time combos are coupled like ``tune(couple=True)`` (lab.sweep.couple_knobs);
-    a product combo vLLM would reject is left out (both values were chosen)."""
-    from course_utils.lab.sweep import _validate_each, couple_knobs
+    Every combo is validated with the base knobs (this GPU size's defaults) before any
+    server starts: a server vLLM rejects aborts its whole sweep. A swept knob is coupled
+    like ``tune(couple=True)`` (lab.sweep.couple_knobs); a product combo vLLM would reject
+    is left out (both values were chosen)."""
+    from course_utils.lab.sweep import couple_knobs, validate_each
 
     base_ = knobs_mod.validate(dict(base or {}), entry="serve")
-    raw: list[tuple[dict[str, Any], str | None]] = []
-    if spec.with_defaults:
-        raw.append(({}, None))
+    raw: list[tuple[dict[str, Any], str | None]] = [({}, None)] if spec.with_defaults else []
     if spec.mode == "product":
         names = [a[0] for a in spec.axes]
         one = names[0] if len(names) == 1 else None  # one knob: coupled like tune()
@@ -134,11 +143,9 @@ def grid_combos(
         raw += [({k: v}, k) for k, vals in spec.axes for v in vals]
     out: list[dict[str, Any]] = []
     skipped: list[str] = []
-    seen: set[str] = set()
     for over, swept in raw:
-        merged = {**base_, **over}
         try:
-            checked = _validate_each(merged)  # each knob alone; the pair after coupling
+            checked = validate_each({**base_, **over})  # each alone; the pair after coupling
             coupled: dict[str, Any] = {}
             if couple and swept is not None:
                 checked, coupled = couple_knobs(checked, swept, gpu_memory_gib)
@@ -147,57 +154,96 @@ def grid_combos(
             skipped.append(f"{combo_label(over) or DEFAULTS_NAME}: {exc}")
             continue
         combo = {k: checked[k] for k in over} | coupled if over else {}
-        if not combo:
-            combo = {"_benchmark_name": DEFAULTS_NAME}
-        key = json.dumps(combo, sort_keys=True)
-        if key not in seen:
-            seen.add(key)
+        combo = combo or {"_benchmark_name": DEFAULTS_NAME}
+        if combo not in out:
             out.append(combo)
     return out, skipped
 
 
-def split(combos: Sequence[Mapping[str, Any]], part: int, parts: int) -> list[dict[str, Any]]:
-    """Part ``part`` (0-based) of ``parts``: every parts-th combo, for one GPU each."""
-    if not 0 <= part < parts:
-        raise ValueError(f"part {part} of {parts}: give 0 <= part < parts")
-    return [dict(c) for c in combos[part::parts]]
+# --------------------------------------------------------------------------------------
+# reading a grid's results: one served point per combo, one window per run
+# --------------------------------------------------------------------------------------
 
 
-# --------------------------------------------------------------------------------------
-# reading a grid's results as served points (one per combo, one window per run)
-# --------------------------------------------------------------------------------------
+def experiment_dir(path: Path) -> Path:
+    """`-o DIR` or `DIR/EXPERIMENT`: the folder whose children are the SERVE-* combos."""
+    if not path.is_dir():
+        raise GridError(f"{path}: no such folder")
+
+    def has_combos(p: Path) -> bool:
+        return any(c.is_dir() and c.name.startswith("SERVE-") for c in p.iterdir())
+
+    if has_combos(path):
+        return path
+    exps = [c for c in sorted(path.iterdir()) if c.is_dir() and has_combos(c)]
+    if len(exps) > 1:
+        raise GridError(f"{path}: several sweep experiments ({', '.join(e.name for e in exps)})")
+    if not exps:
+        raise GridError(f"{path} is not a `vllm bench sweep serve` output: no SERVE-*/run=N.json")
+    return exps[0]
+
+
+def combo_params(dirname: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A combo's serve parameters from its folder name (``SERVE--k=v-k2=v2``), typed as its
+    result JSON has them; {} for vLLM's defaults."""
+    if raw.get("_benchmark_name") == DEFAULTS_NAME or dirname == f"SERVE--{DEFAULTS_NAME}":
+        return {}
+    body = dirname.removeprefix("SERVE-").lstrip("-").split("-BENCH-")[0]
+    params: dict[str, Any] = {}
+    for part in re.split(r"-(?=[A-Za-z_][\w.-]*=)", body):
+        k, sep, v = part.partition("=")
+        if sep:
+            params[k] = raw.get(k, v)
+    return params
+
+
+def _near(d: Path, name: str, up: int = 2) -> Path | None:
+    """``name`` in ``d`` or up to ``up`` folders above it."""
+    for c in [d, *list(d.parents)[:up]]:
+        if (c / name).is_file():
+            return c / name
+    return None
 
 
 def read_grid_meta(grid_dir: str | Path) -> dict[str, Any] | None:
     """grid.json in the grid's folder or up to two folders above it."""
-    d = Path(grid_dir)
-    for c in (d, d.parent, d.parent.parent):
-        f = c / GRID_FILE
-        if f.is_file():
-            return dict(json.loads(f.read_text()))
-    return None
+    f = _near(Path(grid_dir), GRID_FILE)
+    return dict(json.loads(f.read_text())) if f else None
 
 
-def _params(dirname: str, raw: Mapping[str, Any]) -> dict[str, Any]:
-    if raw.get("_benchmark_name") == DEFAULTS_NAME or dirname == f"SERVE--{DEFAULTS_NAME}":
-        return {}
-    return combo_params(dirname, raw)
+def harness_path(run_json: str | Path) -> Path:
+    """``run=0.json`` -> ``run=0.harness.json`` next to it."""
+    p = Path(run_json)
+    return p.with_name(p.stem + HARNESS_SUFFIX)
+
+
+def sweep_logs(dirs: Sequence[Path]) -> list[Path]:
+    """The sweep-<call>.log files of the first folder that has any, by call."""
+    for d in dirs:
+        logs = {
+            int(m.group(1)): f.with_name(f.name.removesuffix(GZ))
+            for f in d.iterdir()
+            if f.is_file() and (m := SWEEP_LOG.match(f.name))
+        }
+        if logs:
+            return [logs[k] for k in sorted(logs)]
+    return []
 
 
 def _window(run: Path, raw: dict[str, Any], slo: SLO, index: int) -> Window:
-    res = BenchResult.from_json(dict(raw))
-    sc = score(res, slo)
+    sc = score(BenchResult.from_json(dict(raw)), slo)
     h = harness_path(run)
-    harness = json.loads(h.read_text()) if h.is_file() else None
-    issues = list(harness["validity_issues"]) if harness else []
+    harness = json.loads(h.read_text()) if h.is_file() else {}
+    done = harness.get("run", {})
+    issues = list(harness.get("validity_issues", []))
     return Window(
         index=index,
         purpose="measure" if index == 0 else "repeat",
-        seed=int((harness or {}).get("workload", {}).get("seed", 0)),
+        seed=int(harness.get("workload", {}).get("seed", 0)),
         status="ok",
         valid=not issues,
         validity_issues=issues,
-        prefix_cache_hit_rate=(harness or {}).get("run", {}).get("prefix_cache_hit_rate"),
+        prefix_cache_hit_rate=done.get("prefix_cache_hit_rate"),
         score=Scores(
             gate_goodput=sc.gate_goodput,
             request_goodput=sc.request_goodput,
@@ -206,45 +252,37 @@ def _window(run: Path, raw: dict[str, Any], slo: SLO, index: int) -> Window:
             violations=list(sc.violations),
         ),
         bench=bench_summary(raw),
-        load={
-            "harness": harness is not None,
-            "running_max": (harness or {}).get("run", {}).get("running_max"),
-        },
-        elapsed_s=(harness or {}).get("run", {}).get("wall_s"),
+        load={"harness": bool(harness), "running_max": done.get("running_max")},
+        elapsed_s=done.get("wall_s"),
     )
 
 
 def grid_points(grid_dir: str | Path, slo: SLO | str) -> list[ServedPoint]:
-    """One ServedPoint per combo of a `vllm bench sweep serve` output (tag "grid", knob the
-    combo's label, knobs its overrides merged into grid.json's base knobs when found), its
-    runs as windows scored under ``slo``; a run's validity is gridbench's harness.json
-    (a run without one is taken as valid: ``load["harness"]`` is False). In grid.json's
-    combo order when known, else by folder."""
+    """One ServedPoint per combo (tag "grid", knob the combo's label, knobs its overrides
+    over grid.json's base knobs), its runs as windows scored under ``slo``; a run without
+    a harness file counts as valid (``load["harness"]`` False). In grid.json's order."""
     slo_ = SLO.parse(slo) if isinstance(slo, str) else slo
     exp = experiment_dir(Path(grid_dir))
     meta = read_grid_meta(exp) or {}
     base = dict(meta.get("base") or {})
-    order = [combo_label(c) for c in meta.get("combos") or []]
     points = []
     for combo in sorted(c for c in exp.iterdir() if c.is_dir() and c.name.startswith("SERVE-")):
         runs = sorted(
-            (f for f in combo.iterdir() if RUN_FILE.match(f.name)),
-            key=lambda f: int(RUN_FILE.match(f.name).group(1)),  # type: ignore[union-attr]
+            (int(m.group(1)), f) for f in combo.iterdir() if (m := RUN_FILE.match(f.name))
         )
-        if not runs:
-            continue
         windows, params = [], {}
-        for f in runs:
+        for i, f in runs:
             try:
                 raw = json.loads(f.read_text())
-                params = _params(combo.name, raw)
-                windows.append(_window(f, raw, slo_, int(RUN_FILE.match(f.name).group(1))))  # type: ignore[union-attr]
+                params = combo_params(combo.name, raw)
+                windows.append(_window(f, raw, slo_, i))
             except (json.JSONDecodeError, ValueError, KeyError) as exc:
-                raise SideBySideError(f"{f}: not a vLLM bench result ({exc})") from None
-        label = combo_label(params) or DEFAULTS_NAME
+                raise GridError(f"{f}: not a vLLM bench result ({exc})") from None
+        if not windows:
+            continue
         p = ServedPoint(
             key=combo.name,
-            knob=label,
+            knob=combo_label(params) or DEFAULTS_NAME,
             value=None,
             knobs={**base, **params},
             workload=dict(meta.get("workload") or {}),
@@ -256,28 +294,22 @@ def grid_points(grid_dir: str | Path, slo: SLO | str) -> list[ServedPoint]:
         p.windows = windows
         points.append(p)
     if not points:
-        raise SideBySideError(f"{exp}: no SERVE-*/run=N.json")
+        raise GridError(f"{exp}: no SERVE-*/run=N.json")
     _jit_from_sweep_logs(exp, points)
-    rank = {lab: i for i, lab in enumerate(order)}
+    rank = {combo_label(c): i for i, c in enumerate(meta.get("combos") or [])}
     points.sort(key=lambda p: (rank.get(p.knob, len(rank)), p.key))
     return points
 
 
 def _jit_from_sweep_logs(exp: Path, points: Sequence[ServedPoint]) -> None:
-    """A JIT compile vLLM logged inside a run's measured window (the server's output in the
-    sweep's log, after the run's "Starting main benchmark run...": core.vllm_logs
+    """A JIT compile vLLM logged inside a run's measured window (core.vllm_logs
     .parse_sweep_log) makes that run invalid, as in lab.measure. The last server of a combo
     that finished a benchmark holds its runs (an earlier one was cut by a time budget)."""
-    import ast
-
-    from course_utils.core.records import read_text
     from course_utils.core.validity import jit_issue
     from course_utils.core.vllm_logs import parse_sweep_log
-    from course_utils.lab.sidebyside_evidence import _find_sweep_logs
 
-    logs = _find_sweep_logs([exp.parent, exp.parent.parent])
     last: dict[str, list[dict[str, Any]]] = {}
-    for f in logs:
+    for f in sweep_logs([exp.parent, exp.parent.parent]):
         for srv in parse_sweep_log(read_text(f, errors="replace"))["servers"]:
             try:
                 over = ast.literal_eval(srv["overrides"] or "{}")
@@ -293,76 +325,292 @@ def _jit_from_sweep_logs(exp: Path, points: Sequence[ServedPoint]) -> None:
                 w.valid = False
 
 
-def reopen_rejected(grid_dir: str | Path, slo: SLO | str, rejected: str | Path) -> list[str]:
-    """Move each combo with no valid run (the validity gate: gridbench's harness and the JIT
-    compiles in the sweep's log) from the sweep into ``rejected/<folder>-<n>``, so that
-    vLLM's ``--resume`` serves and measures it again; the rejected runs stay on disk as
-    evidence. Returns the moved combos' labels."""
-    try:
-        exp = experiment_dir(Path(grid_dir))
-        points = grid_points(grid_dir, slo)
-    except SideBySideError:  # no combo finished a run yet: nothing was judged
-        return []
-    moved = []
-    for p in points:
-        if p.valid or not p.windows:
-            continue
-        n = 1
-        while (Path(rejected) / f"{p.key}-{n}").exists():
-            n += 1
-        Path(rejected).mkdir(parents=True, exist_ok=True)
-        shutil.move(str(exp / p.key), str(Path(rejected) / f"{p.key}-{n}"))
-        moved.append(p.knob)
-    return moved
-
-
 # --------------------------------------------------------------------------------------
-# two GPUs: halves of one grid, merged
+# the loop against the grid
 # --------------------------------------------------------------------------------------
 
+SameConfig = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
 
-def merge_parts(out: str | Path, parts: Sequence[str | Path], experiment: str = "grid") -> Path:
-    """One grid folder from parts run side by side (each a side_by_side.sh folder with
-    vllm_sweep/<experiment>/SERVE-*, timing.json, sweep-N.log, grid.json): the combos
-    copied, the sweep logs renumbered, timing.json's calls joined (GPU minutes add up over
-    GPUs; ``wall_clock_s`` is the longest part). Returns the merged experiment folder."""
-    o = Path(out)
-    exp_out = o / "vllm_sweep" / experiment
-    exp_out.mkdir(parents=True, exist_ok=True)
-    calls: list[dict[str, Any]] = []
-    part_walls: list[float] = []
-    n_log = 0
-    meta: dict[str, Any] | None = None
-    for i, p in enumerate(Path(x) for x in parts):
-        exp = p / "vllm_sweep" / experiment
-        if not exp.is_dir():
-            raise SideBySideError(f"{p}: no vllm_sweep/{experiment} (part not run?)")
-        for combo in sorted(c for c in exp.iterdir() if c.name.startswith("SERVE-")):
-            shutil.copytree(combo, exp_out / combo.name, dirs_exist_ok=True)
-        for log in sorted(p.glob("sweep-*.log"), key=lambda f: int(re.sub(r"\D", "", f.name))):
-            n_log += 1
-            shutil.copy2(log, o / f"sweep-{n_log}.log")
-        t = p / "timing.json"
-        if t.is_file():
-            tim = json.loads(t.read_text())
-            calls += [{**c, "part": i, "dir": str(p)} for c in tim.get("calls", [])]
-            part_walls.append(float(tim.get("wall_s") or 0.0))
-        if meta is None:
-            meta = read_grid_meta(p)
-        for name in ("bench_cmd.txt", "serve_cmd.txt"):
-            if (p / name).is_file() and not (o / name).exists():
-                shutil.copy2(p / name, o / name)
-    wall = round(sum(float(c.get("wall_s") or 0.0) for c in calls), 2)
-    timing = {
-        "calls": calls,
-        "wall_s": wall,
-        "gpu_minutes": round(wall / 60.0, 2),
-        "server_starts": sum(int(c.get("server_starts") or 0) for c in calls),
-        "wall_clock_s": round(max(part_walls), 2) if part_walls else None,
-        "parts": len(parts),
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else round(a / b, 3)
+
+
+def _combo(p: ServedPoint, objective: str) -> dict[str, Any]:
+    return {
+        "label": p.knob,
+        "knobs": dict(p.knobs),
+        "score": objective_value(p, objective) if p.valid else None,
+        "spread": p.spread(objective),
+        "runs": len(p.windows),
+        "valid_runs": len(p.valid_windows),
+        "meets_slo": p.meets_slo,
+        "issues": [i for w in p.windows for i in w.validity_issues],
+        "harness": all(bool(w.load.get("harness")) for w in p.windows),
     }
-    (o / "timing.json").write_text(json.dumps(timing, indent=1))
-    if meta is not None:  # every part's grid.json lists all combos; its own are "part_combos"
-        meta = {k: v for k, v in meta.items() if k not in ("part", "part_combos")}
-        (o / GRID_FILE).write_text(json.dumps(meta, indent=1))
-    return exp_out
+
+
+def _as_written(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return dict(a) == dict(b)
+
+
+def same_config(meta: Mapping[str, Any]) -> SameConfig:
+    """Whether two knob sets are one server for this grid: with the grid's GPU size
+    (grid.json) its axes' knobs compare with vLLM's defaults filled in (a 2-knob grid spells
+    out what the loop leaves unset); without it, as written."""
+    gib = meta.get("gpu_memory_gib")
+    names = [str(a[0]) for a in (meta.get("spec") or {}).get("axes") or []]
+    if gib is None or not names:
+        return _as_written
+
+    def same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+        eff = [knobs_mod.effective(k, names, gpu_memory_gib=float(gib)) for k in (a, b)]
+        return eff[0] == eff[1]
+
+    return same
+
+
+def cross_spreads(
+    grid: Sequence[ServedPoint], loop: Sequence[ServedPoint], objective: str, same: SameConfig
+) -> dict[str, float]:
+    """Per configuration both sides measured validly: (max - min) / mean over both sides'
+    valid measurements of it, the spread between servers."""
+    out: dict[str, float] = {}
+    for g in grid:
+        mine = next((p for p in loop if same(p.knobs, g.knobs)), None)
+        if mine is None or not g.valid_windows or not mine.valid_windows:
+            continue
+        vals = [w.score.objective(objective) for p in (g, mine) for w in p.valid_windows if w.score]
+        spread = relative_spread(vals)
+        if spread is not None:
+            out[g.knob] = round(spread, 4)
+    return out
+
+
+def _loop(
+    tune_dir: Path, objective: str, plateau: float
+) -> tuple[dict[str, Any], list[ServedPoint]]:
+    from course_utils.core.store import tune_summary
+    from course_utils.lab.replay import load_points_checked, replay_tune
+
+    rep = replay_tune(tune_dir, plateau=plateau, objective=objective)
+    points = [ServedPoint.from_json(r) for r in load_points_checked(tune_dir)]
+    final = next((p for p in points if p.valid and p.knobs == rep["knobs"]), None)
+    summary = tune_summary(tune_dir) or {}
+    return {
+        "dir": str(tune_dir),
+        "knobs": rep["knobs"],
+        "score": rep["score"],
+        "spread": final.spread(objective) if final else None,
+        "server_starts": len(points),
+        "gpu_minutes": round(sum(float(p.elapsed_s or 0.0) for p in points) / 60.0, 2),
+        "stop_reason": summary.get("stop_reason"),
+        "score_as_run": summary.get("score"),
+    }, points
+
+
+def compare(
+    grid_dir: str | Path,
+    tune_dir: str | Path,
+    slo: SLO | str,
+    *,
+    plateau: float = 0.02,
+    objective: str = OBJECTIVE,
+) -> dict[str, Any]:
+    """The loop's final goodput against the grid's best on one workload and candidate set:
+    the grid's best "beats" the loop's pick (its run in the grid when the grid has it) only
+    when they lie further apart than the plateau and every measured spread (each side's
+    run-to-run spread and the cross-server spread of configurations both measured)."""
+    slo_ = SLO.parse(slo) if isinstance(slo, str) else slo
+    gdir = Path(grid_dir)
+    points = grid_points(gdir, slo_)
+    meta = read_grid_meta(gdir) or {}
+    best = best_point(points, objective=objective)
+    loop, loop_points = _loop(Path(tune_dir), objective, plateau)
+    same = same_config(meta)
+    cross = cross_spreads(points, loop_points, objective, same)
+    pick = next((p for p in points if same(p.knobs, loop["knobs"])), None)
+    loop["label"] = pick.knob if pick is not None else None
+    t = _near(gdir, "timing.json", 3)
+    tim = json.loads(t.read_text()) if t else {}
+    grid_side: dict[str, Any] = {
+        "dir": str(gdir),
+        "combos": [_combo(p, objective) for p in points],
+        "best": None if best is None else _combo(best, objective),
+        "server_starts": tim["server_starts"] if tim else len(points),
+        "gpu_minutes": tim.get("gpu_minutes"),
+        "wall_clock_minutes": round(tim["wall_clock_s"] / 60.0, 2)
+        if tim.get("wall_clock_s")
+        else None,
+        "warmup": meta.get("warmup"),
+        "combos_planned": [combo_label(c) for c in meta.get("combos") or []],
+    }
+    pick_score = objective_value(pick, objective) if pick is not None and pick.valid else None
+    best_score = objective_value(best, objective) if best is not None else None
+    return {
+        "slo": str(slo_),
+        "objective": objective,
+        "plateau": plateau,
+        "grid": grid_side,
+        "loop": loop,
+        "loop_pick_in_grid": None if pick is None else _combo(pick, objective),
+        "cross_spread": cross,
+        "ratios": {
+            "loop_over_grid_best": _ratio(loop["score"], best_score),
+            "pick_in_grid_over_grid_best": _ratio(pick_score, best_score),
+            "server_starts_loop_over_grid": _ratio(
+                loop["server_starts"], grid_side["server_starts"]
+            ),
+            "gpu_minutes_loop_over_grid": _ratio(loop["gpu_minutes"], grid_side["gpu_minutes"]),
+        },
+        "verdict": _verdict(pick, best, loop, objective, plateau, cross),
+    }
+
+
+def _verdict(
+    pick: ServedPoint | None,
+    best: ServedPoint | None,
+    loop: dict[str, Any],
+    objective: str,
+    plateau: float,
+    cross: dict[str, float],
+) -> dict[str, Any]:
+    """ "same" (the loop picked the grid's best), "tie", "grid_better" or "undecided"."""
+    if best is None:
+        return {"decision": "undecided", "why": "no valid combo in the grid", "gain": None}
+    if pick is not None and pick.key == best.key:
+        why = f"the loop's pick {best.knob} is the grid's best"
+        return {"decision": "same", "why": why, "gain": 0.0}
+    if pick is not None and pick.valid:
+        current, where = objective_value(pick, objective), "the grid's run of the loop's pick"
+        spreads = [s for s in (pick.spread(objective), loop.get("spread")) if s is not None]
+    else:
+        current, where = float(loop["score"] or 0.0), "the loop's own measurement"
+        spreads = [loop["spread"]] if loop.get("spread") is not None else []
+    spreads += list(cross.values())
+    d = decide(
+        [best],
+        current,
+        objective=objective,
+        plateau=plateau,
+        current_spread=max(spreads) if spreads else None,
+    )
+    return {
+        "decision": {"keep": "grid_better", "revert": "tie"}.get(d.decision, d.decision),
+        "why": f"against {where}: {d.why}",
+        "gain": d.gain,
+        "apart": d.apart,
+        "margin": d.margin,
+        "spread": d.spread,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# the book's table: one row per constraint, from labs/results/loop_vs_grid.json
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class CaseRow:
+    """One constraint: what each side measured (request goodput, req/s) and how it ended.
+    A case without a recorded side says so ("not_run", "partial"), never filled in."""
+
+    case: str
+    status: str  # "measured" | "partial" | "not_run"
+    workload: Workload | None = None
+    slo: str | None = None
+    hardware: str | None = None
+    handicapped_start: str | None = None
+    defaults: float | None = None  # the grid's run of vLLM's defaults
+    loop: float | None = None  # the loop's final configuration, its own measurement
+    loop_knobs: dict[str, Any] = field(default_factory=dict)
+    grid_best: float | None = None
+    grid_best_label: str | None = None
+    loop_over_grid_best: float | None = None
+    restarts_loop: int | None = None
+    restarts_grid: int | None = None
+    combos_measured: int = 0
+    combos_planned: int = 0
+    cross_spread: float | None = None  # the largest, over configurations both sides measured
+    verdict: str | None = None  # compare()'s: same | tie | grid_better | undecided
+    outcome: str | None = None  # keep.loop_outcome's
+    note: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["workload"] = None if self.workload is None else self.workload.to_dict()
+        return d
+
+
+def _both(row: CaseRow, grid_dir: Path, loop_dir: Path, slo: str) -> None:
+    from course_utils.lab.replay import replay_tune
+
+    cmp = compare(grid_dir, loop_dir, slo)
+    g, lp = cmp["grid"], cmp["loop"]
+    row.loop, row.loop_knobs = lp["score"], dict(lp["knobs"])
+    if g["best"] is not None:
+        row.grid_best, row.grid_best_label = g["best"]["score"], g["best"]["label"]
+    row.loop_over_grid_best = cmp["ratios"]["loop_over_grid_best"]
+    row.restarts_loop, row.restarts_grid = lp["server_starts"], g["server_starts"]
+    row.cross_spread = max(cmp["cross_spread"].values(), default=None)
+    row.verdict = cmp["verdict"]["decision"]
+    row.outcome = replay_tune(loop_dir, objective=OBJECTIVE)["outcome"]["outcome"]
+
+
+def case_row(case: Mapping[str, Any], results: Path = RESULTS, gpu: str = "h200") -> CaseRow:
+    """The row of one case of the index: its grid and loop folders re-derived."""
+    from course_utils.lab.replay import load_points_checked
+
+    pre = presets.get(case["preset"], gpu) if case.get("preset") else None
+    grid_dir = results / case["grid"] if case.get("grid") else None
+    loop_dir = results / case["loop"] if case.get("loop") else None
+    meta = (read_grid_meta(grid_dir) or {}) if grid_dir else {}
+    slo = str(meta.get("slo") or (pre.slo if pre else "") or case.get("slo") or "")
+    loop_pts = [ServedPoint.from_json(r) for r in load_points_checked(loop_dir)] if loop_dir else []
+    base = next((p for p in loop_pts if p.knob == "baseline"), loop_pts[0] if loop_pts else None)
+    if not slo and base is not None:
+        slo = str(base.slo).split(" @ ")[0]  # the targets, without the rate
+    w = base.workload if base else meta.get("workload") or (pre.workload_kwargs() if pre else None)
+    row = CaseRow(
+        case=str(case["case"]),
+        status="not_run",
+        workload=Workload(**w) if w else None,
+        slo=slo or None,
+        hardware=case.get("hardware"),
+        handicapped_start=case.get("handicapped_start"),
+        note=dict(case.get("note") or {}),
+    )
+    if grid_dir is None:
+        return row
+    pts = grid_points(grid_dir, SLO.parse(slo))
+    if loop_dir is not None:
+        _both(row, grid_dir, loop_dir, slo)
+    else:
+        best = best_point(pts, objective=OBJECTIVE)
+        if best is not None:
+            row.grid_best, row.grid_best_label = objective_value(best, OBJECTIVE), best.knob
+        row.restarts_grid = len(pts)
+    want = str(case.get("defaults_label") or DEFAULTS_NAME)
+    row.defaults = next(
+        (objective_value(p, OBJECTIVE) for p in pts if p.knob == want and p.valid), None
+    )
+    row.combos_measured = sum(1 for p in pts if p.valid)
+    sp = _near(grid_dir, "serve_params.json", 1)  # the combos the sweep was asked for
+    planned = meta.get("combos") or (json.loads(sp.read_text()) if sp else [])
+    row.combos_planned = len(planned) or len(pts)
+    whole = row.combos_measured == row.combos_planned and loop_dir is not None
+    row.status = "measured" if whole else "partial"
+    return row
+
+
+def rows(index: Path = INDEX, results: Path | None = None) -> list[CaseRow]:
+    """Every case of the index, in its order."""
+    data = json.loads(Path(index).read_text())
+    return [case_row(c, results or Path(index).parent) for c in data["cases"]]
+
+
+def case_table(case_rows: Sequence[CaseRow], lang: str = "en") -> str:
+    """The rows as a Markdown table with their notes, in the page's language."""
+    from course_utils.core.texts import constraint_table
+
+    return constraint_table([r.as_dict() for r in case_rows], lang)

@@ -1,39 +1,69 @@
-"""Running vLLM's grid (lab.grid): the sweep's inputs, this job's cleanup, and the CLI of
-tools/gpu/side_by_side.sh and tools/gpu/grid_decode.sh.
+"""Running vLLM's grid (lab.grid): the sweep's inputs, its bench command, the combos to
+measure again, and the CLI of tools/gpu/side_by_side.sh (its files: tools/gpu/sweep_files.py).
 
     python -m course_utils.lab.gridrun prepare DIR --model M --port P (--preset NAME | --input-len
         N --output-len N --num-prompts N --rate R --slo S --grid SPEC) [--base K=V ...]
-        [--part I/N] [--num-warmups N | --warmup-share S --bench-worker]
-    python -m course_utils.lab.gridrun merge OUT PART_DIR [PART_DIR ...]
+        [--part I/N] [--num-warmups N | --warmup-share S]
+    python -m course_utils.lab.gridrun bench --workload JSON [--warmup-share S] -- vllm bench serve ...
+    python -m course_utils.lab.gridrun reopen DIR
     python -m course_utils.lab.gridrun compare GRID_DIR TUNE_DIR [--json F] [--lang zh]
-    python -m course_utils.lab.gridrun cleanup --port P
+    python -m course_utils.lab.gridrun table [--lang zh] [--json]      (the book's table)
+
+The grid's bench command is ``bench``: lab.measure's warm-up (the load's shape and rate, a
+share of its prompts, its own seed) as ``D/<run>.warmup.json``, then the sweep's own argv,
+unchanged, its output streamed to the sweep's log and kept in ``D/<run>.bench.log``, then
+``D/<run>.harness.json``: both calls' walls and engine peaks (/metrics), the prefix-cache hit
+rate and lab.measure's validity gate (core.validity). vLLM's own ``--num-warmups N`` (N copies
+of the first request at once, vllm/benchmarks/serve.py) never reaches a load's batch sizes;
+``prepare --num-warmups`` keeps it as an option. vLLM 0.26.0's sweep (sweep/serve.py
+``run_benchmark``) appends ``--percentile-metrics ... --save-result --result-dir D
+--result-filename run=N.json`` to the bench command itself.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
+import shutil
+import sys
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from course_utils.core import knobs as knobs_mod
+from course_utils.core.metrics import MetricsSampler, summarize
 from course_utils.core.records import Workload
 from course_utils.core.slo import SLO
+from course_utils.core.validity import prefix_cache_hit_rate, validity_issues, warmup_issue
+from course_utils.lab.bench import BenchError, bench_args, run_bench
 from course_utils.lab.grid import (
     GRID_FILE,
+    GridError,
     GridSpec,
     combo_label,
+    compare,
+    experiment_dir,
     grid_combos,
-    merge_parts,
+    grid_points,
+    harness_path,
     parse_grid,
     read_grid_meta,
-    reopen_rejected,
-    split,
 )
-from course_utils.lab.sidebyside_evidence import SideBySideError
+from course_utils.lab.measure import MeasureConfig
+from course_utils.lab.proc import run_logged
 
-__all__ = ["cleanup_port", "gridbench_cmd", "main", "prepare", "servers_on_port"]
+__all__ = ["bench", "main", "prepare", "reopen_rejected"]
+
+# flags vllm/benchmarks/sweep/serve.py run_benchmark appends itself (value-taking, or not)
+SWEEP_APPENDED_FLAGS = {
+    "--percentile-metrics": True,
+    "--save-result": False,
+    "--result-dir": True,
+    "--result-filename": True,
+}
 
 
 # --------------------------------------------------------------------------------------
@@ -41,27 +71,20 @@ __all__ = ["cleanup_port", "gridbench_cmd", "main", "prepare", "servers_on_port"
 # --------------------------------------------------------------------------------------
 
 
-def gridbench_cmd(
-    bench_argv: Sequence[str],
-    workload: Workload,
-    *,
-    python: str = "python3",
-    warmup_share: float | None = None,
-    bench_worker: bool | None = None,
+def sweep_bench_cmd(
+    model: str, workload: Workload, slo: SLO | None, *, num_warmups: int = 0, **kw: Any
 ) -> list[str]:
-    """The ``--bench-cmd`` argv: lab.gridbench (measure()'s warm-up) around ``bench_argv``."""
-    cmd = [
-        python,
-        "-m",
-        "course_utils.lab.gridbench",
-        "--workload",
-        json.dumps(workload.to_dict(), sort_keys=True),
-    ]
-    if warmup_share is not None:
-        cmd += ["--warmup-share", f"{warmup_share:g}"]
-    if bench_worker:
-        cmd.append("--bench-worker")
-    return [*cmd, "--", *bench_argv]
+    """lab.bench.bench_args without the flags the sweep appends itself."""
+    out: list[str] = []
+    skip = False
+    for a in bench_args(kw.pop("base_url"), model, workload, slo, num_warmups=num_warmups, **kw):
+        if skip:
+            skip = False
+        elif a in SWEEP_APPENDED_FLAGS:
+            skip = SWEEP_APPENDED_FLAGS[a]
+        else:
+            out.append(a)
+    return out
 
 
 def prepare(
@@ -81,22 +104,22 @@ def prepare(
     python: str = "python3",
     num_warmups: int | None = None,
     warmup_share: float | None = None,
-    bench_worker: bool | None = None,
     tokenizer: str | None = None,
 ) -> dict[str, Any]:
-    """Write serve_params.json (this part's combos), serve_cmd.txt, bench_cmd.txt and
-    grid.json into ``out``; return grid.json's content. ``num_warmups`` (vLLM's own warm-up)
-    replaces lab.gridbench with plain `vllm bench serve --num-warmups N`."""
+    """Write serve_params.json (this part's combos: every ``part[1]``-th from ``part[0]``),
+    serve_cmd.txt, bench_cmd.txt and grid.json into ``out``; return grid.json's content.
+    ``num_warmups`` (vLLM's own warm-up) replaces ``bench`` with plain `vllm bench serve`."""
     from course_utils.lab.server import VllmServer
-    from course_utils.lab.sidebyside import sweep_bench_cmd
 
+    if not 0 <= part[0] < part[1]:
+        raise ValueError(f"part {part[0]} of {part[1]}: give 0 <= part < parts")
     o = Path(out)
     o.mkdir(parents=True, exist_ok=True)
     base_ = knobs_mod.validate(dict(base or {}), entry="serve")
     combos, skipped = grid_combos(spec, base_, gpu_memory_gib=gpu_memory_gib)
-    mine = split(combos, *part)
+    mine = [dict(c) for c in combos[part[0] :: part[1]]]
     srv = VllmServer(model, base_, port=port, load_format=load_format, vllm_cmd=serve_vllm)
-    bench = sweep_bench_cmd(
+    cmd = sweep_bench_cmd(
         model,
         workload,
         slo,
@@ -105,10 +128,21 @@ def prepare(
         vllm_cmd=vllm_cmd,
         num_warmups=num_warmups or 0,
     )
+    share = MeasureConfig.warmup_share if warmup_share is None else warmup_share
     if num_warmups is None:
-        bench = gridbench_cmd(
-            bench, workload, python=python, warmup_share=warmup_share, bench_worker=bench_worker
-        )
+        w = json.dumps(workload.to_dict(), sort_keys=True)
+        opts = [] if warmup_share is None else ["--warmup-share", f"{warmup_share:g}"]
+        cmd = [
+            python,
+            "-m",
+            "course_utils.lab.gridrun",
+            "bench",
+            "--workload",
+            w,
+            *opts,
+            "--",
+            *cmd,
+        ]
     meta: dict[str, Any] = {
         "spec": {
             "axes": [[k, list(v)] for k, v in spec.axes],
@@ -126,12 +160,9 @@ def prepare(
         "model": model,
         "warmup": {"kind": "vllm --num-warmups", "n": num_warmups}
         if num_warmups is not None
-        else {
-            "kind": "gridbench (lab.measure's warm-up)",
-            "share": warmup_share if warmup_share is not None else MEASURE_WARMUP_SHARE,
-        },
+        else {"kind": "gridbench (lab.measure's warm-up)", "share": share},
         "serve_cmd": shlex.join(srv.argv),
-        "bench_cmd": shlex.join(bench),
+        "bench_cmd": shlex.join(cmd),
     }
     (o / "serve_params.json").write_text(json.dumps(mine, indent=1))
     (o / "serve_cmd.txt").write_text(meta["serve_cmd"] + "\n")
@@ -140,50 +171,177 @@ def prepare(
     return meta
 
 
-def _measure_share() -> float:
-    from course_utils.lab.measure import MeasureConfig
-
-    return MeasureConfig.warmup_share
-
-
-MEASURE_WARMUP_SHARE = _measure_share()
+# --------------------------------------------------------------------------------------
+# the bench command: lab.measure's warm-up, the sweep's run, the validity gate
+# --------------------------------------------------------------------------------------
 
 
-def servers_on_port(port: int, proc_root: str | Path = "/proc") -> list[int]:
-    """PIDs of `... serve ... --port PORT` processes (this job's servers, whatever started
-    them: vLLM's sweep kills its server's group itself, unless it was killed first)."""
-    out = []
-    for d in Path(proc_root).iterdir():
-        if not d.name.isdigit():
-            continue
+def _flag(argv: Sequence[str], name: str) -> str | None:
+    """The value of the last ``--name V`` / ``--name=V`` in argv."""
+    val = None
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            val = argv[i + 1]
+        elif a.startswith(name + "="):
+            val = a.partition("=")[2]
+    return val
+
+
+def _follow(path: Path, stop: threading.Event) -> None:
+    """Copy what is appended to ``path`` to stdout, line by line, until ``stop``."""
+    pos = 0
+    while True:
+        done = stop.is_set()
         try:
-            argv = (d / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            with open(path, "rb") as fh:
+                fh.seek(pos)
+                chunk = fh.read()
         except OSError:
-            continue
-        if "serve" in argv and any(
-            a == "--port" and i + 1 < len(argv) and argv[i + 1] == str(port)
-            for i, a in enumerate(argv)
-        ):
-            out.append(int(d.name))
-    return sorted(out)
+            chunk = b""
+        cut = len(chunk) if done else chunk.rfind(b"\n") + 1
+        if cut:
+            sys.stdout.write(chunk[:cut].decode("utf-8", errors="replace"))
+            sys.stdout.flush()
+            pos += cut
+        if done:
+            return
+        stop.wait(0.05)
 
 
-def cleanup_port(port: int) -> list[int]:
-    """SIGKILL the process group of every server on ``port``; return the groups killed."""
-    import contextlib
-    import os
-    import signal
+def _peak(sampler: MetricsSampler) -> float | None:
+    return summarize(sampler.samples).running_max if sampler.samples else None
 
-    groups = set()
-    for pid in servers_on_port(port):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            groups.add(os.getpgid(pid))
-    for g in sorted(groups):
-        if g == os.getpgid(0):
-            continue  # never our own group
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(g, signal.SIGKILL)
-    return sorted(groups)
+
+def _warm_up(
+    argv: Sequence[str], w: Workload, cfg: MeasureConfig, d: Path, stem: str, timeout: float
+) -> dict[str, Any]:
+    ww = cfg.warmup_workload(w)
+    if ww is None:
+        return {"status": "none"}
+    base_url, model = _flag(argv, "--base-url"), _flag(argv, "--model")
+    if base_url is None or model is None:
+        raise SystemExit("gridrun bench: the bench command needs --base-url and --model")
+    sampler = MetricsSampler(base_url + "/metrics", interval_s=cfg.metrics_interval_s)
+    t0 = time.monotonic()
+    print(f"gridbench: warm-up {ww.num_prompts} prompts at {ww.request_rate:g} req/s", flush=True)
+    try:
+        with sampler:
+            res = run_bench(
+                base_url,
+                model,
+                ww,
+                None,
+                d,
+                f"{stem}.warmup.json",
+                tokenizer=_flag(argv, "--tokenizer"),
+                vllm_cmd=argv[: argv.index("bench")],
+                timeout_s=timeout,
+            )
+    except BenchError as exc:
+        return {"status": "failed", "reason": exc.reason, "num_prompts": ww.num_prompts}
+    out = {
+        "status": "ok",
+        "num_prompts": ww.num_prompts,
+        "seed": ww.seed,
+        "running_max": _peak(sampler),
+        "wall_s": round(time.monotonic() - t0, 2),
+        "load_s": res.raw.get("duration"),
+    }
+    print(f"gridbench: warm-up done: {json.dumps(out)}", flush=True)
+    return out
+
+
+def bench(argv: Sequence[str]) -> int:
+    """``bench [--workload JSON ...] -- vllm bench serve ...``: exit status the run's (124
+    past ``--timeout``)."""
+    args = list(argv)
+    if "--" not in args or "bench" not in args[args.index("--") + 1 :]:
+        print("error: no `vllm bench serve ...` after -- → fix: give it after --", file=sys.stderr)
+        return 2
+    cut = args.index("--")
+    ap = argparse.ArgumentParser(prog="python -m course_utils.lab.gridrun bench")
+    ap.add_argument("--workload", required=True, help="core.records.Workload as JSON")
+    ap.add_argument("--warmup-share", type=float, default=MeasureConfig.warmup_share)
+    ap.add_argument("--warmup-min-prompts", type=int, default=MeasureConfig.warmup_min_prompts)
+    ap.add_argument("--metrics-interval", type=float, default=0.5)
+    ap.add_argument("--timeout", type=float, default=1800.0)
+    a = ap.parse_args(args[:cut])
+    cmd = args[cut + 1 :]
+    w = Workload.from_dict(json.loads(a.workload))
+    cfg = MeasureConfig(
+        warmup_share=a.warmup_share,
+        warmup_min_prompts=a.warmup_min_prompts,
+        metrics_interval_s=a.metrics_interval,
+    )
+    d = Path(_flag(cmd, "--result-dir") or ".")
+    name = _flag(cmd, "--result-filename") or "bench.json"
+    stem = Path(name).stem
+    d.mkdir(parents=True, exist_ok=True)
+    warm = _warm_up(cmd, w, cfg, d, stem, a.timeout)
+    log = d / f"{stem}.bench.log"
+    sampler = MetricsSampler((_flag(cmd, "--base-url") or "") + "/metrics", a.metrics_interval)
+    stop = threading.Event()
+    follower = threading.Thread(target=_follow, args=(log, stop), daemon=True)
+    follower.start()
+    t0 = time.monotonic()
+    try:
+        with sampler:
+            rc, timed_out = run_logged(cmd, log, a.timeout, grace_s=5.0)
+    finally:
+        stop.set()
+        follower.join(timeout=5)
+    run = {"rc": rc, "wall_s": round(time.monotonic() - t0, 2)}
+    _record(d / name, w, warm, run, sampler)
+    return 124 if timed_out else int(rc or 0)
+
+
+def _record(
+    result: Path, w: Workload, warm: dict[str, Any], run: dict[str, Any], sampler: MetricsSampler
+) -> None:
+    """harness.json: the two calls and the validity gate of lab.measure on the run."""
+    hit = prefix_cache_hit_rate(sampler.samples)
+    run.update(running_max=_peak(sampler), prefix_cache_hit_rate=hit)
+    issues: list[str] = []
+    if result.is_file():
+        raw = json.loads(result.read_text())
+        run["load_s"] = raw.get("duration")
+        issues += validity_issues(raw, w, prefix_cache_hit_rate=hit)
+    else:
+        issues.append("the run wrote no result")
+    if not sampler.samples:
+        issues.append("no /metrics sample was taken during the bench")
+    cover = warmup_issue(warm.get("running_max"), run["running_max"])
+    if cover:
+        issues.append(cover)
+    out = {"workload": w.to_dict(), "warmup": warm, "run": run, "valid": not issues}
+    out["validity_issues"] = issues
+    harness_path(result).write_text(json.dumps(out, indent=1))
+    print(f"gridbench: {json.dumps({'valid': not issues, 'issues': issues})}", flush=True)
+
+
+# --------------------------------------------------------------------------------------
+# after a call: rejected combos, timing, parts merged, copies shrunk, servers killed
+# --------------------------------------------------------------------------------------
+
+
+def reopen_rejected(grid_dir: str | Path, slo: SLO | str, rejected: str | Path) -> list[str]:
+    """Move each combo with no valid run into ``rejected/<folder>-<n>``, so that vLLM's
+    ``--resume`` serves and measures it again (the rejected runs stay as evidence). Returns
+    the moved combos' labels."""
+    try:
+        exp = experiment_dir(Path(grid_dir))
+        points = grid_points(grid_dir, slo)
+    except GridError:  # no combo finished a run yet: nothing was judged
+        return []
+    moved = []
+    for p in (p for p in points if not p.valid):
+        n = 1
+        while (Path(rejected) / f"{p.key}-{n}").exists():
+            n += 1
+        Path(rejected).mkdir(parents=True, exist_ok=True)
+        shutil.move(str(exp / p.key), str(Path(rejected) / f"{p.key}-{n}"))
+        moved.append(p.knob)
+    return moved
 
 
 # --------------------------------------------------------------------------------------
@@ -191,78 +349,44 @@ def cleanup_port(port: int) -> list[int]:
 # --------------------------------------------------------------------------------------
 
 
-def _workload_args(p: Any) -> None:
-    p.add_argument("--preset", help="core.presets name (workload, SLO, base, grid)")
-    p.add_argument("--gpu", default="h200", help="the preset's size: 4090 or h200")
-    p.add_argument("--input-len", type=int)
-    p.add_argument("--output-len", type=int)
-    p.add_argument("--prefix-len", type=int)
-    p.add_argument("--num-prompts", type=int)
-    p.add_argument("--rate", type=float)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--slo")
-    p.add_argument("--grid", help="K=V1,V2 | K=.. x K2=.. | K=.. + K2=..")
-    p.add_argument("--base", action="append", metavar="K=V")
-
-
-def _from_args(a: Any) -> tuple[GridSpec, Workload, SLO, dict[str, Any]]:
-    """Explicit flags over the preset's values."""
+def _from_args(a: argparse.Namespace) -> tuple[GridSpec, Workload, SLO, dict[str, Any]]:
+    """Explicit flags over the preset's values; a preset's grid starts, like the loop, from
+    vLLM's defaults."""
     from course_utils.core import presets
     from course_utils.core.validate import parse_assign, workload_from_args
 
     pre = presets.get(a.preset, a.gpu) if a.preset else None
     given = pre is not None or None not in (a.input_len, a.output_len, a.num_prompts, a.rate)
     if not given or not (a.slo or pre) or not (a.grid or pre):
-        raise SystemExit(
-            "give --preset, or --input-len --output-len --num-prompts --rate --slo --grid"
+        raise ValueError(
+            "no workload → fix: give --preset, or --input-len --output-len --num-prompts "
+            "--rate --slo --grid"
         )
     w = workload_from_args(a, pre.workload_kwargs() if pre else {"ignore_eos": True})
     slo = SLO.parse(a.slo or (pre.slo if pre else ""))
     base = {**(dict(pre.base) if pre else {}), **parse_assign(a.base, False)}
-    # a preset's candidates are what the loop tries from vLLM's defaults: the defaults too
     spec = (
-        parse_grid(a.grid)
-        if a.grid
-        else parse_grid(pre.grid_spec() if pre else "", with_defaults=True if pre else None)
+        parse_grid(a.grid) if a.grid or not pre else parse_grid(pre.grid_spec(), with_defaults=True)
     )
-    return spec, w, slo, base
-
-
-def _warmup_share(a: Any) -> float | None:
-    """--warmup-share, else the preset's (None: lab.measure's default)."""
-    from course_utils.core import presets
-
-    if a.warmup_share is not None or not a.preset:
-        return float(a.warmup_share) if a.warmup_share is not None else None
-    return presets.get(a.preset, a.gpu).warmup_share
-
-
-def _rehearsed(
-    a: Any, spec: GridSpec, w: Workload, slo: SLO, base: dict[str, Any]
-) -> tuple[GridSpec, Workload, SLO, dict[str, Any]]:
-    """--rehearse-gpu (or the preset's): the target's budget and defaults in the base knobs
-    and every gpu_memory_utilization scaled, as the loop's ``--rehearse-gpu`` does
-    (lab.rehearsal); the rehearsal is saved next to the grid."""
-    from course_utils.core import presets
-    from course_utils.lab import rehearsal
-
-    target = a.rehearse_gpu or (presets.get(a.preset, a.gpu).rehearse if a.preset else None)
+    if a.warmup_share is None and pre is not None:
+        a.warmup_share = pre.warmup_share
+    target = a.rehearse_gpu or (pre.rehearse if pre else None)
     if not target:
         return spec, w, slo, base
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    # the target's budget and defaults in the base knobs, every gpu_memory_utilization
+    # scaled, as the loop's --rehearse-gpu does (lab.rehearsal); saved next to the grid
+    from course_utils.lab import rehearsal
+
+    Path(a.out).mkdir(parents=True, exist_ok=True)
     sweeps = {k: list(vals) for k, vals in spec.axes}
-    r, base, scaled = rehearsal.apply(target, "serve", base, sweeps, cache=out / "gpu.json")
-    rehearsal.save(r, out)
+    r, base, scaled = rehearsal.apply(target, "serve", base, sweeps, cache=Path(a.out) / "gpu.json")
+    rehearsal.save(r, Path(a.out))
     a.gpu_memory_gib = r.target_total_gib
     axes = tuple((k, tuple(scaled[k])) for k, _ in spec.axes)
     return GridSpec(axes, spec.mode, spec.with_defaults), w, slo, base
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-    import sys
-
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m course_utils.lab.gridrun", description=__doc__.split("\n\n")[0]
     )
@@ -271,67 +395,60 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("out")
     p.add_argument("--model", required=True)
     p.add_argument("--port", type=int, required=True)
-    _workload_args(p)
+    p.add_argument("--preset", help="core.presets name (workload, SLO, base, grid)")
+    p.add_argument("--gpu", default="h200", help="the preset's size: 4090 or h200")
+    for f, typ in (("input-len", int), ("output-len", int), ("prefix-len", int),
+                   ("num-prompts", int), ("rate", float)):  # fmt: skip
+        p.add_argument(f"--{f}", type=typ)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--slo")
+    p.add_argument("--grid", help="K=V1,V2 | K=.. x K2=.. | K=.. + K2=..")
+    p.add_argument("--base", action="append", metavar="K=V")
     p.add_argument("--part", default="0/1", help="I/N: this GPU's share of the combos")
     p.add_argument("--gpu-memory-gib", type=float, default=140.0)
     p.add_argument("--load-format")
     p.add_argument("--tokenizer")
-    p.add_argument("--vllm-cmd", default="vllm")
-    p.add_argument("--serve-vllm", default="vllm")
+    for f in ("--vllm-cmd", "--serve-vllm"):
+        p.add_argument(f, default="vllm")
     p.add_argument("--python", default="python3")
-    p.add_argument(
-        "--num-warmups",
-        type=int,
-        default=None,
-        help="vLLM's own warm-up instead of lab.measure's (gridbench)",
-    )
+    p.add_argument("--num-warmups", type=int, help="vLLM's own warm-up, not lab.measure's")
     p.add_argument("--warmup-share", type=float, default=None)
-    p.add_argument("--bench-worker", action="store_true")
-    p.add_argument(
-        "--rehearse-gpu",
-        help="run at this GPU's memory budget and serve defaults (default: the preset's)",
-    )
-    m = sub.add_parser("merge", help="one grid folder from parts run on several GPUs")
-    m.add_argument("out")
-    m.add_argument("parts", nargs="+")
+    p.add_argument("--rehearse-gpu", help="this GPU's budget and defaults (default: preset's)")
     c = sub.add_parser("compare", help="the loop's final goodput against the grid's best")
     c.add_argument("grid_dir")
     c.add_argument("tune_dir")
     c.add_argument("--slo", help="default: grid.json's")
     c.add_argument("--plateau", type=float, default=0.02)
     c.add_argument("--objective", default="request_goodput")
-    c.add_argument("--lang", choices=("en", "zh"), default="en")
+    for s in (c, tb := sub.add_parser("table", help="the book's loop-vs-grid table")):
+        s.add_argument("--lang", choices=("en", "zh"), default="en")
     c.add_argument("--json")
-    r = sub.add_parser(
-        "reopen", help="move combos with no valid run aside, for --resume to measure again"
-    )
+    tb.add_argument("--index", type=Path, help="default: labs/results/loop_vs_grid.json")
+    tb.add_argument("--json", action="store_true", help="the rows as JSON")
+    r = sub.add_parser("reopen", help="combos with no valid run aside, for --resume")
     r.add_argument("out", help="the side-by-side folder (grid.json, vllm_sweep/)")
-    k = sub.add_parser("cleanup", help="kill the servers left on this port (their groups)")
-    k.add_argument("--port", type=int, required=True)
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["bench"]:
+        return bench(args[1:])
+    a = _parser().parse_args(args)
     try:
         return _dispatch(a)
-    except (ValueError, KeyError, SideBySideError, knobs_mod.KnobError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (OSError, ValueError, KeyError, knobs_mod.KnobError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(
+            f"error: {msg}" + ("" if "→ fix:" in msg else " → fix: check the command's arguments"),
+            file=sys.stderr,
+        )
         return 2
 
 
-def _reopen(out: str) -> int:
-    """gridrun reopen: the combos the validity gate rejected go to OUT/rejected/."""
-    d = Path(out)
-    meta = read_grid_meta(d) or {}
-    if not meta.get("slo") or not (d / "vllm_sweep").is_dir():
-        print(f"reopen: {d}: nothing measured yet")
-        return 0
-    moved = reopen_rejected(d / "vllm_sweep", str(meta["slo"]), d / "rejected")
-    for label in moved:
-        print(f"reopen: {label} had no valid run: moved to {d / 'rejected'}, measured again")
-    return 0
-
-
-def _dispatch(a: Any) -> int:
+def _dispatch(a: argparse.Namespace) -> int:
     if a.cmd == "prepare":
-        spec, w, slo, base = _rehearsed(a, *_from_args(a))
+        spec, w, slo, base = _from_args(a)
         i, _, n = a.part.partition("/")
         meta = prepare(
             a.out,
@@ -348,39 +465,43 @@ def _dispatch(a: Any) -> int:
             serve_vllm=shlex.split(a.serve_vllm),
             python=a.python,
             num_warmups=a.num_warmups,
-            warmup_share=_warmup_share(a),
-            bench_worker=a.bench_worker or None,
+            warmup_share=a.warmup_share,
             tokenizer=a.tokenizer,
         )
+        labels = "; ".join(combo_label(c) for c in meta["part_combos"])
         print(
-            f"{len(meta['part_combos'])} of {len(meta['combos'])} combo(s) in this part: "
-            + "; ".join(combo_label(c) for c in meta["part_combos"])
+            f"{len(meta['part_combos'])} of {len(meta['combos'])} combo(s) in this part: {labels}"
         )
         for s in meta["skipped"]:
             print(f"left out: {s}")
-    elif a.cmd == "merge":
-        print(merge_parts(a.out, a.parts))
     elif a.cmd == "reopen":
-        return _reopen(a.out)
+        d = Path(a.out)
+        meta = read_grid_meta(d) or {}
+        if not meta.get("slo") or not (d / "vllm_sweep").is_dir():
+            print(f"reopen: {d}: nothing measured yet")
+            return 0
+        for label in reopen_rejected(d / "vllm_sweep", str(meta["slo"]), d / "rejected"):
+            print(f"reopen: {label} had no valid run: moved to {d / 'rejected'}, measured again")
     elif a.cmd == "compare":
-        from course_utils.lab.gridcompare import compare, table
+        from course_utils.core.texts import loop_vs_grid as table
 
-        meta = read_grid_meta(a.grid_dir) or {}
-        slo_text = a.slo or meta.get("slo")
+        slo_text = a.slo or (read_grid_meta(a.grid_dir) or {}).get("slo")
         if not slo_text:
-            raise ValueError("no --slo and no grid.json with one")
+            raise ValueError("no SLO → fix: give --slo, or a grid folder with its grid.json")
         cmp = compare(
             a.grid_dir, a.tune_dir, str(slo_text), plateau=a.plateau, objective=a.objective
         )
         print(table(cmp, a.lang))
         if a.json:
             Path(a.json).write_text(json.dumps(cmp, indent=1, default=str))
-    else:
-        print(f"killed process group(s): {cleanup_port(a.port) or 'none'}")
+    elif a.cmd == "table":
+        from course_utils.lab.grid import INDEX, case_table, rows
+
+        rs = rows(a.index or INDEX)
+        out = json.dumps([r.as_dict() for r in rs], indent=1, default=str)
+        print(out if a.json else case_table(rs, a.lang))
     return 0
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main())

@@ -34,7 +34,7 @@ from course_utils.core.store import read_records, set_aside
 from course_utils.core.workload import workload_from_dict
 from course_utils.lab.measure import MeasureConfig, measure
 from course_utils.lab.server import ServerStartError, VllmServer
-from course_utils.lab.server import gpu_memory_gib as _gpu_gib
+from course_utils.lab.server import gpu_memory_gib as detected_gpu_gib
 
 __all__ = ["BATCH1_FILE", "KNEE_FILE", "knee_scan", "knee_seed", "latest_by_rate", "rate_key"]
 
@@ -101,7 +101,7 @@ def knee_scan(
     todo = [r for r in rates if rate_key(r) not in done]
     need_b1 = batch1_prompts > 0 and not read_jsonl(out / BATCH1_FILE)
     knobs = dict(base_knobs or {})
-    gib = gpu_memory_gib if gpu_memory_gib is not None else (_gpu_gib() or 24.0)
+    gib = gpu_memory_gib if gpu_memory_gib is not None else (detected_gpu_gib() or 24.0)
     mns = int(knobs.get("max_num_seqs") or knobs_mod.default("max_num_seqs", gpu_memory_gib=gib))
     mnbt = int(
         knobs.get("max_num_batched_tokens")

@@ -74,9 +74,6 @@ class MeasureConfig:
     remeasure: int = 1
     metrics_interval_s: float = 0.5
     bench_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    # run each `vllm bench serve` in the persistent worker (lab.benchworker); None: the
-    # COURSE_UTILS_BENCH_WORKER environment variable decides (off by default)
-    bench_worker: bool | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.warmup_share <= 1.0:
@@ -86,10 +83,7 @@ class MeasureConfig:
 
     def bench(self) -> dict[str, Any]:
         """The keyword arguments of each lab.bench.run_bench call."""
-        kw = dict(self.bench_kwargs)
-        if self.bench_worker is not None:
-            kw.setdefault("worker", self.bench_worker)
-        return kw
+        return dict(self.bench_kwargs)
 
     def warmup_workload(self, w: Workload) -> Workload | None:
         if self.warmup_share <= 0:

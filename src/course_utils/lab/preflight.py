@@ -27,17 +27,17 @@ from typing import Any, Literal
 from course_utils import VLLM_VERSION
 from course_utils.core import knobs as knobs_mod
 from course_utils.lab.checks import (
-    _INSTALL,
+    INSTALL_HINTS,
     LABELS,
     MIN_FREE_DISK_GIB,
     Check,
     PreflightError,
     Report,
-    _t,
     check_dummy_vocab,
     check_model,
     check_output,
     check_port,
+    en_zh,
 )
 from course_utils.lab.server import GpuInfo, gpu_inventory, is_device
 
@@ -104,7 +104,7 @@ def check_vllm_package(entry: Entry = "serve") -> Check:
             return Check(
                 "vllm_package",
                 True,
-                _t(
+                en_zh(
                     "not in this Python; the servers run the `vllm` on PATH",
                     "不在这个 Python 里；服务由 PATH 上的 `vllm` 启动",
                 ),
@@ -112,14 +112,14 @@ def check_vllm_package(entry: Entry = "serve") -> Check:
         return Check(
             "vllm_package",
             False,
-            _t(
+            en_zh(
                 f"vLLM is not installed in this Python ({sys.executable})",
                 f"这个 Python（{sys.executable}）里没有安装 vLLM",
             ),
-            _INSTALL,
+            INSTALL_HINTS,
         )
     version = _vllm_version(spec.origin)
-    pin = _t(
+    pin = en_zh(
         f"pip install vllm=={VLLM_VERSION} (flags, defaults and log lines differ between versions)",
         f"pip install vllm=={VLLM_VERSION}（不同版本的参数、默认值和日志都不一样）",
     )
@@ -127,7 +127,7 @@ def check_vllm_package(entry: Entry = "serve") -> Check:
         return Check(
             "vllm_package",
             True,
-            _t(
+            en_zh(
                 f"vLLM at {Path(spec.origin or '').parent}, version unknown",
                 f"vLLM 在 {Path(spec.origin or '').parent}，版本未知",
             ),
@@ -138,14 +138,14 @@ def check_vllm_package(entry: Entry = "serve") -> Check:
         return Check(
             "vllm_package",
             True,
-            _t(
+            en_zh(
                 f"vLLM {version} installed; the course is written for {VLLM_VERSION}",
                 f"装的是 vLLM {version}；本课程针对 {VLLM_VERSION}",
             ),
             pin,
             warn=True,
         )
-    return Check("vllm_package", True, _t(f"vLLM {version}", f"vLLM {version}"))
+    return Check("vllm_package", True, en_zh(f"vLLM {version}", f"vLLM {version}"))
 
 
 def check_vllm_cli(vllm_cmd: Sequence[str] | str = ("vllm",)) -> Check:
@@ -157,16 +157,16 @@ def check_vllm_cli(vllm_cmd: Sequence[str] | str = ("vllm",)) -> Check:
         return Check(
             "vllm_cli",
             False,
-            _t(
+            en_zh(
                 f"`{exe}` is not on PATH, so `vllm serve` and `vllm bench serve` cannot start",
                 f"PATH 上找不到 `{exe}`，`vllm serve` 和 `vllm bench serve` 都起不来",
             ),
-            _t(
-                _INSTALL["en"] + ", or activate the venv that has it",
-                _INSTALL["zh"] + "，或先激活装了它的 venv",
+            en_zh(
+                INSTALL_HINTS["en"] + ", or activate the venv that has it",
+                INSTALL_HINTS["zh"] + "，或先激活装了它的 venv",
             ),
         )
-    return Check("vllm_cli", True, _t(path, path))
+    return Check("vllm_cli", True, en_zh(path, path))
 
 
 # ------------------------------------------------------------------------------ GPU
@@ -178,11 +178,11 @@ def pick_gpu(
     """The GPU vLLM will use (the first one CUDA_VISIBLE_DEVICES leaves), or why none.
     ``gpus``/``said``: server.gpu_inventory() (None: no nvidia-smi)."""
     if gpus is None:
-        return None, _t(
+        return None, en_zh(
             "no nvidia-smi: no NVIDIA driver here", "没有 nvidia-smi：这里没有 NVIDIA 驱动"
         )
     if not gpus:
-        return None, _t(f"nvidia-smi lists none: {said}", f"nvidia-smi 没有列出 GPU：{said}")
+        return None, en_zh(f"nvidia-smi lists none: {said}", f"nvidia-smi 没有列出 GPU：{said}")
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     if cvd is None:
         return gpus[0], {}
@@ -190,7 +190,7 @@ def pick_gpu(
     for g in gpus:
         if is_device(first, g.index, g.uuid):
             return g, {}
-    return None, _t(
+    return None, en_zh(
         f"CUDA_VISIBLE_DEVICES={cvd!r} hides all {len(gpus)} GPU(s)",
         f"CUDA_VISIBLE_DEVICES={cvd!r} 把 {len(gpus)} 张 GPU 全部隐藏了",
     )
@@ -198,12 +198,12 @@ def pick_gpu(
 
 def check_gpu(gpu: GpuInfo | None, why: Mapping[str, str] | None = None) -> Check:
     if gpu is None:
-        why = why or _t("not found", "未找到")
+        why = why or en_zh("not found", "未找到")
         return Check(
             "gpu",
             False,
-            _t(f"no CUDA GPU visible ({why['en']})", f"看不到 CUDA GPU（{why['zh']}）"),
-            _t(
+            en_zh(f"no CUDA GPU visible ({why['en']})", f"看不到 CUDA GPU（{why['zh']}）"),
+            en_zh(
                 "run on a GPU instance (AutoDL: not in no-GPU mode); without a GPU, a lab can "
                 "replay a recorded run: -p backend replay -p replay_dir labs/results/<run>/<lab>",
                 "在有 GPU 的实例上运行（AutoDL 不要用无卡模式）；没有 GPU 时，lab 可以回放一次记录好的运行："
@@ -214,7 +214,7 @@ def check_gpu(gpu: GpuInfo | None, why: Mapping[str, str] | None = None) -> Chec
     return Check(
         "gpu",
         True,
-        _t(
+        en_zh(
             f"{gpu.name} (GPU {gpu.index}): {free:.1f} of {total:.1f} GiB free",
             f"{gpu.name}（GPU {gpu.index}）：{total:.1f} GiB 中空闲 {free:.1f} GiB",
         ),
@@ -229,20 +229,22 @@ def check_driver(gpu: GpuInfo) -> Check:
         return Check(
             "driver",
             True,
-            _t(f"driver {gpu.driver!r}: version not readable", f"驱动 {gpu.driver!r}：读不出版本"),
+            en_zh(
+                f"driver {gpu.driver!r}: version not readable", f"驱动 {gpu.driver!r}：读不出版本"
+            ),
             warn=True,
         )
     if major < MIN_DRIVER_MAJOR:
         return Check(
             "driver",
             False,
-            _t(
+            en_zh(
                 f"driver {gpu.driver} is older than {MIN_DRIVER_MAJOR}: vLLM {VLLM_VERSION} runs on "
                 "torch 2.11.0, built for CUDA 13.0",
                 f"驱动 {gpu.driver} 低于 {MIN_DRIVER_MAJOR}：vLLM {VLLM_VERSION} 用的 torch 2.11.0 "
                 "是为 CUDA 13.0 编译的",
             ),
-            _t(
+            en_zh(
                 "rent a machine whose driver supports CUDA 13.0 or newer (AutoDL lists it per "
                 "machine); the image's CUDA toolkit does not matter",
                 "换一台驱动支持 CUDA 13.0 及以上的机器（AutoDL 每台机器都标了）；镜像里的 CUDA toolkit 无关紧要",
@@ -251,7 +253,7 @@ def check_driver(gpu: GpuInfo) -> Check:
     return Check(
         "driver",
         True,
-        _t(
+        en_zh(
             f"{gpu.driver} (CUDA 13 needs >= {MIN_DRIVER_MAJOR})",
             f"{gpu.driver}（CUDA 13 需要 >= {MIN_DRIVER_MAJOR}）",
         ),
@@ -270,7 +272,7 @@ def check_gpu_memory(gpu: GpuInfo, gpu_memory_utilization: float) -> Check:
         return Check(
             "gpu_memory",
             True,
-            _t(
+            en_zh(
                 f"{free:.1f} GiB free >= gpu_memory_utilization {gmu} x {total:.1f} GiB = {need:.1f} GiB",
                 f"空闲 {free:.1f} GiB >= gpu_memory_utilization {gmu} x {total:.1f} GiB = {need:.1f} GiB",
             ),
@@ -279,7 +281,7 @@ def check_gpu_memory(gpu: GpuInfo, gpu_memory_utilization: float) -> Check:
     return Check(
         "gpu_memory",
         False,
-        _t(
+        en_zh(
             f"{free:.1f} GiB free < gpu_memory_utilization {gmu} x {total:.1f} GiB = {need:.1f} GiB "
             "(vLLM would stop at start-up: 'Free memory on device ... is less than desired GPU "
             "memory utilization')",
@@ -287,7 +289,7 @@ def check_gpu_memory(gpu: GpuInfo, gpu_memory_utilization: float) -> Check:
             "（vLLM 启动时会因 'Free memory on device ... is less than desired GPU memory "
             "utilization' 退出）",
         ),
-        _t(
+        en_zh(
             f"stop the other processes on the GPU (nvidia-smi lists them), or lower "
             f"gpu_memory_utilization to <= {fits}",
             f"停掉占用这张 GPU 的其他进程（nvidia-smi 能看到），或把 gpu_memory_utilization 降到 {fits} 以下",
@@ -383,8 +385,8 @@ def check_recorded(output_dir: str | Path) -> Check:
     try:
         check_run_folder(output_dir)
     except BadInput as exc:
-        return Check("output", False, _t(exc.what, exc.what), _t(exc.fix, exc.fix))
-    return Check("output", True, _t("recorded files readable", "已记录的文件可读"))
+        return Check("output", False, en_zh(exc.what, exc.what), en_zh(exc.fix, exc.fix))
+    return Check("output", True, en_zh("recorded files readable", "已记录的文件可读"))
 
 
 def check_params(lab: str, params: Mapping[str, Any], root: str | Path | None = None) -> None:

@@ -311,11 +311,11 @@ class VllmServer:
 
     # ---- command lines ---------------------------------------------------------------
     def knob_args(self) -> list[str]:
-        from course_utils.core import knobs as _knobs
+        from course_utils.core import knobs as knobs_mod
 
         if not self.knobs:
             return []
-        return [str(a) for a in _knobs.to_cli_args(self.knobs, check=self.check_knobs)]
+        return [str(a) for a in knobs_mod.to_cli_args(self.knobs, check=self.check_knobs)]
 
     @property
     def argv(self) -> list[str]:

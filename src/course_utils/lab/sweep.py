@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core import knobs as knobs_mod
-from course_utils.core.cost import point_cost
 from course_utils.core.diagnose import diagnose
 from course_utils.core.keep import early_stop_reason, objective_label
 from course_utils.core.metrics import load_series
@@ -48,8 +47,6 @@ from course_utils.core.store import (
     read_text,
     set_aside,
 )
-from course_utils.lab import benchworker
-from course_utils.lab.cost import bench_phases, bench_startups
 from course_utils.lab.measure import MeasureConfig, measure
 from course_utils.lab.server import ServerStartError, VllmServer, gpu_memory_gib
 
@@ -97,7 +94,6 @@ class SweepConfig:
         repeats: int | None = None,
         remeasure: int | None = None,
         metrics_interval_s: float | None = None,
-        bench_worker: bool | None = None,
         **kw: Any,
     ) -> SweepConfig:
         names = {f.name for f in fields(cls)}
@@ -111,7 +107,6 @@ class SweepConfig:
             ("repeats", repeats),
             ("remeasure", remeasure),
             ("metrics_interval_s", metrics_interval_s),
-            ("bench_worker", bench_worker),
         ):
             if v is not None:
                 m[k] = v
@@ -185,7 +180,7 @@ def progress_bar(total: int, desc: str, enabled: bool) -> Any:
     return tqdm(total=total, desc=desc, leave=True)
 
 
-def _validate_each(values: Mapping[str, Any]) -> dict[str, Any]:
+def validate_each(values: Mapping[str, Any]) -> dict[str, Any]:
     """knobs.validate one knob at a time: names, types, ranges; no cross-knob rule."""
     out: dict[str, Any] = {}
     for k, v in values.items():
@@ -212,7 +207,7 @@ def check_values(
         coupled: dict[str, Any] = {}
         try:
             if not prevalidate:
-                checked = _validate_each(merged)
+                checked = validate_each(merged)
                 if couple:
                     checked, coupled = couple_knobs(checked, name, gpu_gib)
                 out.append((checked.get(name, v) if name != BASELINE else None, checked, coupled))
@@ -258,23 +253,13 @@ def run_point(
     point.serve_cmd = shlex.join(srv.argv)
     mns = int(effective("max_num_seqs", point.knobs, cfg.gpu_gib()))
     mnbt = int(effective("max_num_batched_tokens", point.knobs, cfg.gpu_gib()))
-    calls: list[dict[str, Any]] = []  # one per bench call (lab.bench.run_bench)
     bench_kw = {
         "vllm_cmd": cfg.server_kwargs.get("vllm_cmd", ("vllm",)),
         **dict(cfg.measure.bench_kwargs),
-        "calls": calls,
     }
     mcfg = MeasureConfig(**{**cfg.measure.__dict__, "bench_kwargs": bench_kw})
-    # the bench worker imports vLLM while the server starts (once per process)
-    worker_ready = (
-        benchworker.prestart(bench_kw.get("worker_entry"))
-        if benchworker.worker_enabled(mcfg.bench().get("worker"))
-        else None
-    )
     try:
         with srv:
-            if worker_ready is not None:
-                worker_ready()
             point.startup_s = round(srv.startup_s or 0.0, 2)
             point.warmup, point.windows = measure(
                 srv,
@@ -292,12 +277,6 @@ def run_point(
         point.elapsed_s = round(time.monotonic() - t0, 2)
         return point
     point.elapsed_s = round(time.monotonic() - t0, 2)
-    point.cost = point_cost(
-        point,
-        bench_startup_s=bench_startups(point, paths),
-        bench_mode=_bench_mode(calls),
-        bench_phases=bench_phases(point, paths),
-    )
     done = [w for w in point.windows if w.ok]
     if done:
         point.status, point.reason = "ok", None
@@ -306,13 +285,6 @@ def run_point(
         last = point.windows[-1].reason if point.windows else None
         point.reason = last or (point.warmup.reason if point.warmup else None) or "no window"
     return point
-
-
-def _bench_mode(calls: Sequence[Mapping[str, Any]]) -> str | None:
-    """ "cli" or "worker" when every call ran so (a worker fallback counts as cli), else
-    "mixed"; None without a call."""
-    modes = {"worker" if c.get("mode") == "worker" else "cli" for c in calls}
-    return modes.pop() if len(modes) == 1 else ("mixed" if modes else None)
 
 
 # --------------------------------------------------------------------------------------
@@ -425,7 +397,7 @@ def sweep(
     base = (
         knobs_mod.validate(dict(base_knobs or {}), entry="serve")
         if cfg.prevalidate
-        else _validate_each(dict(base_knobs or {}))
+        else validate_each(dict(base_knobs or {}))
     )
     planned = check_values(name, values, base, cfg.couple, gpu_gib, cfg.prevalidate)
     points_path = cfg.out_dir / POINTS_FILE

@@ -10,7 +10,7 @@ from typing import Any
 
 from course_utils.core.records import GZ, is_present, read_text
 from course_utils.core.store import POINTS_FILE
-from course_utils.quiz.engine import PKG_DIR, REPO_ROOT, QuizError, _fmt
+from course_utils.quiz.engine import PKG_DIR, REPO_ROOT, QuizError, fmt_num
 
 
 def resolve_path(p: str | Path) -> Path:
@@ -34,17 +34,17 @@ def resolve_path(p: str | Path) -> Path:
     raise QuizError(f"data file {text!r} not found (looked in the repo and package data)")
 
 
-def _opts(items: Sequence[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:
+def option_list(items: Sequence[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:
     return [{"text": text, "correct": ok, "key": key} for text, ok, key in items]
 
 
-def _slo(p: Mapping[str, Any]) -> Any:
+def item_slo(p: Mapping[str, Any]) -> Any:
     from course_utils.core import slo
 
     return slo.SLO.parse(str(p["slo"]))
 
 
-def _data(p: Mapping[str, Any], key: str) -> Any:
+def item_data(p: Mapping[str, Any], key: str) -> Any:
     """``params[key]``: inline data (a mapping), a path/glob, or a list of those tried in
     order (e.g. a recorded ``labs/results/h200-*/`` file, then a package example); the
     older ``{key}_fallback`` form is the last candidate."""
@@ -99,12 +99,12 @@ def recorded_point(p: Mapping[str, Any]) -> dict[str, Any] | None:
     return found
 
 
-def _per_request(b: Any) -> Any:
+def per_request_of(b: Any) -> Any:
     """Per-request arrays, or None (also when a collector summarised the ITL lists)."""
     return b.per_request() if isinstance(b.raw.get("itls"), list) else None
 
 
-def _bench(v: Any) -> Any:
+def item_bench(v: Any) -> Any:
     """A BenchResult from a path or a partial dict (missing required keys filled as 0)."""
     from course_utils.core import slo
 
@@ -124,9 +124,9 @@ def requests_bench(p: Mapping[str, Any]) -> Any:
     """
     import numpy as np
 
-    src = _data(p, "requests")
+    src = item_data(p, "requests")
     if isinstance(src, Path):
-        return _bench(src)
+        return item_bench(src)
     src = src or p
     ttft = [float(x) for x in src["ttft_ms"]]
     tpot = [float(x) for x in src["tpot_ms"]]
@@ -149,15 +149,15 @@ def requests_bench(p: Mapping[str, Any]) -> Any:
     for pct in (50, 90, 99):
         raw[f"p{pct}_ttft_ms"] = float(np.percentile(ttft, pct))
         raw[f"p{pct}_tpot_ms"] = float(np.percentile(tpot, pct))
-    return _bench(raw)
+    return item_bench(raw)
 
 
 def slo_text(s: Any, lang: str) -> str:
     """``p99 TTFT ≤ 300 ms, p99 TPOT ≤ 50 ms`` (+ the rate) for an slo.SLO."""
-    pct = _fmt(s.percentile)
-    parts = [f"p{pct} {k.upper()} ≤ {_fmt(v)} ms" for k, v in s.targets().items()]
+    pct = fmt_num(s.percentile)
+    parts = [f"p{pct} {k.upper()} ≤ {fmt_num(v)} ms" for k, v in s.targets().items()]
     text = ("，" if lang == "zh" else ", ").join(parts)
-    return text + (f" @ {_fmt(s.rate)} req/s" if s.rate else "")
+    return text + (f" @ {fmt_num(s.rate)} req/s" if s.rate else "")
 
 
 def recorded_sweep(p: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -180,13 +180,13 @@ def recorded_sweep(p: Mapping[str, Any]) -> list[dict[str, Any]]:
                 out.append(
                     {
                         "value": value,
-                        "bench": _bench(bench),
+                        "bench": item_bench(bench),
                         "rate": (rec.get("workload") or {}).get("request_rate"),
                     }
                 )
     if not out:
         out = [
-            {"value": pt["value"], "bench": _bench(pt["bench"]), "rate": p.get("rate")}
+            {"value": pt["value"], "bench": item_bench(pt["bench"]), "rate": p.get("rate")}
             for pt in p.get("points") or []
         ]
     if len(out) < 2:
@@ -237,27 +237,27 @@ def diagnosis_inputs(p: Mapping[str, Any]) -> dict[str, Any]:
         src, bsrc = rec["series"], rec["bench"]
         mns = rec["knobs"].get("max_num_seqs", p.get("max_num_seqs"))
     else:
-        src, bsrc, mns = _data(p, "series"), _data(p, "bench"), p.get("max_num_seqs")
+        src, bsrc, mns = item_data(p, "series"), item_data(p, "bench"), p.get("max_num_seqs")
     samples = metrics.load_series(src) if isinstance(src, Path) else synthetic_series(src)
     return {
         "samples": samples,
-        "bench": None if bsrc is None else _bench(bsrc),
+        "bench": None if bsrc is None else item_bench(bsrc),
         "max_num_seqs": mns,
         "recorded": rec is not None or isinstance(src, Path),
     }
 
 
-def _model(p: Mapping[str, Any]) -> Any:
+def item_model(p: Mapping[str, Any]) -> Any:
     from course_utils.core import capacity
 
     return capacity.load_model(p.get("model", "qwen2.5-7b-instruct"))
 
 
-def _kv_dtype(p: Mapping[str, Any]) -> str:
+def item_kv_dtype(p: Mapping[str, Any]) -> str:
     return str(p.get("kv_dtype", "auto"))
 
 
-def _logged(p: Mapping[str, Any]) -> tuple[dict[str, float], bool]:
+def logged_memory(p: Mapping[str, Any]) -> tuple[dict[str, float], bool]:
     """Start-up facts from ``params.log`` (path/glob or candidates, read with
     ``core.vllm_logs.startup_facts``) when found, else from the params themselves
     (``kv_memory_gib``, ``logged_tokens``, ``logged_concurrency``)."""
@@ -265,7 +265,7 @@ def _logged(p: Mapping[str, Any]) -> tuple[dict[str, float], bool]:
 
     if "log" in p:
         try:
-            src = _data(p, "log")
+            src = item_data(p, "log")
         except QuizError:
             src = None
         if isinstance(src, Path):

@@ -134,13 +134,13 @@ class Question:
         unit = f" {self.unit[lang]}" if self.unit else ""
         tol = []
         if self.abs_tol:
-            tol.append(f"±{_fmt(self.abs_tol)}")
+            tol.append(f"±{fmt_num(self.abs_tol)}")
         if self.rel_tol:
-            tol.append(f"±{_fmt(self.rel_tol * 100)}%")
+            tol.append(f"±{fmt_num(self.rel_tol * 100)}%")
         tail = STRINGS[lang]["tolerance"].format(x=" / ".join(tol)) if tol else ""
         if tail:
             tail = f"（{tail}）" if lang == "zh" else f" ({tail})"
-        return f"{_fmt(self.answer)}{unit}{tail}"
+        return f"{fmt_num(self.answer)}{unit}{tail}"
 
     def to_dict(self, lang: Lang | None = None) -> dict[str, Any]:
         """JSON-ready record; with ``lang`` the texts are resolved to that language."""
@@ -238,7 +238,7 @@ def grade(question: Question, answer: Any, lang: Lang = "en") -> Result:
     single: a choice id (``"b"`` or ``["b"]``); multiple: ids (``["a", "c"]`` or ``"a,c"``);
     numeric: a number or a string such as ``"2,063,088"``.
     """
-    s = STRINGS[_lang(lang)]
+    s = STRINGS[pick_lang(lang)]
 
     def err(key: str, x: str = "") -> Result:
         msg = s[key].format(x=x)
@@ -308,7 +308,7 @@ def _register_generators() -> None:
         importlib.import_module(f"course_utils.quiz.{mod}")
 
 
-def _lang(lang: str) -> Lang:
+def pick_lang(lang: str) -> Lang:
     if lang not in LANGS:
         raise QuizError(f"language must be zh or en, not {lang!r}")
     return lang  # type: ignore[return-value]
@@ -483,7 +483,7 @@ def title(lesson: str, lang: Lang = "en") -> str:
 # ---------------------------------------------------------------- formatting helpers
 
 
-def _fmt(x: float) -> str:
+def fmt_num(x: float) -> str:
     """Readable number: thousands separators, no trailing zeros."""
     x = float(x)
     if x.is_integer():

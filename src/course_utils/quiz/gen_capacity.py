@@ -7,8 +7,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from course_utils.quiz.data import _data, _kv_dtype, _logged, _model, _opts, resolve_path
-from course_utils.quiz.engine import LANGS, QuizError, _fmt, generator
+from course_utils.quiz.data import (
+    item_data,
+    item_kv_dtype,
+    item_model,
+    logged_memory,
+    option_list,
+    resolve_path,
+)
+from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator
 
 
 def _shape_text(m: Any, kv_dtype: str) -> dict[str, str]:
@@ -16,22 +23,22 @@ def _shape_text(m: Any, kv_dtype: str) -> dict[str, str]:
     return {
         "en": f"2 (K and V) × {m.layers} layers × {m.kv_heads} KV heads × head dim "
         f"{m.head_dim} × {b} byte{'s' if b > 1 else ''} = "
-        f"{_fmt(m.kv_bytes_per_token(kv_dtype))} bytes per token",
+        f"{fmt_num(m.kv_bytes_per_token(kv_dtype))} bytes per token",
         "zh": f"2（K 与 V）× {m.layers} 层 × {m.kv_heads} 个 KV 头 × 头维 {m.head_dim} × "
-        f"{b} 字节 = 每 token {_fmt(m.kv_bytes_per_token(kv_dtype))} 字节",
+        f"{b} 字节 = 每 token {fmt_num(m.kv_bytes_per_token(kv_dtype))} 字节",
     }
 
 
 def _log_name(p: Mapping[str, Any]) -> str:
     """The recorded log a kv item read, as ``h200-.../serve.log``."""
-    path = _data(p, "log")
+    path = item_data(p, "log")
     return path.as_posix().split("labs/results/")[-1] if isinstance(path, Path) else ""
 
 
 @generator("kv_bytes_per_token")
 def _g_kv_bytes(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, kv_dtype. Answer: ModelShape.kv_bytes_per_token."""
-    m, dt = _model(p), _kv_dtype(p)
+    m, dt = item_model(p), item_kv_dtype(p)
     shape = _shape_text(m, dt)
     return {
         "type": "numeric",
@@ -56,8 +63,8 @@ def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
     ``log`` is found)."""
     from course_utils.core import capacity
 
-    m, dt = _model(p), _kv_dtype(p)
-    facts, from_log = _logged(p)
+    m, dt = item_model(p), item_kv_dtype(p)
+    facts, from_log = logged_memory(p)
     gib = facts["kv_memory_gib"]
     tokens = m.kv_tokens(gib, dt)
     shape = _shape_text(m, dt)
@@ -71,10 +78,10 @@ def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
         }
         logged = {
             "en": f" vLLM's own line in {src['en']}: `GPU KV cache size: "
-            f"{_fmt(facts['kv_tokens'])} tokens` (the GiB figure it prints is "
+            f"{fmt_num(facts['kv_tokens'])} tokens` (the GiB figure it prints is "
             "rounded).",
             "zh": f"{src['zh']}里 vLLM 自己的一行：`GPU KV cache size: "
-            f"{_fmt(facts['kv_tokens'])} tokens`（它打印的 GiB 数是四舍五入后的）。",
+            f"{fmt_num(facts['kv_tokens'])} tokens`（它打印的 GiB 数是四舍五入后的）。",
         }
     return {
         "type": "numeric",
@@ -82,18 +89,18 @@ def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
         "tolerance": {"rel": p.get("rel_tol", 0.01)},
         "unit": {"en": "tokens", "zh": "token"},
         "prompt": {
-            "en": f"vLLM logs `Available KV cache memory: {_fmt(gib)} GiB` for "
+            "en": f"vLLM logs `Available KV cache memory: {fmt_num(gib)} GiB` for "
             f"{m.name} (`--kv-cache-dtype {dt}`). How many tokens of KV cache "
             "is that?",
-            "zh": f"vLLM 为 {m.name} 打印 `Available KV cache memory: {_fmt(gib)} GiB`"
+            "zh": f"vLLM 为 {m.name} 打印 `Available KV cache memory: {fmt_num(gib)} GiB`"
             f"（`--kv-cache-dtype {dt}`）。这能装多少 token 的 KV？",
         },
         "explain": {
-            "en": f"{shape['en']}; {_fmt(gib)} GiB ÷ that, rounded down to whole "
-            f"{bs}-token blocks (vllm/v1/core/kv_cache_utils.py) = {_fmt(tokens)} "
+            "en": f"{shape['en']}; {fmt_num(gib)} GiB ÷ that, rounded down to whole "
+            f"{bs}-token blocks (vllm/v1/core/kv_cache_utils.py) = {fmt_num(tokens)} "
             f"tokens.{logged['en']}",
-            "zh": f"{shape['zh']}；{_fmt(gib)} GiB ÷ 它，向下取整到 {bs} token 一个的整块"
-            f"（vllm/v1/core/kv_cache_utils.py）= {_fmt(tokens)} token。{logged['zh']}",
+            "zh": f"{shape['zh']}；{fmt_num(gib)} GiB ÷ 它，向下取整到 {bs} token 一个的整块"
+            f"（vllm/v1/core/kv_cache_utils.py）= {fmt_num(tokens)} token。{logged['zh']}",
         },
     }
 
@@ -102,8 +109,8 @@ def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
 def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, kv_memory_gib | log, max_model_len, kv_dtype, logged_concurrency.
     Answer: ModelShape.max_concurrency."""
-    m, dt = _model(p), _kv_dtype(p)
-    facts, from_log = _logged(p)
+    m, dt = item_model(p), item_kv_dtype(p)
+    facts, from_log = logged_memory(p)
     gib, mml = facts["kv_memory_gib"], int(p["max_model_len"])
     conc = m.max_concurrency(gib, mml, dt)
     blocks = m.kv_blocks(gib, dt)
@@ -121,17 +128,17 @@ def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
         "tolerance": {"rel": p.get("rel_tol", 0.01)},
         "unit": {"en": "requests", "zh": "个请求"},
         "prompt": {
-            "en": f"{m.name}, {_fmt(gib)} GiB of KV cache, `--max-model-len {mml}`: "
+            "en": f"{m.name}, {fmt_num(gib)} GiB of KV cache, `--max-model-len {mml}`: "
             "what 'Maximum concurrency' does vLLM log at start-up, i.e. how many "
             "full-length requests fit at once?",
-            "zh": f"{m.name}，KV cache {_fmt(gib)} GiB，`--max-model-len {mml}`："
+            "zh": f"{m.name}，KV cache {fmt_num(gib)} GiB，`--max-model-len {mml}`："
             "vLLM 启动日志里的「Maximum concurrency」是多少，即同时能装下几个满长度请求？",
         },
         "explain": {
-            "en": f"{_fmt(blocks)} blocks ÷ ceil({mml} / 16) blocks per request = "
+            "en": f"{fmt_num(blocks)} blocks ÷ ceil({mml} / 16) blocks per request = "
             f"{conc:.2f}×. Requests shorter than {mml} tokens fit more."
             f"{logged['en']}",
-            "zh": f"{_fmt(blocks)} 个 block ÷ 每请求 ceil({mml} / 16) 个 block = "
+            "zh": f"{fmt_num(blocks)} 个 block ÷ 每请求 ceil({mml} / 16) 个 block = "
             f"{conc:.2f}×。比 {mml} 短的请求能装更多。{logged['zh']}",
         },
     }
@@ -152,7 +159,7 @@ def _g_kv_gain(p: Mapping[str, Any]) -> dict[str, Any]:
         for r in read_jsonl(src)
         if r.get("status") == "ok" and r.get("kv_cache_tokens")
     }
-    m, g = _model(p), capacity.get_gpu(p["gpu"])
+    m, g = item_model(p), capacity.get_gpu(p["gpu"])
     base, to, tol = float(p["base"]), float(p["to"]), float(p.get("rel_tol", 0.005))
     if base not in logged or to not in logged:
         raise QuizError(f"kv_gain: {src} has no KV size at {base} and {to}")
@@ -165,12 +172,12 @@ def _g_kv_gain(p: Mapping[str, Any]) -> dict[str, Any]:
     run = src.parent.parent.name
     head = {
         "en": f"Lab 01 in the recorded run `{run}`, {m.name} on one {g.name} (vLLM sees "
-        f"{g.total_gib:.1f} GiB in all; {_fmt(per)} bytes of KV per token): at "
+        f"{g.total_gib:.1f} GiB in all; {fmt_num(per)} bytes of KV per token): at "
         f"`gpu_memory_utilization={base:g}` vLLM logged `GPU KV cache size: "
-        f"{_fmt(logged[base])} tokens`. Before you run {to:g}: how many tokens will it log?",
+        f"{fmt_num(logged[base])} tokens`. Before you run {to:g}: how many tokens will it log?",
         "zh": f"已录制的实测 `{run}` 中的实验 01，{m.name} 跑在一张 {g.name} 上（vLLM 看到的总显存是 "
-        f"{g.total_gib:.1f} GiB；每 token 的 KV 占 {_fmt(per)} 字节）：`gpu_memory_utilization="
-        f"{base:g}` 时 vLLM 日志是 `GPU KV cache size: {_fmt(logged[base])} tokens`。还没跑 "
+        f"{g.total_gib:.1f} GiB；每 token 的 KV 占 {fmt_num(per)} 字节）：`gpu_memory_utilization="
+        f"{base:g}` 时 vLLM 日志是 `GPU KV cache size: {fmt_num(logged[base])} tokens`。还没跑 "
         f"{to:g} 之前，先算：它会打印多少 token？",
     }
     d = to - base
@@ -183,13 +190,13 @@ def _g_kv_gain(p: Mapping[str, Any]) -> dict[str, Any]:
         "explain": {
             "en": f"The weights, the activation peak and the CUDA graphs take the same memory at "
             f"both settings, so the whole extra share goes to KV: {d:g} × {g.total_gib:.1f} GiB "
-            f"÷ {_fmt(per)} bytes = {_fmt(round(extra))} more tokens, {_fmt(answer)} in all. "
-            f"vLLM logged {_fmt(logged[to])}. Scaling the tokens by {to:g} / {base:g} "
-            f"({_fmt(round(naive))}) treats the fixed costs as if they grew too.",
+            f"÷ {fmt_num(per)} bytes = {fmt_num(round(extra))} more tokens, {fmt_num(answer)} in all. "
+            f"vLLM logged {fmt_num(logged[to])}. Scaling the tokens by {to:g} / {base:g} "
+            f"({fmt_num(round(naive))}) treats the fixed costs as if they grew too.",
             "zh": f"权重、激活峰值和 CUDA graph 在两个设置下占的显存一样，所以多出来的那一份全给了 KV："
-            f"{d:g} × {g.total_gib:.1f} GiB ÷ {_fmt(per)} 字节 = 多 {_fmt(round(extra))} 个 token，"
-            f"一共 {_fmt(answer)}。vLLM 实际打印 {_fmt(logged[to])}。按 {to:g} / {base:g} 等比放大"
-            f"（{_fmt(round(naive))}）等于把固定开销也一起放大了。",
+            f"{d:g} × {g.total_gib:.1f} GiB ÷ {fmt_num(per)} 字节 = 多 {fmt_num(round(extra))} 个 token，"
+            f"一共 {fmt_num(answer)}。vLLM 实际打印 {fmt_num(logged[to])}。按 {to:g} / {base:g} 等比放大"
+            f"（{fmt_num(round(naive))}）等于把固定开销也一起放大了。",
         },
     }
 
@@ -201,7 +208,7 @@ def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
     from course_utils.core import capacity, evalset, keep
     from course_utils.core.records import read_jsonl
 
-    src = _data(p, "records")
+    src = item_data(p, "records")
     records = read_jsonl(src) if isinstance(src, Path) else [dict(r) for r in src]
     base = p["baseline"]
     bound = evalset.prompt_tokens_bound(evalset.load_items(resolve_path(p["eval_set"])))
@@ -241,23 +248,23 @@ def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
             f"{kv['prompt_tokens']} tokens plus {out_tokens} generated "
             f"(`ignore_eos`), at most {at} running at once. The baseline "
             f"`gpu_memory_utilization={base}` logged `GPU KV cache size: "
-            f"{_fmt(kv['kv_tokens'])} tokens`. How many KV tokens can the "
+            f"{fmt_num(kv['kv_tokens'])} tokens`. How many KV tokens can the "
             f"pass need at most ({bs}-token blocks)?",
             "zh": f"实验 01 的速度测试{where['zh']}：一次提交 {kv['load_prompts']} 个请求，"
             f"每个 prompt 至多 {kv['prompt_tokens']} token，再生成 {out_tokens} "
             f"个（`ignore_eos`），同时最多运行 {at} 个。基线 "
             f"`gpu_memory_utilization={base}` 的日志是 `GPU KV cache size: "
-            f"{_fmt(kv['kv_tokens'])} tokens`。这一轮最多需要多少 KV token"
+            f"{fmt_num(kv['kv_tokens'])} tokens`。这一轮最多需要多少 KV token"
             f"（按 {bs} token 的 block 取整）？",
         },
         "explain": {
             "en": f"{at} x ceil(({kv['prompt_tokens']} + {out_tokens}) / {bs}) x {bs} = "
-            f"{at} x {kv['per_request_tokens']} = {_fmt(kv['demand_tokens'])} "
-            f"tokens, {share:.0%} of the {_fmt(kv['kv_tokens'])} in the pool: "
+            f"{at} x {kv['per_request_tokens']} = {fmt_num(kv['demand_tokens'])} "
+            f"tokens, {share:.0%} of the {fmt_num(kv['kv_tokens'])} in the pool: "
             f"{verdict['en']} (course_utils.core.keep.kv_check).",
             "zh": f"{at} x ceil(({kv['prompt_tokens']} + {out_tokens}) / {bs}) x {bs} = "
-            f"{at} x {kv['per_request_tokens']} = {_fmt(kv['demand_tokens'])} "
-            f"token，只占池子 {_fmt(kv['kv_tokens'])} 的 {share:.0%}："
+            f"{at} x {kv['per_request_tokens']} = {fmt_num(kv['demand_tokens'])} "
+            f"token，只占池子 {fmt_num(kv['kv_tokens'])} 的 {share:.0%}："
             f"{verdict['zh']}（course_utils.core.keep.kv_check）。",
         },
     }
@@ -297,7 +304,7 @@ def _same_batch_choices(base: Any, cand: Any, gap: float, faster: float) -> list
     """The four choices of same_batch_spread (the first is right). The wrong ones are the
     readings a learner makes: the pass's total taken as the knob's effect (keep-base), a
     bigger pool blamed for more preemption (preempt), "KV did not bind" where it did (no-bind)."""
-    return _opts(
+    return option_list(
         [
             (
                 {
@@ -349,7 +356,7 @@ def _repeat(p: Mapping[str, Any], base: Any) -> dict[str, str]:
     ]
     apart = max(tok) / min(tok) - 1.0
     names = [d.as_posix().split("labs/results/")[-1] for d in dirs]
-    a, b = _fmt(round(tok[0])), _fmt(round(tok[1]))
+    a, b = fmt_num(round(tok[0])), fmt_num(round(tok[1]))
     return {
         "en": f" The same sweep run twice in the same order (`{names[0]}`, `{names[1]}`) put "
         f"{base} at {a} and {b} tok/s, {apart:.0%} apart with nothing changed, so gaps of "
@@ -365,7 +372,7 @@ def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
     gen_before_full, kv_full_at_s}}), baseline, candidate, min_gain, repeat (optional: two
     folders of one sweep run twice). Answer: the gap before the KV cache filled is larger
     than the effect, so the run cannot judge the knob."""
-    src = _data(p, "run")
+    src = item_data(p, "run")
     base, cand = p["baseline"], p["candidate"]
     pts, where = _same_batch_points(src, base, cand)
     b, c = pts[base], pts[cand]
@@ -380,16 +387,16 @@ def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
         "prompt": {
             "en": f"Lab 01{where['en']}: `gpu_memory_utilization` {base} vs {cand}, with the KV "
             f"cache binding at both (requests preempted once it filled). Output tok/s over "
-            f"the pass: {_fmt(round(b['tok_s']))} vs {_fmt(round(c['tok_s']))} "
+            f"the pass: {fmt_num(round(b['tok_s']))} vs {fmt_num(round(c['tok_s']))} "
             f"({overall:+.0%}). vLLM's 10 s stats lines: over the same seconds {lo}-{hi} of "
             f"each pass, before either cache filled, both ran the same requests at the "
-            f"same lengths and generated {_fmt(round(b['gen_before_full']))} vs "
-            f"{_fmt(round(c['gen_before_full']))} tok/s. What do you conclude?",
+            f"same lengths and generated {fmt_num(round(b['gen_before_full']))} vs "
+            f"{fmt_num(round(c['gen_before_full']))} tok/s. What do you conclude?",
             "zh": f"实验 01{where['zh']}：`gpu_memory_utilization` {base} 对 {cand}，两边 KV cache "
-            f"都成了瓶颈（填满后就有请求被抢占）。整轮输出 tok/s：{_fmt(round(b['tok_s']))} 对 "
-            f"{_fmt(round(c['tok_s']))}（{overall:+.0%}）。vLLM 每 10 秒的统计行：在两轮相同的第 {lo}–{hi} 秒、"
+            f"都成了瓶颈（填满后就有请求被抢占）。整轮输出 tok/s：{fmt_num(round(b['tok_s']))} 对 "
+            f"{fmt_num(round(c['tok_s']))}（{overall:+.0%}）。vLLM 每 10 秒的统计行：在两轮相同的第 {lo}–{hi} 秒、"
             f"两边 cache 都还没满时，跑的是同样的请求、同样的长度，生成速度是 "
-            f"{_fmt(round(b['gen_before_full']))} 对 {_fmt(round(c['gen_before_full']))} tok/s。"
+            f"{fmt_num(round(b['gen_before_full']))} 对 {fmt_num(round(c['gen_before_full']))} tok/s。"
             "结论是什么？",
         },
         "choices": _same_batch_choices(base, cand, gap, faster),
@@ -415,7 +422,7 @@ def _g_tpot_floor(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, gpu, batch, context_tokens, rel_tol. Answer: capacity.tpot_floor_ms."""
     from course_utils.core import capacity
 
-    m = _model(p)
+    m = item_model(p)
     g = capacity.get_gpu(p.get("gpu", "rtx4090"))
     batch, ctx = int(p.get("batch", 1)), int(p.get("context_tokens", 0))
     ms = capacity.tpot_floor_ms(m, g, batch=batch, context_tokens=ctx)
@@ -426,18 +433,18 @@ def _g_tpot_floor(p: Mapping[str, Any]) -> dict[str, Any]:
         "unit": {"en": "ms", "zh": "ms"},
         "prompt": {
             "en": f"Decode roofline: {m.name} (about {m.weight_gib():.2f} GiB of "
-            f"weights) on one {g.name} ({_fmt(g.hbm_gbps)} GB/s), batch {batch}, "
+            f"weights) on one {g.name} ({fmt_num(g.hbm_gbps)} GB/s), batch {batch}, "
             f"{ctx} context tokens. What is the TPOT floor if every step reads "
             "all weights once?",
             "zh": f"decode 屋顶线：{m.name}（约 {m.weight_gib():.2f} GiB 权重）跑在一张 "
-            f"{g.name}（{_fmt(g.hbm_gbps)} GB/s）上，batch {batch}，上下文 {ctx} token。"
+            f"{g.name}（{fmt_num(g.hbm_gbps)} GB/s）上，batch {batch}，上下文 {ctx} token。"
             "若每步都把全部权重读一遍，TPOT 下限是多少？",
         },
         "explain": {
-            "en": f"{m.weight_bytes() / 1e9:.2f} GB ÷ {_fmt(g.hbm_gbps)} GB/s ≈ "
+            "en": f"{m.weight_bytes() / 1e9:.2f} GB ÷ {fmt_num(g.hbm_gbps)} GB/s ≈ "
             f"{ms:.2f} ms per token. Quantized weights shrink the bytes, which is "
             "why quantization speeds up memory-bound decode.",
-            "zh": f"{m.weight_bytes() / 1e9:.2f} GB ÷ {_fmt(g.hbm_gbps)} GB/s ≈ 每 token "
+            "zh": f"{m.weight_bytes() / 1e9:.2f} GB ÷ {fmt_num(g.hbm_gbps)} GB/s ≈ 每 token "
             f"{ms:.2f} ms。量化缩小权重字节，所以能加速受带宽限制的 decode。",
         },
     }

@@ -13,8 +13,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from course_utils.quiz.data import _opts, resolve_path
-from course_utils.quiz.engine import QuizError, _fmt, generator
+from course_utils.quiz.data import option_list, resolve_path
+from course_utils.quiz.engine import QuizError, fmt_num, generator
 
 
 def _loop_windows(loop: Any) -> tuple[dict[str, list[float]], Any, Any]:
@@ -66,8 +66,10 @@ def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
     if runs[kept_label] >= runs["defaults"]:
         raise QuizError("knee_ranking: the grid orders the values as the loop did")
     w = base.workload
-    wl = f"{w['input_len']}/{w['output_len']} tokens at {_fmt(w['request_rate'])} req/s"
-    wl_zh = f"输入 {w['input_len']} / 输出 {w['output_len']} token，{_fmt(w['request_rate'])} req/s"
+    wl = f"{w['input_len']}/{w['output_len']} tokens at {fmt_num(w['request_rate'])} req/s"
+    wl_zh = (
+        f"输入 {w['input_len']} / 输出 {w['output_len']} token，{fmt_num(w['request_rate'])} req/s"
+    )
     slo = str(base.slo).split(" @ ")[0]
     rows = "; ".join(f"{k} {', '.join(f'{v:.2f}' for v in vs)}" for k, vs in wins.items())
     rows_zh = "；".join(
@@ -129,7 +131,7 @@ def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
             f"逐请求 goodput（req/s）：{rows_zh}。没有一个取值满足 SLO，闭环保留了 {kept_label}。"
             f"vLLM 的网格在另一台机器上测得{grid_zh}。这些数据支持什么结论？",
         },
-        "choices": _opts(opts),
+        "choices": option_list(opts),
         "explain": {
             "en": "When every value misses the SLO, goodput counts the few requests that "
             "happened to meet it. Two windows on one server measure that server's spread, not "
@@ -202,8 +204,10 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
     if b.knob != "baseline" or summary.get("knobs") != b.knobs:
         raise QuizError(f"loop_ending: {root} kept a value: the item says it kept nothing")
     run = root.as_posix().split("labs/results/")[-1]
-    wl = f"{w['input_len']}/{w['output_len']} tokens at {_fmt(w['request_rate'])} req/s"
-    wl_zh = f"输入 {w['input_len']} / 输出 {w['output_len']} token，{_fmt(w['request_rate'])} req/s"
+    wl = f"{w['input_len']}/{w['output_len']} tokens at {fmt_num(w['request_rate'])} req/s"
+    wl_zh = (
+        f"输入 {w['input_len']} / 输出 {w['output_len']} token，{fmt_num(w['request_rate'])} req/s"
+    )
     slo = str(b.slo).split(" @ ")[0]
     knobs = ", ".join(f"`{k}`" for k in o["tried"])
     knobs_zh = "、".join(f"`{k}`" for k in o["tried"])
@@ -260,7 +264,7 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
             f"什么也没保留：按运行时的记录，默认配置的逐请求 goodput 是 {best} req/s，只有压测速率的 {share}，"
             "没有一个取值满足 SLO。这个结局说明什么？",
         },
-        "choices": _opts(opts),
+        "choices": option_list(opts),
         "explain": {
             "en": f"Every knob it swept failed the SLO, so none of them fixes this load: with "
             "these knobs the rate is past what this server serves inside this SLO "
@@ -358,7 +362,7 @@ def _g_spread_scale(p: Mapping[str, Any]) -> dict[str, Any]:
             f"{b} req/s，{pick} 为 {k} req/s{hosts['zh']}。同一配置由闭环和网格在两台服务器上分别测，最多相差 "
             f"{margin:.0%}（(最大 − 最小) / 均值）。结论是什么？",
         },
-        "choices": _opts(opts),
+        "choices": option_list(opts),
         "explain": {
             "en": f"{b} against {k} is +{gain:.0%} over the lower number, but a spread is "
             f"(max - min) / mean, and on that scale the two are {apart:.0%} apart: inside the "
@@ -401,7 +405,7 @@ def _budget_choices(used: str, budget: str, prompt: int) -> list[dict[str, Any]]
     learners bring: the budget taken as memory (kv), "the GPU is full of prefill" carried
     over from a saturated server without reading the step's tokens (saturated), and the
     chunk-size trade applied where no prompt is chunked (itl)."""
-    return _opts(
+    return option_list(
         [
             (
                 {
@@ -472,17 +476,17 @@ def _g_budget_unused(p: Mapping[str, Any]) -> dict[str, Any]:
         "zh": "、".join(f"{v} 为 {g:+.1%}" for v, g in tried),
     }
     run = root.as_posix().split("labs/results/")[-1]
-    u, bud = _fmt(round(used)), _fmt(budget)
+    u, bud = fmt_num(round(used)), fmt_num(budget)
     slo = str(base.slo).split(" @ ")[0]
-    rate = _fmt(w["request_rate"])
+    rate = fmt_num(w["request_rate"])
     ev_en = (
-        f"p99 TTFT {float(ev['p99_ttft_ms']):.0f} ms, at most {_fmt(ev['waiting_max'])} "
-        f"waiting, up to {_fmt(ev['running_max'])} running, KV use at most "
+        f"p99 TTFT {float(ev['p99_ttft_ms']):.0f} ms, at most {fmt_num(ev['waiting_max'])} "
+        f"waiting, up to {fmt_num(ev['running_max'])} running, KV use at most "
         f"{float(ev['kv_usage_max']):.0%}"
     )
     ev_zh = (
-        f"p99 TTFT {float(ev['p99_ttft_ms']):.0f} ms，最多 {_fmt(ev['waiting_max'])} 个在排队，"
-        f"最多 {_fmt(ev['running_max'])} 个在运行，KV 使用率最高 {float(ev['kv_usage_max']):.0%}"
+        f"p99 TTFT {float(ev['p99_ttft_ms']):.0f} ms，最多 {fmt_num(ev['waiting_max'])} 个在排队，"
+        f"最多 {fmt_num(ev['running_max'])} 个在运行，KV 使用率最高 {float(ev['kv_usage_max']):.0%}"
     )
     return {
         "type": "single",

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from course_utils.quiz.data import _opts
-from course_utils.quiz.engine import LANGS, QuizError, _fmt, generator
+from course_utils.quiz.data import option_list
+from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator
 
 # ---------------------------------------------------------------- generators
 # Each returns question fields (type, prompt, explain, choices | answer+tolerance+unit).
@@ -49,7 +49,7 @@ def _knob_choices(
     from course_utils.core import knobs
 
     ks = [knobs.get(n) for n in names] if names else list(knobs.KNOBS.values())
-    return _opts([(_knob_text(k, move), k.name in correct, k.name) for k in ks])
+    return option_list([(_knob_text(k, move), k.name in correct, k.name) for k in ks])
 
 
 MOVE_WORD = {
@@ -114,7 +114,7 @@ def _g_knob_direction(p: Mapping[str, Any]) -> dict[str, Any]:
             "zh": f"{given['zh']}方向地图：{k.label['zh']}（`{k.flag}`），动作：{k.move['zh']}。"
             f"{AXES[axis]['zh']} 会怎样？",
         },
-        "choices": _opts([(knobs.EFFECT_WORD[e], e == eff, e) for e in order]),
+        "choices": option_list([(knobs.EFFECT_WORD[e], e == eff, e) for e in order]),
         "explain": {
             "en": f"{AXES[axis]['en']}: {knobs.EFFECT_WORD[eff]['en']}. Trade: {k.trade['en']}. "
             f"{note['en']}".strip(),
@@ -177,7 +177,7 @@ def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
     from course_utils.core import knobs
 
     shown = [knobs.get(n) for n in p["knobs"]]
-    choices = _opts([(_knob_text(k), helps_both(k), k.name) for k in shown])
+    choices = option_list([(_knob_text(k), helps_both(k), k.name) for k in shown])
 
     def line(k: Any, lg: str) -> str:
         w = knobs.EFFECT_WORD
@@ -225,8 +225,8 @@ def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     if not fd < small < n < logged:
         raise QuizError("default_cap: needs field default < small-GPU default < load < cap")
     load = {
-        "en": f"{_fmt(rate)} × {_fmt(e2e)} s = {_fmt(n)}",
-        "zh": f"{_fmt(rate)} × {_fmt(e2e)} 秒 = {_fmt(n)}",
+        "en": f"{fmt_num(rate)} × {fmt_num(e2e)} s = {fmt_num(n)}",
+        "zh": f"{fmt_num(rate)} × {fmt_num(e2e)} 秒 = {fmt_num(n)}",
     }
     # The wrong options are the two caps learners read instead of the logged one: the
     # field's declared default, and the small-GPU default remembered as "the" default.
@@ -262,25 +262,25 @@ def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
             "en": f"`vllm serve` on one {gpu.name}, started without `--max-num-seqs`, logs "
             f"`max_num_seqs={logged}`; `SchedulerConfig.max_num_seqs` is declared with "
             f"{fd}, and on an {sgpu.name} the same command logs {small}. Your load: "
-            f"{_fmt(rate)} req/s, each request in the server for {_fmt(e2e)} s on average. "
+            f"{fmt_num(rate)} req/s, each request in the server for {fmt_num(e2e)} s on average. "
             "Does this cap make requests queue?",
             "zh": f"在一张 {gpu.name} 上不设 `--max-num-seqs` 启动 `vllm serve`，日志是 "
             f"`max_num_seqs={logged}`；`SchedulerConfig.max_num_seqs` 声明的默认值是 {fd}，"
-            f"同样的命令在 {sgpu.name} 上日志是 {small}。你的负载：{_fmt(rate)} req/s，每个请求"
-            f"平均在服务器里待 {_fmt(e2e)} 秒。这个上限会让请求排队吗？",
+            f"同样的命令在 {sgpu.name} 上日志是 {small}。你的负载：{fmt_num(rate)} req/s，每个请求"
+            f"平均在服务器里待 {fmt_num(e2e)} 秒。这个上限会让请求排队吗？",
         },
-        "choices": _opts(opts),
+        "choices": option_list(opts),
         "explain": {
             "en": f"Little's law: requests in the server = rate × time each spends there = "
             f"{load['en']}. The cap that runs is the one the server logs: "
             "`EngineArgs.get_batch_defaults` (vllm/engine/arg_utils.py) fills the unset flag "
             f"by GPU memory, {logged} on this card and {small} on the {sgpu.name}; the field's "
-            f"{fd} is for tests. {_fmt(n)} < {logged}, so the cap holds this load and any "
+            f"{fd} is for tests. {fmt_num(n)} < {logged}, so the cap holds this load and any "
             "queue has another cause (KV space or the step's token budget).",
             "zh": f"利特尔定律：服务器里的请求数 = 到达速率 × 每个请求停留的时间 = {load['zh']}。"
             "真正生效的上限是服务器日志里的那个：不设 flag 时由 `EngineArgs.get_batch_defaults`"
             f"（vllm/engine/arg_utils.py）按显存来填，这张卡是 {logged}，{sgpu.name} 是 {small}；"
-            f"字段里的 {fd} 是给测试用的。{_fmt(n)} < {logged}，所以上限装得下这份负载，"
+            f"字段里的 {fd} 是给测试用的。{fmt_num(n)} < {logged}，所以上限装得下这份负载，"
             "如果有排队，原因在别处（KV 空间或每步的 token 预算）。",
         },
     }
@@ -334,10 +334,10 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
         ok, why = True, None
     except knobs.KnobError as e:
         ok, why = False, str(e)
-    on = f" ({_fmt(gib)} GiB GPU)" if gib else ""
+    on = f" ({fmt_num(gib)} GiB GPU)" if gib else ""
     # The wrong options are the two ways learners expect a bad combination to be handled:
     # accepted as given, or quietly adjusted by vLLM.
-    on_zh = f"（{_fmt(gib)} GiB 显卡）" if gib else ""
+    on_zh = f"（{fmt_num(gib)} GiB 显卡）" if gib else ""
     opts = [
         (
             {
@@ -387,6 +387,6 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
             "en": f"`vllm serve MODEL {argv}`{on}: what happens?",
             "zh": f"`vllm serve MODEL {argv}`{on_zh}：会发生什么？",
         },
-        "choices": _opts(opts),
+        "choices": option_list(opts),
         "explain": explain,
     }

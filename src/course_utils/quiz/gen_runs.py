@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core.store import POINTS_FILE
-from course_utils.quiz.data import _opts, recorded_point, resolve_path
-from course_utils.quiz.engine import LANGS, QuizError, _fmt, generator
+from course_utils.quiz.data import option_list, recorded_point, resolve_path
+from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator
 
 REPO_RUNS = "labs/results/"
 
@@ -73,10 +73,10 @@ def _g_littles_law(p: Mapping[str, Any]) -> dict[str, Any]:
         "prompt": {
             "en": f"Recorded run `{pt['where']}`, point `--max-num-seqs {cap}`: `vllm bench "
             f"serve` completed {thr:.2f} req/s with a mean end-to-end latency of "
-            f"{_fmt(round(e2e))} ms. On average, how many requests were inside the server "
+            f"{fmt_num(round(e2e))} ms. On average, how many requests were inside the server "
             "(running or waiting)?",
             "zh": f"已录制的实测 `{pt['where']}`，`--max-num-seqs {cap}` 这个点：`vllm bench serve` "
-            f"完成 {thr:.2f} req/s，平均端到端延迟 {_fmt(round(e2e))} ms。平均有多少个请求"
+            f"完成 {thr:.2f} req/s，平均端到端延迟 {fmt_num(round(e2e))} ms。平均有多少个请求"
             "在服务器里（运行中或排队中）？",
         },
         "explain": {
@@ -139,12 +139,12 @@ def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
             verdict = "小于" if x["value"] < n else "不小于"
             return (
                 f"{x['value']}：{verdict} {n:.0f}，实测排队均值 {s.waiting_mean:.1f}、"
-                f"运行数最多 {_fmt(s.running_max)}"
+                f"运行数最多 {fmt_num(s.running_max)}"
             )
         verdict = "below" if x["value"] < n else "not below"
         return (
             f"{x['value']}: {verdict} {n:.0f}; recorded waiting mean {s.waiting_mean:.1f}, "
-            f"running max {_fmt(s.running_max)}"
+            f"running max {fmt_num(s.running_max)}"
         )
 
     opts = [
@@ -154,17 +154,17 @@ def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "type": "multiple",
         "prompt": {
-            "en": f"Recorded run `{where}`: {_fmt(rate)} req/s offered, 512 tokens in / 128 out. "
+            "en": f"Recorded run `{where}`: {fmt_num(rate)} req/s offered, 512 tokens in / 128 out. "
             f"With `--max-num-seqs {ref['value']}` nothing queued: it completed "
             f"{b['request_throughput']:.2f} req/s at a mean end-to-end latency of "
-            f"{_fmt(round(b['mean_e2el_ms']))} ms. By Little's law, which caps must make "
+            f"{fmt_num(round(b['mean_e2el_ms']))} ms. By Little's law, which caps must make "
             "requests queue at this load?",
-            "zh": f"已录制的实测 `{where}`：压测速率 {_fmt(rate)} req/s，512 入 / 128 出。"
+            "zh": f"已录制的实测 `{where}`：压测速率 {fmt_num(rate)} req/s，512 入 / 128 出。"
             f"`--max-num-seqs {ref['value']}` 时没有排队：完成 {b['request_throughput']:.2f} "
-            f"req/s，平均端到端延迟 {_fmt(round(b['mean_e2el_ms']))} ms。按利特尔定律，"
+            f"req/s，平均端到端延迟 {fmt_num(round(b['mean_e2el_ms']))} ms。按利特尔定律，"
             "在这个负载下哪些上限一定会让请求排队？",
         },
-        "choices": _opts(opts),
+        "choices": option_list(opts),
         "explain": {
             "en": f"Requests in flight = {b['request_throughput']:.2f} x "
             f"{b['mean_e2el_ms'] / 1000:.3f} s = {n:.0f}. A cap below that cannot hold "
@@ -275,15 +275,15 @@ def _g_ttft_split(p: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "type": "single",
         "prompt": {
-            "en": f"Recorded run `{pt['where']}`, `--max-num-seqs {cap}` at {_fmt(rate)} req/s. "
+            "en": f"Recorded run `{pt['where']}`, `--max-num-seqs {cap}` at {fmt_num(rate)} req/s. "
             f"From its /metrics histograms (mean per request): `{tt}` "
             f"{parts['ttft']:.0f} ms, `{q}` {parts['queue']:.1f} ms, `{pf}` "
             f"{parts['prefill']:.1f} ms. Where does most of the TTFT go?",
-            "zh": f"已录制的实测 `{pt['where']}`，`--max-num-seqs {cap}`，{_fmt(rate)} req/s。"
+            "zh": f"已录制的实测 `{pt['where']}`，`--max-num-seqs {cap}`，{fmt_num(rate)} req/s。"
             f"它的 /metrics 直方图（每请求均值）：`{tt}` {parts['ttft']:.0f} ms，`{q}` "
             f"{parts['queue']:.1f} ms，`{pf}` {parts['prefill']:.1f} ms。TTFT 大部分花在哪？",
         },
-        "choices": _opts(opts),
+        "choices": option_list(opts),
         "explain": {
             "en": "vLLM stamps a request's arrival before tokenising it "
             "(vllm/renderers/base.py), then when the engine core queues it, when it is "

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.quiz.data import resolve_path
-from course_utils.quiz.engine import QuizError, _fmt, generator
+from course_utils.quiz.engine import QuizError, fmt_num, generator
 
 
 def run_cited(folder: Path) -> str:
@@ -41,11 +41,11 @@ def _g_replicas_plan(p: Mapping[str, Any]) -> dict[str, Any]:
         (float(x["rate_key"]), keep.as_point(x).meets_slo) for x in recs if x.get("valid")
     )
     rows = {
-        "en": ", ".join(f"{_fmt(r)}: {'met' if m else 'missed'}" for r, m in seen),
-        "zh": "，".join(f"{_fmt(r)}：{'达标' if m else '未达标'}" for r, m in seen),
+        "en": ", ".join(f"{fmt_num(r)}: {'met' if m else 'missed'}" for r, m in seen),
+        "zh": "，".join(f"{fmt_num(r)}：{'达标' if m else '未达标'}" for r, m in seen),
     }
-    hi_en = "no rate above it that missed" if hi is None else f"{_fmt(hi)} req/s (missed)"
-    hi_zh = "（更高的速率没测到未达标）" if hi is None else f" {_fmt(hi)} req/s（未达标）"
+    hi_en = "no rate above it that missed" if hi is None else f"{fmt_num(hi)} req/s (missed)"
+    hi_zh = "（更高的速率没测到未达标）" if hi is None else f" {fmt_num(hi)} req/s（未达标）"
     h = f"{headroom:.0%}"
     return {
         "type": "numeric",
@@ -54,15 +54,15 @@ def _g_replicas_plan(p: Mapping[str, Any]) -> dict[str, Any]:
         "unit": {"en": "replicas", "zh": "个副本"},
         "prompt": {
             "en": f"Recorded run `{where}`, lab 03: one GPU's offered-rate scan under the SLO "
-            f"({rows['en']}; req/s). You must serve {_fmt(target)} req/s with {h} of each "
+            f"({rows['en']}; req/s). You must serve {fmt_num(target)} req/s with {h} of each "
             "replica's knee kept free. How many replicas do you provision?",
             "zh": f"已录制的实测 `{where}`，实验 03：单卡在 SLO 下的速率扫描（{rows['zh']}；单位 "
-            f"req/s）。要服务 {_fmt(target)} req/s，每个副本的拐点留出 {h} 余量。要部署几个副本？",
+            f"req/s）。要服务 {fmt_num(target)} req/s，每个副本的拐点留出 {h} 余量。要部署几个副本？",
         },
         "explain": {
-            "en": f"The knee lies between {_fmt(lo)} req/s (met) and {hi_en}. Plan each replica "
-            f"at {_fmt(lo)} x (1 - {headroom:g}) = {plan.per_replica_low:.4g} req/s, so "
-            f"{_fmt(target)} / {plan.per_replica_low:.4g} rounds up to {plan.safe}: the safe "
+            "en": f"The knee lies between {fmt_num(lo)} req/s (met) and {hi_en}. Plan each replica "
+            f"at {fmt_num(lo)} x (1 - {headroom:g}) = {plan.per_replica_low:.4g} req/s, so "
+            f"{fmt_num(target)} / {plan.per_replica_low:.4g} rounds up to {plan.safe}: the safe "
             "end, since no replica then runs above a rate measured to meet the SLO. "
             + (
                 f"From the upper end you would get {plan.short}; fewer than that cannot keep "
@@ -72,8 +72,8 @@ def _g_replicas_plan(p: Mapping[str, Any]) -> dict[str, Any]:
                 if plan.short is not None
                 else ""
             ),
-            "zh": f"拐点在 {_fmt(lo)} req/s（达标）和{hi_zh}之间。每个副本按 {_fmt(lo)} ×"
-            f"（1 - {headroom:g}）= {plan.per_replica_low:.4g} req/s 规划，{_fmt(target)} / "
+            "zh": f"拐点在 {fmt_num(lo)} req/s（达标）和{hi_zh}之间。每个副本按 {fmt_num(lo)} ×"
+            f"（1 - {headroom:g}）= {plan.per_replica_low:.4g} req/s 规划，{fmt_num(target)} / "
             f"{plan.per_replica_low:.4g} 向上取整得 {plan.safe}：这是安全端，每个副本都不会跑在"
             "实测达标的速率之上。"
             + (

@@ -7,30 +7,30 @@ from collections.abc import Mapping
 from typing import Any
 
 from course_utils.quiz.data import (
-    _bench,
-    _data,
-    _opts,
-    _per_request,
-    _slo,
     diagnosis_inputs,
+    item_bench,
+    item_data,
+    item_slo,
+    option_list,
+    per_request_of,
     recorded_point,
     recorded_sweep,
     requests_bench,
     resolve_path,
     slo_text,
 )
-from course_utils.quiz.engine import LANGS, QuizError, _fmt, generator
+from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator
 from course_utils.quiz.gen_knobs import CONSTRAINTS, NO_KNOB, each, move_word
 
 
 def _requests_text(p: Mapping[str, Any], b: Any) -> dict[str, str]:
-    per = _per_request(b)
+    per = per_request_of(b)
     pairs = [f"{t:.0f}/{d:.0f}" for t, d in zip(per["ttft"], per["tpot"], strict=True)]
     rows, rows_zh = "; ".join(pairs), "；".join(pairs)
     return {
-        "en": f"A run of {b.completed} requests took {_fmt(b.duration)} s. Per request, "
+        "en": f"A run of {b.completed} requests took {fmt_num(b.duration)} s. Per request, "
         f"TTFT/TPOT in ms: {rows}.",
-        "zh": f"一次压测 {b.completed} 个请求，用时 {_fmt(b.duration)} 秒。逐请求 TTFT/TPOT"
+        "zh": f"一次压测 {b.completed} 个请求，用时 {fmt_num(b.duration)} 秒。逐请求 TTFT/TPOT"
         f"（ms）：{rows_zh}。",
     }
 
@@ -41,7 +41,7 @@ def _g_request_goodput(p: Mapping[str, Any]) -> dict[str, Any]:
     --save-detailed result). Answer: slo.request_goodput (vLLM's per-request goodput)."""
     from course_utils.core import slo as slo_mod
 
-    s, b = _slo(p), requests_bench(p)
+    s, b = item_slo(p), requests_bench(p)
     g = slo_mod.request_goodput(b, s)
     if g is None:
         raise QuizError("this result has no per-request data")
@@ -62,10 +62,10 @@ def _g_request_goodput(p: Mapping[str, Any]) -> dict[str, Any]:
         "explain": {
             "en": f"vLLM counts a request as good when each of its own values is ≤ "
             f"its target (a value equal to the target counts): {good} of "
-            f"{b.completed} requests, ÷ {_fmt(b.duration)} s = {g:.2f} req/s "
+            f"{b.completed} requests, ÷ {fmt_num(b.duration)} s = {g:.2f} req/s "
             f"(throughput {b.request_throughput:.2f} req/s).",
             "zh": f"vLLM 逐个请求判断：每项都 ≤ 目标（等于也算）才算好请求：{b.completed} 个里 "
-            f"{good} 个，÷ {_fmt(b.duration)} 秒 = {g:.2f} req/s"
+            f"{good} 个，÷ {fmt_num(b.duration)} 秒 = {g:.2f} req/s"
             f"（吞吐 {b.request_throughput:.2f} req/s）。",
         },
     }
@@ -76,12 +76,16 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: slo, requests (as request_goodput) or bench (a result). Answer: slo.score."""
     from course_utils.core import slo as slo_mod
 
-    s = _slo(p)
+    s = item_slo(p)
     rec = recorded_point(p)
     if rec:
-        b = _bench(rec["bench"])
+        b = item_bench(rec["bench"])
     else:
-        b = requests_bench(p) if "requests" in p or "ttft_ms" in p else _bench(_data(p, "bench"))
+        b = (
+            requests_bench(p)
+            if "requests" in p or "ttft_ms" in p
+            else item_bench(item_data(p, "bench"))
+        )
     sc = slo_mod.score(b, s)
     keys = [k for k in s.targets() if b.percentile(k, s.percentile) is not None]
     over = {k for k in keys if b.percentile(k, s.percentile) > s.targets()[k]}
@@ -120,7 +124,7 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
                 "fail-several",
             )
         )
-    if _per_request(b) is not None:
+    if per_request_of(b) is not None:
         intro = _requests_text(p, b)
     else:  # a saved result: its p99s and throughput are what the gate reads
         got = {
@@ -142,7 +146,7 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
             "zh": f"{intro['zh']}SLO：{slo_text(s, 'zh')}。本课的 p99 门槛（每个 p99 都达标就记全部吞吐，"
             "否则记 0）怎么判？".strip(),
         },
-        "choices": _opts(opts),
+        "choices": option_list(opts),
         "explain": {
             "en": f"{pcts}. "
             + (f"Violations: {'; '.join(sc.violations)}. " if sc.violations else "")
@@ -161,10 +165,10 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
     every target) and the p99 gate rank first (QuizError when they disagree)."""
     from course_utils.core import slo as slo_mod
 
-    s = _slo(p)
+    s = item_slo(p)
     rows = []
     for c in p["configs"]:
-        b = _bench(c)
+        b = item_bench(c)
         rows.append(
             {
                 "name": c["name"],
@@ -186,7 +190,7 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
         b = r["b"]
         comma = "，" if lg == "zh" else ", "
         p99 = comma.join(
-            f"p99 {k.upper()} {_fmt(b.percentile(k))} ms"
+            f"p99 {k.upper()} {fmt_num(b.percentile(k))} ms"
             for k in s.targets()
             if b.percentile(k) is not None
         )
@@ -215,7 +219,7 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
             "zh": f"{sep['zh'].join(desc(r, 'zh') for r in rows)}。SLO：{slo_text(s, 'zh')}。"
             "以 goodput 打分，哪个配置更好？",
         },
-        "choices": _opts(opts),
+        "choices": option_list(opts),
         "explain": {
             "en": f"{sep['en'].join(score(r, 'en') for r in rows)}. vLLM counts "
             "the requests that meet every target, per second; the lesson's "
@@ -252,12 +256,12 @@ def _sweep_rows(pts: list[dict[str, Any]], s: Any, how: str, lang: str) -> str:
         good = round(float(slo_mod.request_goodput(b, s) or 0.0) * float(b.duration))
         if lang == "zh":
             rows.append(
-                f"{pt['value']}：{b.completed} 个请求里 {good} 个各项达标，用时 {_fmt(b.duration)} 秒"
+                f"{pt['value']}：{b.completed} 个请求里 {good} 个各项达标，用时 {fmt_num(b.duration)} 秒"
             )
         else:
             rows.append(
                 f"{pt['value']}: {good} of {b.completed} requests within every target "
-                f"in {_fmt(b.duration)} s"
+                f"in {fmt_num(b.duration)} s"
             )
     return ("；" if lang == "zh" else "; ").join(rows)
 
@@ -270,7 +274,7 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
     from course_utils.core import knobs
     from course_utils.core import slo as slo_mod
 
-    s, how = _slo(p), p.get("score", "gate")
+    s, how = item_slo(p), p.get("score", "gate")
     if how not in ("gate", "request"):
         raise QuizError("score must be gate or request")
     pts = recorded_sweep(p)
@@ -285,8 +289,8 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
         run = f"`{resolve_path(p['results']).as_posix().split('labs/results/')[-1]}`"
     except (KeyError, QuizError):
         run = ""
-    at = f" at {_fmt(rate)} req/s" if rate else ""
-    at_zh = f"，{_fmt(rate)} req/s" if rate else ""
+    at = f" at {fmt_num(rate)} req/s" if rate else ""
+    at_zh = f"，{fmt_num(rate)} req/s" if rate else ""
     vals = ", ".join(str(v) for v, _ in scores)
     name = {
         "gate": {
@@ -311,7 +315,7 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
             "zh": f"已录制的实测 {run} 里 `{flag}` 的 sweep（{vals}{at_zh}），SLO "
             f"{slo_text(s, 'zh')}。各取值：{shown['zh']}。以{_pad(name['zh'])}打分，哪个值胜出？",
         },
-        "choices": _opts(opts),
+        "choices": option_list(opts),
         "explain": {
             "en": f"Scores: {listing}. The gate is all-or-nothing on p99; vLLM "
             "counts good requests one by one, so the two can pick differently.",
@@ -328,7 +332,7 @@ def _diagnosis(p: Mapping[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
     from course_utils.core import diagnose, metrics
 
     inp = diagnosis_inputs(p)
-    s = _slo(p)
+    s = item_slo(p)
     d = diagnose.diagnose(inp["samples"], inp["bench"], s, max_num_seqs=inp["max_num_seqs"])
     return d, metrics.summarize(inp["samples"]), inp["bench"], s, inp["max_num_seqs"]
 
@@ -341,21 +345,21 @@ def _diag_text(cap: int | None, summary: Any, bench: Any, s: Any) -> dict[str, s
     pcts = zh_pcts = ""
     if bench is not None:
         each_p99 = [
-            f"p99 {k.upper()} {_fmt(round(bench.percentile(k), 1))} ms"
+            f"p99 {k.upper()} {fmt_num(round(bench.percentile(k), 1))} ms"
             for k in ("ttft", "tpot")
             if bench.percentile(k) is not None
         ]
         pcts, zh_pcts = ", ".join(each_p99), "，".join(each_p99)
-    pre = _fmt(summary.preemptions)
+    pre = fmt_num(summary.preemptions)
     return {
         "en": f"Sampled under load: `{metrics.WAITING}` mean {summary.waiting_mean:.1f} (max "
-        f"{_fmt(summary.waiting_max)}), `{metrics.RUNNING}` max "
-        f"{_fmt(summary.running_max)}{cap_en}, `{metrics.KV_USAGE}` max "
+        f"{fmt_num(summary.waiting_max)}), `{metrics.RUNNING}` max "
+        f"{fmt_num(summary.running_max)}{cap_en}, `{metrics.KV_USAGE}` max "
         f"{summary.kv_usage_max:.2f}, preemptions {pre}. Bench: {pcts or 'n/a'}. "
         f"SLO: {slo_text(s, 'en')}.",
         "zh": f"负载期间采样：`{metrics.WAITING}` 均值 {summary.waiting_mean:.1f}（最大 "
-        f"{_fmt(summary.waiting_max)}），`{metrics.RUNNING}` 最大 "
-        f"{_fmt(summary.running_max)}{cap_zh}，`{metrics.KV_USAGE}` 最大 "
+        f"{fmt_num(summary.waiting_max)}），`{metrics.RUNNING}` 最大 "
+        f"{fmt_num(summary.running_max)}{cap_zh}，`{metrics.KV_USAGE}` 最大 "
         f"{summary.kv_usage_max:.2f}，抢占 {pre} 次。压测：{zh_pcts or '无'}。SLO：{slo_text(s, 'zh')}。",
     }
 
@@ -415,10 +419,10 @@ def diag_why(d: Any, summary: Any, cap: int | None, lang: str) -> str:
     tmpl = LEAF_WHY.get(d.leaf, diagnose.TREE[d.leaf].text)[lang]
     return tmpl.format(
         w=f"{summary.waiting_mean:.1f}",
-        r=_fmt(summary.running_max),
+        r=fmt_num(summary.running_max),
         cap=cap if cap else "?",
         kv=f"{summary.kv_usage_max:.0%}",
-        pre=_fmt(summary.preemptions),
+        pre=fmt_num(summary.preemptions),
     )
 
 
@@ -434,7 +438,7 @@ def _g_diagnose_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
             "en": f"{intro['en']} Which constraint binds?",
             "zh": f"{intro['zh']}哪个约束在绑定？",
         },
-        "choices": _opts([(CONSTRAINTS[c], c == d.constraint, c) for c in CONSTRAINTS]),
+        "choices": option_list([(CONSTRAINTS[c], c == d.constraint, c) for c in CONSTRAINTS]),
         "explain": {lg: diag_why(d, summary, cap, lg) for lg in LANGS},
     }
 
@@ -455,7 +459,9 @@ def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
         mv = move_word(d.moves[k.name], lg) if k.name in good else k.move[lg]
         return f"`{k.flag}`{'：' if lg == 'zh' else ': '}{mv}"
 
-    choices = _opts([({lg: text(k, lg) for lg in LANGS}, k.name in good, k.name) for k in shown])
+    choices = option_list(
+        [({lg: text(k, lg) for lg in LANGS}, k.name in good, k.name) for k in shown]
+    )
     if good and not any(c["correct"] for c in choices):
         raise QuizError("none of the listed knobs is in the diagnosis")
     choices.append({"text": NO_KNOB, "correct": not good, "key": "none"})

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from course_utils.quiz.data import _opts, resolve_path
-from course_utils.quiz.engine import QuizError, _fmt, generator
+from course_utils.quiz.data import option_list, resolve_path
+from course_utils.quiz.engine import QuizError, fmt_num, generator
 from course_utils.quiz.gen_runs import run_name
 
 
@@ -35,7 +35,7 @@ def _replay_choices(
     """The four choices of prefix_replay (the first is right). Wrong: a flat p99 taken as
     proof (trust), the default prefix caching taken as what users get (default), the first
     rate blamed as cold (cold)."""
-    bad_rates = "/".join(_fmt(r["rate"]) for r in bad)
+    bad_rates = "/".join(fmt_num(r["rate"]) for r in bad)
     opts = [
         (
             {
@@ -47,8 +47,8 @@ def _replay_choices(
         ),
         (
             {
-                "en": f"Yes: p99 TTFT stays near 300 ms up to {_fmt(rows[-1]['rate'])} req/s",
-                "zh": f"可信：直到 {_fmt(rows[-1]['rate'])} req/s，p99 TTFT 都在 300 ms 附近",
+                "en": f"Yes: p99 TTFT stays near 300 ms up to {fmt_num(rows[-1]['rate'])} req/s",
+                "zh": f"可信：直到 {fmt_num(rows[-1]['rate'])} req/s，p99 TTFT 都在 300 ms 附近",
             },
             False,
             "trust",
@@ -63,14 +63,14 @@ def _replay_choices(
         ),
         (
             {
-                "en": f"Not at {_fmt(rows[0]['rate'])} req/s: the first rate ran on a cold server, unwarmed",
-                "zh": f"{_fmt(rows[0]['rate'])} req/s 的点不可信：第一个速率跑在还没预热的冷服务器上",
+                "en": f"Not at {fmt_num(rows[0]['rate'])} req/s: the first rate ran on a cold server, unwarmed",
+                "zh": f"{fmt_num(rows[0]['rate'])} req/s 的点不可信：第一个速率跑在还没预热的冷服务器上",
             },
             False,
             "cold",
         ),
     ]
-    return _opts(opts)
+    return option_list(opts)
 
 
 @generator("prefix_replay")
@@ -87,12 +87,12 @@ def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
     where = run_name(root)
     listing = {
         "en": "; ".join(
-            f"{_fmt(r['rate'])} req/s: p99 TTFT {r['p99']:.0f} ms, hits {r['hit']:.1%}"
+            f"{fmt_num(r['rate'])} req/s: p99 TTFT {r['p99']:.0f} ms, hits {r['hit']:.1%}"
             for r in rows
         )
         + ".",
         "zh": "；".join(
-            f"{_fmt(r['rate'])} req/s：p99 TTFT {r['p99']:.0f} ms，命中率 {r['hit']:.1%}"
+            f"{fmt_num(r['rate'])} req/s：p99 TTFT {r['p99']:.0f} ms，命中率 {r['hit']:.1%}"
             for r in rows
         )
         + "。",
@@ -172,7 +172,7 @@ def _jit_choices() -> list[dict[str, Any]]:
             "cap",
         ),
     ]
-    return _opts(opts)
+    return option_list(opts)
 
 
 @generator("jit_window")
@@ -198,15 +198,15 @@ def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "single",
         "prompt": {
             "en": f"vLLM's `vllm bench sweep serve` in the recorded run `{run_name(log)}`, "
-            f"server `{flags}`, {_fmt(res['request_rate'])} req/s, no warm-up requests. "
+            f"server `{flags}`, {fmt_num(res['request_rate'])} req/s, no warm-up requests. "
             "Between `Starting main benchmark run...` and the end of that benchmark the "
             f"server logged `Triton kernel JIT compilation during inference: {k}`. The "
-            f"run reports p99 TTFT {_fmt(round(res['p99_ttft_ms']))} ms. Can you trust "
+            f"run reports p99 TTFT {fmt_num(round(res['p99_ttft_ms']))} ms. Can you trust "
             "this number in a comparison with another setting?",
             "zh": f"已录制的实测 `{run_name(log)}` 里 vLLM 的 `vllm bench sweep serve`，服务器 "
-            f"`{flags}`，{_fmt(res['request_rate'])} req/s，没有预热请求。在 `Starting main "
+            f"`{flags}`，{fmt_num(res['request_rate'])} req/s，没有预热请求。在 `Starting main "
             "benchmark run...` 与这次压测结束之间，服务器日志出现 `Triton kernel JIT compilation "
-            f"during inference: {k}`。这次报告 p99 TTFT {_fmt(round(res['p99_ttft_ms']))} ms。"
+            f"during inference: {k}`。这次报告 p99 TTFT {fmt_num(round(res['p99_ttft_ms']))} ms。"
             "拿它和别的配置比，这个数可信吗？",
         },
         "choices": _jit_choices(),
@@ -287,7 +287,7 @@ def _preempt_choices() -> list[dict[str, Any]]:
             "budget",
         ),
     ]
-    return _opts(opts)
+    return option_list(opts)
 
 
 @generator("kv_preempt")

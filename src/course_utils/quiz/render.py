@@ -22,9 +22,9 @@ from course_utils.quiz.engine import (
     Lang,
     Question,
     QuizError,
-    _lang,
     grade,
     load,
+    pick_lang,
     title,
 )
 
@@ -56,7 +56,7 @@ def html(lesson: str, lang: Lang = "en", *, questions: Sequence[Question] | None
     Works in the built book (no kernel, no network) and in a trusted Jupyter output.
     Deterministic: the same inputs give the same bytes.
     """
-    lang = _lang(lang)
+    lang = pick_lang(lang)
     qs = list(questions) if questions is not None else load(lesson)
     s = STRINGS[lang]
     root = f"quiz-{lesson}-{lang}"
@@ -123,7 +123,7 @@ def widget(lesson: str, lang: Lang = "en", *, questions: Sequence[Question] | No
     """ipywidgets version (needs a live kernel): one box per question, graded by grade()."""
     import ipywidgets as w
 
-    lang = _lang(lang)
+    lang = pick_lang(lang)
     qs = list(questions) if questions is not None else load(lesson)
     s = STRINGS[lang]
     boxes = []

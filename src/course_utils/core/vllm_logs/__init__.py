@@ -42,20 +42,14 @@ from course_utils.core.vllm_logs.runtime import (
     parse_sweep_log,
 )
 from course_utils.core.vllm_logs.startup import (
-    ARGS_LINE,
-    MEMORY_LINE_MARKS,
-    MemoryProfile,
     ProcessStartup,
     StartupFacts,
     engine_init_times,
-    memory_lines,
-    memory_profile,
     startup_by_process,
     startup_facts,
 )
 
 __all__ = [
-    "ARGS_LINE",
     "EngineStatsLine",
     "FAILURE_RULES",
     "JIT_LINE",
@@ -66,8 +60,6 @@ __all__ = [
     "RESULT_BANNER",
     "SWEEP_LOG_MARKS",
     "MAX_REASON",
-    "MEMORY_LINE_MARKS",
-    "MemoryProfile",
     "ProcessStartup",
     "Rule",
     "StartupFacts",
@@ -78,8 +70,6 @@ __all__ = [
     "engine_stats",
     "jit_compiles",
     "log_stamps",
-    "memory_lines",
-    "memory_profile",
     "one_line",
     "parse_sweep_log",
     "stamp_datetime",

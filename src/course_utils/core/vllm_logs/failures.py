@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from course_utils.core.vllm_logs._common import MAX_REASON, _last, one_line
+from course_utils.core.vllm_logs._common import MAX_REASON, last_match, one_line
 
 # --------------------------------------------------------------------------------------
 # start-up failures: (pattern, reason) rules, most specific first
@@ -31,7 +31,7 @@ def _oom(m: re.Match[str], text: str) -> str:
 
 
 def _port(m: re.Match[str], text: str) -> str:
-    port = _last(re.compile(r"--port[ =](\d+)"), text)
+    port = last_match(re.compile(r"--port[ =](\d+)"), text)
     where = f" ({port.group(1)})" if port else ""
     return f"port in use{where}: Address already in use; pick another --port"
 
@@ -116,7 +116,7 @@ def classify_failure(log_text: str, returncode: int | None = None) -> str:
     """One clear line saying why `vllm serve` (0.26.0) failed, from its log."""
     text = log_text or ""
     for pattern, reason in FAILURE_RULES:
-        if m := _last(pattern, text):
+        if m := last_match(pattern, text):
             return reason(m, text)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for ln in reversed(lines):  # the last line that names an error, else the last line

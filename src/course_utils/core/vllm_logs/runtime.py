@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from course_utils.core.vllm_logs._common import _STAMP_PARTS, LOG_STAMP, stamp_datetime
+from course_utils.core.vllm_logs._common import LOG_STAMP, STAMP_PARTS, stamp_datetime
 
 _STATS = re.compile(
     r"Avg prompt throughput: ([\d.]+) tokens/s, Avg generation throughput: ([\d.]+) tokens/s, "
@@ -37,7 +37,7 @@ def engine_stats(text: str) -> list[EngineStatsLine]:
     t0 = prev = None
     for line in text.splitlines():
         m = _STATS.search(line)
-        st = LOG_STAMP.search(line) or _STAMP_PARTS.search(line)
+        st = LOG_STAMP.search(line) or STAMP_PARTS.search(line)
         if not m or not st:
             continue
         stamp = st.group(1) if st.re is LOG_STAMP else st.group(0)

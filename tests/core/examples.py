@@ -1,4 +1,4 @@
-"""Recorded examples from the real H200 lab run, shipped with the package.
+"""Recorded examples from the real H200 lab run, for the tests.
 
 Each example is one load from ``labs/results/h200-2026-11-29/``: the ``vllm bench serve``
 result JSON (per-request lists over 16 KB summarised), the ``/metrics`` series sampled
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +54,7 @@ class Example:
 def folder(name: str) -> Path:
     if name not in NAMES:
         raise ValueError(f"unknown example {name!r}: use one of {', '.join(NAMES)}")
-    return Path(str(resources.files("course_utils") / "data" / "examples" / name))
+    return Path(__file__).resolve().parents[2] / "src" / "course_utils" / "data" / "examples" / name
 
 
 def load(name: str) -> Example:

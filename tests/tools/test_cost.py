@@ -1,5 +1,5 @@
-"""The harness's cost per point (core.cost, lab.cost), on the recorded H200 run of 2026-11-30
-and on synthetic records."""
+"""tools/investigate/cost.py: the harness's cost per point, on the recorded H200 run of
+2026-11-30 and on synthetic records; a bench call's phases as the bench worker logged them."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.core.cost import PointCost, cost_summary, point_cost
 from course_utils.core.records import ServedPoint, Warmup, Window, read_jsonl
-from course_utils.lab import cost as lab_cost
+from course_utils.core.vllm_logs import bench_failure_reason
+from tests.tooling import tool
+
+lab_cost = tool("investigate/cost.py")
+BenchPhases, PointCost = lab_cost.BenchPhases, lab_cost.PointCost
+cost_summary, point_cost = lab_cost.cost_summary, lab_cost.point_cost
 
 RUN = Path(__file__).resolve().parents[2] / "labs" / "results" / "h200-2026-11-30"
 
@@ -54,13 +58,12 @@ def test_cli_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert lab_cost.main([str(RUN)]) == 2  # no points.jsonl there
 
 
-def _point(cost: PointCost | None = None) -> ServedPoint:
+def _point() -> ServedPoint:
     p = ServedPoint(key="k", knob="baseline", value=None, knobs={}, workload={}, slo="",
                     status="ok", startup_s=50.0, elapsed_s=130.0, time="2026-12-01T10:00:00")
     p.warmup = Warmup(seed=1, num_prompts=8, status="ok", elapsed_s=25.0, load_s=10.0)
     p.windows = [Window(index=i, purpose="measure", seed=0, status="ok", elapsed_s=27.0,
                         bench={"duration": 12.0}) for i in range(2)]
-    p.cost = cost
     return p
 
 
@@ -70,10 +73,8 @@ def test_point_cost_arithmetic_and_json_round_trip() -> None:
     assert (c.windows_s, c.windows_load_s, c.warmup_load_s) == (54.0, 24.0, 10.0)
     assert c.other_s == pytest.approx(1.0) and c.harness_s == pytest.approx(56.0)
     assert c.bench_overhead_s == pytest.approx(45.0)
-    p.cost = c
-    back = ServedPoint.from_json(json.loads(json.dumps(p.to_json())))
-    assert back.cost == c and back.warmup is not None and back.warmup.load_s == 10.0
-    assert back.to_json()["cost"]["harness_s"] == 56.0
+    back = PointCost.from_json(json.loads(json.dumps(c.to_json())))
+    assert back == c and back.to_json()["harness_s"] == 56.0
     with pytest.raises(ValueError, match="bench_mode"):
         point_cost(p, bench_mode="thread")
 
@@ -82,7 +83,7 @@ def test_records_without_cost_still_read() -> None:
     rec = read_jsonl(RUN / "decode12" / "points.jsonl")[0]
     assert "cost" not in rec
     p = ServedPoint.from_json(rec)
-    assert p.cost is None and p.warmup is not None and p.warmup.load_s is None
+    assert p.warmup is not None and p.warmup.load_s is None
     # no warm-up load known: the calls' overhead is unknown, the harness total is not
     c = point_cost(p)
     assert c.bench_overhead_s is None and c.harness_s is not None
@@ -91,3 +92,34 @@ def test_records_without_cost_still_read() -> None:
 def test_summary_of_nothing() -> None:
     s = cost_summary([])
     assert s["points"] == 0 and s["harness_share"] is None and s["total_s"] is None
+
+
+def test_phases_line_round_trips_and_the_last_one_wins() -> None:
+    a = BenchPhases(call_s=10.0, before_main_s=2.5, main_s=7.0, after_s=0.5)
+    b = BenchPhases(call_s=3.0)  # no main run printed: its parts are unknown
+    log = f"$ ['vllm', 'bench']\n# in-process\nINFO ...\n{a.line()}\nmore\n{b.line()}\n"
+    assert BenchPhases.in_log(log) == b
+    assert BenchPhases.in_log(log.replace(b.line(), "")) == a
+    assert BenchPhases.in_log("no phases here\n") is None
+    assert BenchPhases.in_log("# bench phases: {not json\n") is None
+
+
+def test_point_cost_keeps_its_phases_through_json_and_sums_them() -> None:
+    ph = [BenchPhases(call_s=20.0, before_main_s=3.0, main_s=16.0, after_s=1.0), None,
+          BenchPhases(call_s=21.0, before_main_s=4.0, main_s=16.5, after_s=0.5)]
+    c = PointCost(server_start_s=60.0, warmup_s=20.0, warmup_load_s=15.0, windows_s=41.0,
+                  windows_load_s=31.0, total_s=125.0, bench_calls=3, bench_phases=ph)
+    again = PointCost.from_json(json.loads(json.dumps(c.to_json())))
+    assert again == c
+    s = cost_summary([c])
+    assert s["bench_before_main_s"] == {"mean": 3.5, "min": 3.0, "max": 4.0, "sum": 7.0}
+    assert s["bench_after_s"]["sum"] == pytest.approx(1.5)
+
+
+def test_a_failed_bench_reason_is_vllms_line_not_the_harness_phases() -> None:
+    phases = BenchPhases(call_s=1.0).line()
+    log = f"$ ['vllm']\n# in-process: worker pid 1\nsome vLLM output\n{phases}\n"
+    why = bench_failure_reason(log, 1)
+    assert why == "vllm bench serve exited with code 1 (last line: some vLLM output)"
+    err = "ValueError: Initial test run failed"
+    assert bench_failure_reason(f"{err}\n{phases}\n", 1) == err

@@ -22,8 +22,8 @@ from course_utils.core.keep import decide
 from course_utils.core.records import ServedPoint, read_jsonl, read_text, relative_spread
 from course_utils.core.texts import loop_vs_grid
 from course_utils.core.vllm_logs import parse_sweep_log
-from course_utils.lab import grid, loopvsgrid
-from course_utils.lab.gridcompare import compare
+from course_utils.lab import grid
+from course_utils.lab.grid import compare
 from course_utils.lab.replay import (
     load_points_checked,
     recorded_objective,
@@ -224,8 +224,8 @@ def test_the_loop_vs_grid_table_rows_are_the_committed_comparisons() -> None:
     ending the loop's replay."""
     committed = {(json.loads(f.read_text())["grid"]["dir"], json.loads(f.read_text())["loop"]
                   ["dir"]): json.loads(f.read_text()) for f in COMPARES}
-    cases = json.loads(loopvsgrid.INDEX.read_text())["cases"]
-    rows = {r.case: r for r in loopvsgrid.rows()}
+    cases = json.loads(grid.INDEX.read_text())["cases"]
+    rows = {r.case: r for r in grid.rows()}
     both = [c for c in cases if c.get("grid") and c.get("loop")]
     assert len(both) >= 4
     for c in both:
@@ -315,8 +315,9 @@ def test_the_kv_baseline_binds_nothing_and_the_preset_rate_passes_the_pool() -> 
 def test_bench_calls_spend_their_time_before_vllms_main_run() -> None:
     """The phases split the harness's cost per bench call: after vLLM's main run is almost
     nothing; before it grows with the prompt tokens the call samples."""
-    from course_utils.lab import cost
+    from tests.tooling import tool
 
+    cost = tool("investigate/cost.py")
     run = RESULTS / "h200-2026-12-01c"
     long_prompts = cost.run_cost([run / "prefill"])  # 3072-token prompts
     short_prompts = cost.run_cost([run / "kv"])  # 512-token prompts
@@ -375,7 +376,7 @@ def test_field_notes_prefill_windows_and_share_are_the_recorded_ones(lang: str) 
 
 def _notes() -> dict[str, dict[str, str]]:
     return {c["case"]: c.get("note", {})
-            for c in json.loads(loopvsgrid.INDEX.read_text())["cases"]}
+            for c in json.loads(grid.INDEX.read_text())["cases"]}
 
 
 def test_the_knee_note_quotes_the_verdicts_own_figures() -> None:
@@ -395,7 +396,7 @@ def test_the_decode_note_order_follows_the_server_on_the_same_prompts() -> None:
     loop = {p.label: p for p in _points(DECODE12)}
     seed0 = {k: next(w.score.request_goodput for w in p.valid_windows if w.seed == 0 and w.score)
              for k, p in loop.items()}
-    case = next(c for c in json.loads(loopvsgrid.INDEX.read_text())["cases"]
+    case = next(c for c in json.loads(grid.INDEX.read_text())["cases"]
                 if c["case"] == "decode")
     g = _grid(RESULTS / case["grid"])
     best = max(g, key=lambda k: _goodput(g[k]))

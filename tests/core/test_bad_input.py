@@ -670,3 +670,26 @@ def test_the_real_process_prints_one_line_and_exits_2() -> None:
                        capture_output=True, text=True, timeout=60, check=False)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: argument --max-model-len")
+
+
+@pytest.mark.parametrize(
+    ("content", "argv", "names"),
+    [
+        ("[1, 2]", ["table", "--index", "{f}"], "{f}"),
+        ('{"cases": "x"}', ["table", "--index", "{f}"], "{f}"),
+        ("{not json", ["table", "--index", "{f}"], "{f}"),
+        ("{}", ["compare", "{f}"], "tune_dir"),
+        ("{}", ["bogus"], "bogus"),
+    ],
+)
+def test_grid_tool_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str,
+                             argv: list[str], names: str) -> None:
+    """The grid comparison (run by tools/gpu) speaks the same one line."""
+    from course_utils.lab import gridrun
+
+    f = tmp_path / "index.json"
+    f.write_text(content)
+    before = tree(tmp_path)
+    rc = gridrun.main([a.replace("{f}", str(f)) for a in argv])
+    assert_one_error(rc, capsys.readouterr().err, names.replace("{f}", str(f)))
+    assert tree(tmp_path) == before

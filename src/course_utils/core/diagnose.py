@@ -9,8 +9,10 @@ A deep queue has four causes that need different answers: the KV pool is full or
 preempted (a KV problem), the running batch is pinned at ``max_num_seqs`` (a batch-width
 cap), the step's token budget is spent (the v1 scheduler admits waiting requests only
 ``while ... token_budget > 0``, after the running ones, in ``vllm/v1/core/sched/scheduler.py``:
-a ``max_num_batched_tokens`` limit), or none of these (the arrival rate is past what one
-replica completes: add replicas, no engine knob fixes it).
+a ``max_num_batched_tokens`` limit), or none of these: no engine limit holds the waiting
+requests back, so a queue that stays means the offered rate is at or past what one replica
+completes (add replicas; no engine knob fixes it). A request can also wait one step before the
+scheduler admits it; the ``waiting`` threshold is there so that such waits do not count.
 
 The Mermaid diagram in the book is generated from ``TREE`` by ``mermaid()``, so the
 picture and the code cannot drift apart.
@@ -220,11 +222,16 @@ _NODES: list[Question | Leaf] = [
     Leaf(
         "queue_replicas",
         "queue",
-        {"en": "queue: past the knee, not a tuning problem", "zh": "队列：已过拐点，不是调参问题"},
+        {
+            "en": "queue with no engine limit binding: at or past the knee",
+            "zh": "有排队但没有引擎上限在卡：已到拐点",
+        },
         None,
         {
-            "en": "add replicas or route load away; lower the offered rate to the knee",
-            "zh": "加副本或分流；把压测速率降到拐点",
+            "en": "a queue that stays means the rate is at or past what one replica completes: "
+            "add replicas or route load away, or lower the offered rate to the knee",
+            "zh": "队列一直在，说明请求率已到或超过一个副本的完成能力：加副本或分流，"
+            "或把压测速率降到拐点",
         },
     ),
     Leaf("prefill", "prefill", {"en": "prefill binds", "zh": "prefill 在卡"}, "prefill"),
@@ -283,6 +290,8 @@ class Diagnosis:
         else:
             todo = leaf.advice.get(lang, "")
         sep = "；" if lang == "zh" else "; "
+        if caveat := budget_caveat(self, lang):
+            todo += sep + caveat
         head = f"{leaf.text[lang]}{sep}" + " → ".join(steps)
         label = ("证据" if lang == "zh" else "evidence", "试试" if lang == "zh" else "try")
         return f"{head}{sep}{label[0]}: {ev}{sep}{label[1]}: {todo}"
@@ -315,6 +324,32 @@ class Diagnosis:
             "moves": self.moves,
             "path": [[q, a] for q, a in self.path],
         }
+
+
+# A step that carries less than this share of max_num_batched_tokens leaves the budget unused.
+BUDGET_IN_USE = 0.5
+
+
+def budget_caveat(d: Diagnosis, lang: str = "en") -> str:
+    """For a diagnosis that names max_num_batched_tokens outside the budget leaf: a warning
+    when the steps carried well under the budget, so a larger one has little to add; else ""."""
+    tps = d.evidence.get("tokens_per_step")
+    budget = d.evidence.get("max_num_batched_tokens")
+    if d.leaf == "queue_budget" or "max_num_batched_tokens" not in d.knobs:
+        return ""
+    if d.moves.get("max_num_batched_tokens") != "raise" or not tps or not budget:
+        return ""
+    if tps >= BUDGET_IN_USE * budget:
+        return ""
+    if lang == "zh":
+        return (
+            f"但每步平均只有 {_fmt(tps)} 个 token，预算是 {_fmt(budget)}：预算没用满，"
+            "调大它多半没用"
+        )
+    return (
+        f"but a step carried {_fmt(tps)} tokens on average against a budget of "
+        f"{_fmt(budget)}: the budget is not in use, so a larger one has little to add"
+    )
 
 
 def _fmt(v: float | None) -> str:

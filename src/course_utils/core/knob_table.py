@@ -142,8 +142,9 @@ KNOB_LIST: list[Knob] = [
         relieves={"kv": "raise"},
         label={"en": "GPU memory fraction for the engine", "zh": "引擎可用显存比例"},
         trade={
-            "en": "less headroom: start-up OOM, nothing left for other processes",
-            "zh": "余量变小：启动时 OOM，其他进程没显存可用",
+            "en": "less headroom for other processes; start-up is refused when that much is "
+            "not free",
+            "zh": "留给其他进程的显存变少；空闲显存不够这个比例时拒绝启动",
         },
         note={
             "en": "More KV blocks, so a larger running batch and less waiting for KV; "
@@ -416,14 +417,15 @@ KNOB_LIST: list[Knob] = [
             }
         },
         note={
-            "en": "Measured in lab 03 on two H200s (Qwen2.5-7B, lab 02's workload and SLO): "
-            "TP=2's knee 80-100 req/s against 100-130 for two replicas (--data-parallel-size "
-            "2) and 55-60 for one GPU; at 80 req/s TP=2 had the lower p99 TPOT (12.6 vs 14.9 "
-            "ms). For a model that fits one GPU, replicas carry more (book: lab-scale-out).",
-            "zh": "Lab 03 在两张 H200 上实测（Qwen2.5-7B，Lab 02 的负载与 SLO）：TP=2 的拐点是 "
-            "80-100 req/s，两个副本（--data-parallel-size 2）是 100-130，单卡 55-60；在 80 "
-            "req/s 时 TP=2 的 p99 TPOT 更低（12.6 对 14.9 ms）。模型一张卡放得下时，副本扛得更多"
-            "（书中 lab-scale-out 一页）。",
+            "en": "One scan in lab 03 on two H200s (Qwen2.5-7B, lab 02's workload and SLO, one "
+            "window per rate): TP=2's knee 80-100 req/s against 100-130 for two replicas "
+            "(--data-parallel-size 2) and 55-60 for one GPU; at 80 req/s TP=2 had the lower "
+            "p99 TPOT (12.6 vs 14.9 ms). One scan, not a rule: measure both on your workload "
+            "(book: field notes).",
+            "zh": "实验 03 在两张 H200 上的一次扫描（Qwen2.5-7B，实验 02 的负载与 SLO，每个速率一个"
+            "窗口）：TP=2 的拐点是 80-100 req/s，两个副本（--data-parallel-size 2）是 100-130，"
+            "单卡 55-60；在 80 req/s 时 TP=2 的 p99 TPOT 更低（12.6 对 14.9 ms）。一次扫描不构成"
+            "规律：请在你的负载上两种都测（书中实测笔记一页）。",
         },
     ),
 ]

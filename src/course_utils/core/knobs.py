@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -354,6 +355,69 @@ def spectrum(lang: Lang = "en") -> list[dict[str, str]]:
 
 def spectrum_markdown(lang: Lang = "en") -> str:
     return _markdown(spectrum(lang))
+
+
+def display_width(text: str) -> int:
+    """Columns in a CJK monospace font: wide and fullwidth characters take 2."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+_SPECTRUM_WORDS: dict[str, tuple[str, ...]] = {
+    "en": (
+        "throughput",
+        "latency",
+        "(tokens/s, many requests at once)",
+        "(short steps: low ITL/TPOT)",
+        "<- toward throughput",
+        "toward low latency ->",
+        "close to free on both ends:",
+        "conditions and costs: the direction map in section 4",
+    ),
+    "zh": (
+        "吞吐",
+        "延迟",
+        "（tokens/s，同时跑很多请求）",
+        "（每步短：ITL/TPOT 低）",
+        "<- 推向吞吐",
+        "推向低延迟 ->",
+        "两端都几乎免费：",
+        "条件与代价：见第 4 节的方向图",
+    ),
+}
+
+
+def spectrum_text(lang: Lang = "en") -> str:
+    """The spectrum as plain text for a monospace block: the throughput end on the left, the
+    latency (ITL/TPOT) end on the right, the near-free wins below; conditions are left to the
+    direction map. Only ASCII and wide CJK characters, so the columns line up in a CJK
+    monospace font (see ``display_width``)."""
+    words = _SPECTRUM_WORDS[lang]
+
+    def item(k: Knob, move: str) -> str:
+        short = re.split(r" \(|（", move)[0]
+        return f"{k.name} {short}"
+
+    thr = [item(k, m) for k, m, _ in moves("throughput", lang) if not k.free_win]
+    lat = [item(k, m) for k, m, _ in moves("itl", lang) if not k.free_win]
+    free = [item(k, k.move[lang]) for k in free_wins()]
+    lefts = [("    " + s) for s in [*thr, free[0]]] + ["  " + words[2], "  " + words[4]]
+    col = 3 + max(display_width(s) for s in lefts)
+    rights = [*lat, *free[1:], words[3], words[5]]
+    end = col + max(display_width(s) for s in rights)
+
+    def line(left: str, right: str, indent: str = "  ") -> str:
+        pad = col - display_width(indent + left)
+        return (indent + left + " " * pad + right).rstrip()
+
+    dashes = end - display_width(f"  {words[0]}  <>  {words[1]}")
+    out = [f"  {words[0]}  <{'-' * dashes}>  {words[1]}", line(words[2], words[3]), ""]
+    out.append(line(words[4], words[5]))
+    for i in range(max(len(thr), len(lat))):
+        out.append(line(thr[i] if i < len(thr) else "", lat[i] if i < len(lat) else "", "    "))
+    out += ["", "  " + words[6]]
+    out.append(line(free[0], free[1] if len(free) > 1 else "", "    "))
+    out += ["", "  " + words[7]]
+    return "\n".join(out)
 
 
 def effect_cell(k: Knob, metric: str, lang: Lang = "en") -> str:

@@ -196,7 +196,7 @@ PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType(
                 expect="past the knee: no knob meets the SLO; the loop ends 'past the knee'",
             ),
             _p(
-                # one H200's knee here is 55-60 req/s (lab 03). vLLM's defaults admit every
+                # one H200's knee in lab 03's scan was 55-60 req/s. vLLM's defaults admit every
                 # request (1024 sequences, 113 GiB of KV), so the overload shows as TTFT
                 # (prefill), not as a queue: the loop tries prefill's knob, and none meets
                 # the SLO

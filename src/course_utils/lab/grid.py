@@ -605,8 +605,17 @@ def case_row(case: Mapping[str, Any], results: Path = RESULTS, gpu: str = "h200"
 
 def rows(index: Path = INDEX, results: Path | None = None) -> list[CaseRow]:
     """Every case of the index, in its order."""
-    data = json.loads(Path(index).read_text())
-    return [case_row(c, results or Path(index).parent) for c in data["cases"]]
+    try:
+        data = json.loads(Path(index).read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{index}: not JSON ({exc})") from None
+    cases = data.get("cases") if isinstance(data, dict) else None
+    if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
+        raise ValueError(
+            f"{index}: not a loop-vs-grid index → fix: give a JSON object "
+            '{"cases": [{"case": ..., "grid": ..., "loop": ...}, ...]} (labs/results/loop_vs_grid.json)'
+        )
+    return [case_row(c, results or Path(index).parent) for c in cases]
 
 
 def case_table(case_rows: Sequence[CaseRow], lang: str = "en") -> str:

@@ -37,6 +37,7 @@ from course_utils.core import knobs as knobs_mod
 from course_utils.core.metrics import MetricsSampler, summarize
 from course_utils.core.records import Workload
 from course_utils.core.slo import SLO
+from course_utils.core.validate import CourseArgumentParser, error_line
 from course_utils.core.validity import prefix_cache_hit_rate, validity_issues, warmup_issue
 from course_utils.lab.bench import BenchError, bench_args, run_bench
 from course_utils.lab.grid import (
@@ -387,7 +388,7 @@ def _from_args(a: argparse.Namespace) -> tuple[GridSpec, Workload, SLO, dict[str
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = CourseArgumentParser(
         prog="python -m course_utils.lab.gridrun", description=__doc__.split("\n\n")[0]
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -434,15 +435,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["bench"]:
         return bench(args[1:])
-    a = _parser().parse_args(args)
     try:
-        return _dispatch(a)
-    except (OSError, ValueError, KeyError, knobs_mod.KnobError) as exc:
+        return _dispatch(_parser().parse_args(args))
+    except (OSError, ValueError, KeyError, TypeError, knobs_mod.KnobError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(
-            f"error: {msg}" + ("" if "→ fix:" in msg else " → fix: check the command's arguments"),
-            file=sys.stderr,
-        )
+        print(error_line(msg, "check the command's arguments"), file=sys.stderr)
         return 2
 
 

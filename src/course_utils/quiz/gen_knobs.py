@@ -308,7 +308,7 @@ def _g_knob_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "multiple",
         "prompt": {
             "en": f"The binding constraint is {CONSTRAINTS[c]['en']}. Which knobs relieve it?",
-            "zh": f"绑定约束是 {CONSTRAINTS[c]['zh']}。哪些旋钮能缓解它？",
+            "zh": f"卡住的约束是 {CONSTRAINTS[c]['zh']}。哪些旋钮能缓解它？",
         },
         "choices": _knob_choices(p.get("knobs"), names, move=False),
         "explain": {

@@ -1,0 +1,97 @@
+"""The load-latency curve of recorded knee scans: p99 TTFT against the offered rate, one line
+per scan, with the SLO's TTFT target. The lessons draw it from the scans in labs/results."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from course_utils.core.records import read_jsonl
+from course_utils.core.texts import LANGS
+from course_utils.lab.plots import _plt, _save
+
+_T: dict[str, dict[str, str]] = {
+    "x": {"en": "offered rate (req/s)", "zh": "请求率（req/s）"},
+    "y": {"en": "p99 TTFT (ms)", "zh": "p99 TTFT（ms）"},
+    "slo": {"en": "SLO: p99 TTFT ≤ {ms:.0f} ms", "zh": "SLO：p99 TTFT ≤ {ms:.0f} ms"},
+    "title": {"en": "Load against latency: the knee", "zh": "负载与延迟：拐点"},
+    "met": {"en": "met the SLO", "zh": "满足 SLO"},
+    "missed": {"en": "missed", "zh": "未满足"},
+    "knee": {"en": "knee: {lo:.0f}-{hi:.0f} req/s", "zh": "拐点：{lo:.0f}-{hi:.0f} req/s"},
+}
+
+
+def scan_points(folder: Path) -> list[tuple[float, float, bool]]:
+    """(offered rate, p99 TTFT ms, met the SLO) of a knee scan's valid points, by rate."""
+    rows = read_jsonl(Path(folder) / "knee.jsonl")
+    pts = [
+        (float(r["rate"]), float(r["p99_ttft_ms"]), bool(r.get("meets_slo")))
+        for r in rows
+        if r.get("status") == "ok" and r.get("rate") != "inf" and r.get("valid") is not False
+    ]
+    return sorted(pts)
+
+
+def knee_range(scans: Sequence[Sequence[tuple[float, float, bool]]]) -> tuple[float, float]:
+    """The span of the scans' knees: each scan's knee lies between its highest rate that met
+    the SLO and its lowest that missed; the span runs from the lowest such bound to the highest,
+    so two scans that disagree at one rate widen it instead of cancelling out."""
+    lows, highs = [], []
+    for pts in scans:
+        met = [r for r, _, ok in pts if ok]
+        missed = [r for r, _, ok in pts if not ok]
+        if not met or not missed:
+            raise ValueError("each scan needs a rate that met the SLO and one that missed it")
+        lows.append(max(met))
+        highs.append(min(missed))
+    return min(lows), max(highs)
+
+
+def plot_load_latency(
+    scans: Sequence[tuple[str, Path]],
+    ttft_slo_ms: float,
+    lang: str = "en",
+    path: str | Path | None = None,
+    band: Sequence[Path] | None = None,
+) -> Any:
+    """One line per (label, folder with knee.jsonl); filled markers met the SLO; the shaded
+    band is ``knee_range`` of the folders in ``band`` (all the scans when None: give it
+    the scans of one GPU and workload only)."""
+    if lang not in LANGS:
+        raise ValueError(f"lang must be one of {LANGS}, not {lang!r}")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    markers = "os^Dv"
+    for i, (label, folder) in enumerate(scans):
+        pts = scan_points(folder)
+        (ln,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", lw=1.2, label=label)
+        for x, y, ok in pts:
+            ax.plot(
+                x,
+                y,
+                markers[i % len(markers)],
+                color=ln.get_color(),
+                ms=6,
+                mfc=ln.get_color() if ok else "white",
+            )
+    lo, hi = knee_range([scan_points(f) for f in (band or [f for _, f in scans])])
+    ax.axvspan(lo, hi, color="grey", alpha=0.12, label=_T["knee"][lang].format(lo=lo, hi=hi))
+    ax.axhline(ttft_slo_ms, color="grey", ls="--", lw=1)
+    ax.text(
+        ax.get_xlim()[0],
+        ttft_slo_ms,
+        " " + _T["slo"][lang].format(ms=ttft_slo_ms),
+        va="bottom",
+        fontsize=8,
+        color="grey",
+    )
+    ax.set_xlabel(_T["x"][lang])
+    ax.set_ylabel(_T["y"][lang])
+    top = max([ttft_slo_ms] + [y for line in ax.get_lines() for y in line.get_ydata()])
+    ax.set_ylim(0, top * 1.5)  # room above the data for the legend, clear of the SLO label
+    ax.set_title(_T["title"][lang])
+    ax.legend(fontsize=8, title=f"● {_T['met'][lang]}  ○ {_T['missed'][lang]}", title_fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path)

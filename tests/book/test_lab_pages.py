@@ -1,25 +1,24 @@
 """The lab pages are labs: a box, exercises that run on the recorded runs, honest outputs.
 
 Each lab page (both languages) has at least three exercises; each exercise is a heading, a
-code cell and an answer dropdown. The pages are executed here once (on the recorded runs,
-no GPU) and every exercise cell must produce output without an error. The rendered outputs
-of the lab and AutoDL pages carry no /tmp path, no repo path and, on zh pages, no English
-verdict or knee text.
+code cell and an answer dropdown. The pages as the book build executed them (on the recorded
+runs, no GPU; tests/book/built.py) show output without an error in every exercise cell. The
+rendered outputs of the lab and AutoDL pages carry no /tmp path, no repo path and, on zh
+pages, no English verdict or knee text.
 """
 
 from __future__ import annotations
 
 import ast
-import os
 import re
 from pathlib import Path
 
 import jupytext
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from course_utils.lab import replay as labtools
+from tests.book.built import built_notebook
 from tests.book.test_nbval_lessons import pages_with_code
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,25 +28,14 @@ PAGES = [BOOK / lang / f"{name}.md" for lang in ("en", "zh") for name in (*LABS,
 EXERCISE = {"en": re.compile(r"^### Exercise \d+ · .+$"), "zh": re.compile(r"^### 练习 \d+ · .+$")}
 ANSWER = {"en": ":::{dropdown} Answer", "zh": ":::{dropdown} 答案"}
 BOX = {"en": ":::{admonition} This lab at a glance", "zh": ":::{admonition} 本实验一览"}
-ENV = {"MATPLOTLIBRC": str(REPO / "tools" / "book" / "matplotlibrc"), "PYTHONHASHSEED": "0"}
 
 _executed: dict[Path, nbformat.NotebookNode] = {}
 
 
 def executed(page: Path) -> nbformat.NotebookNode:
-    """The page as a notebook, executed once on the recorded runs (errors kept as outputs)."""
+    """The page as a notebook with the outputs of the book build's run (errors kept)."""
     if page not in _executed:
-        nb = jupytext.read(page)
-        nb.metadata.pop("translation", None)
-        old = os.environ.copy()
-        os.environ.update(ENV)
-        try:
-            NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
-                           resources={"metadata": {"path": str(page.parent)}}).execute()
-        finally:
-            os.environ.clear()
-            os.environ.update(old)
-        _executed[page] = nb
+        _executed[page] = built_notebook(page)
     return _executed[page]
 
 

@@ -1,9 +1,9 @@
 """nbval over every book page that has code cells.
 
-Each page (book/<lang>/<name>.md, a jupytext md:myst notebook) is converted to .ipynb in a temp
-dir laid out like the repo (book/<lang>/, with labs/, src/, ... linked in, so relative paths behave
-as in the build), executed once to store its outputs, then re-run by `pytest --nbval`, which
-compares every output. Cells whose output is not reproducible (random ids, timestamps) must
+Each page (book/<lang>/<name>.md, a jupytext md:myst notebook) is written as .ipynb, with the
+outputs the book build stored for it (tests/book/built.py), in a temp dir laid out like the repo
+(book/<lang>/, with labs/, src/, ... linked in, so relative paths behave as in the build), then
+re-run by `pytest --nbval`, which compares every output with the built one. Cells whose output is not reproducible (random ids, timestamps) must
 start with `# NBVAL_IGNORE_OUTPUT`; `# NBVAL_SKIP` skips a cell. PNG images are not compared.
 """
 
@@ -15,10 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jupytext
 import nbformat
 import pytest
-from nbclient import NotebookClient
+
+from tests.book.built import built_notebook
 
 REPO = Path(__file__).resolve().parents[2]
 BOOK = REPO / "book"
@@ -51,19 +51,9 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("page", pages_with_code(),
                          ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_nbval(page: Path, workdir: Path) -> None:
-    nb = jupytext.read(page)
-    nb.metadata.pop("translation", None)
     out = workdir / "book" / page.parent.name / f"{page.stem}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
-    old_env = os.environ.copy()
-    os.environ.update(ENV)  # the kernel inherits the environment
-    try:
-        NotebookClient(nb, timeout=300, kernel_name="python3",
-                       resources={"metadata": {"path": str(out.parent)}}).execute()
-    finally:
-        os.environ.clear()
-        os.environ.update(old_env)
-    nbformat.write(nb, out)
+    nbformat.write(built_notebook(page), out)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--nbval", "-q", "-p", "no:cacheprovider",
          "--rootdir", str(workdir), "-o", "addopts=", str(out)],

@@ -198,17 +198,22 @@ def slo_run(fake_env: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_slo_lab_records_the_loop(slo_run: Path) -> None:
     knee = labtools.load_knee(slo_run)  # the last record of each rate
     assert [k["rate"] for k in knee] == ["5", "60"]
-    # the rates that bracket the knee were measured again with fresh prompts
+    # the rates that bracket the knee were measured again with fresh prompts; a window the
+    # validity rule rejected was measured once more (on a busy machine the fake's 60 req/s
+    # can outrun its warm-up: then that rate is ignored, and 5 req/s alone brackets)
     kn = keep.pick_knee(knee)
     bracket = {f"{r:g}" for r in (kn["knee_rate"], kn["overloaded_rate"]) if r is not None}
-    assert bracket and all(len(k["windows"]) == (2 if k["rate"] in bracket else 1)
-                           for k in knee)
+    assert bracket and all(
+        len(k["windows"]) == 1 + (k["rate"] in bracket) + (not k["windows"][0]["valid"])
+        for k in knee)
+    assert all(k["valid"] or f'{float(k["rate"]):g}' not in bracket for k in knee)
     (b1,) = read_jsonl(slo_run / labtools.BATCH1_FILE)
     assert b1["status"] == "ok" and b1["median_tpot_ms"] > 0 and b1["completed"] == 4
     assert all(k["status"] == "ok" and k["diagnosis"]["constraint"] for k in knee)
     # one server, one seed per rate: no prompt was replayed into the prefix cache
     assert [k["workload"]["seed"] for k in knee] == [0, 1]
-    assert all(k["valid"] and k["prefix_cache_hit_rate"] < 0.1 for k in knee)
+    assert all(k["prefix_cache_hit_rate"] < 0.1 for k in knee)
+    assert not [i for k in knee for i in k.get("validity_issues", []) if "prefix cache" in i]
     steps = read_jsonl(slo_run / "tune.jsonl")
     assert steps[0]["kind"] == "baseline"
     assert steps[0]["diagnosis"]["constraint"] == "queue"  # max_num_seqs 2 at 25 req/s
@@ -261,7 +266,8 @@ def test_slo_lab_budget_stop_before_the_baseline_is_a_normal_end(fake_env: Path,
     """lab02d.log of the H200 run: the budget stopped tune before its baseline and the
     notebook died on StopIteration (rc=1). A stop on the budget is a normal end."""
     out = tmp_path / "budget"
-    nb = _run(LAB02, out, {"backend": "vllm", **SLO_PARAMS, "budget_gpu_minutes": 0.01})
+    nb = _run(LAB02, out, {"backend": "vllm", **SLO_PARAMS, "knee_rates": [60], "batch1_prompts": 0,
+                           "budget_gpu_minutes": 0.01})
     text = _text(nb)
     assert "the loop stopped before a baseline was measured: GPU budget: 0.0 min left" in text
     summary = labtools.tune_summary(out)

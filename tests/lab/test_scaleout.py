@@ -16,6 +16,7 @@ from course_utils.core.records import Workload, read_jsonl
 from course_utils.core.scaleout import three_way
 from course_utils.core.slo import SLO
 from course_utils.lab.scaleout import load_config, run_config
+from tests.conftest import install_fake_nvidia_smi, install_fake_vllm
 
 ROOT = Path(__file__).resolve().parents[2]
 H200X2 = "NVIDIA H200,143771,143000,580.95.05;NVIDIA H200,143771,143000,580.95.05"
@@ -32,9 +33,21 @@ def _run(name: str, out: Path, rates: list[float], **kw) -> object:
                       bench_kwargs={"timeout_s": 60}, progress=None, **kw)
 
 
-def test_dp2_records_each_engine_and_its_startup(tmp_path: Path, fake_vllm: Path,
-                                                 fake_nvidia_smi: Path) -> None:
-    run = _run("dp2", tmp_path, [6, 12])
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
+    """one, tp2 and dp2, each run once into one folder (read by the tests below)."""
+    base = tmp_path_factory.mktemp("scaleout")
+    with pytest.MonkeyPatch.context() as mp:
+        install_fake_vllm(base, mp)
+        install_fake_nvidia_smi(base, mp)
+        runs = {name: _run(name, base, rates)
+                for name, rates in (("one", [6, 12]), ("tp2", [6]), ("dp2", [6, 12]))}
+    return base, runs
+
+
+def test_dp2_records_each_engine_and_its_startup(configs: tuple[Path, dict]) -> None:
+    tmp_path, runs = configs
+    run = runs["dp2"]
     assert run.status == "ok" and run.done_rates == ["6", "12"]
     assert run.devices == "0,1" and "--data-parallel-size 2" in run.serve_cmd
     # each engine logged its own KV pool, each engine's worker loaded the whole model (the
@@ -55,15 +68,14 @@ def test_dp2_records_each_engine_and_its_startup(tmp_path: Path, fake_vllm: Path
     # the load was balanced: both engines generated tokens during the window
     for e in per.values():
         assert e[-1].counter(GENERATION_TOKENS) > (e[0].counter(GENERATION_TOKENS) or 0)
-    # the server got the devices and the flag
+    # the server got the devices and the flag (dp2 ran last)
     starts = [json.loads(x) for x in (tmp_path / "starts.jsonl").read_text().splitlines()]
     assert starts[-1]["argv"][-2:] == ["--data-parallel-size", "2"]
 
 
-def test_one_gpu_and_tp2_have_one_engine(tmp_path: Path, fake_vllm: Path,
-                                         fake_nvidia_smi: Path) -> None:
-    one = _run("one", tmp_path, [6])
-    tp = _run("tp2", tmp_path, [6])
+def test_one_gpu_and_tp2_have_one_engine(configs: tuple[Path, dict]) -> None:
+    tmp_path, runs = configs
+    one, tp = runs["one"], runs["tp2"]
     assert one.devices == "0" and tp.devices == "0,1"
     assert list(one.processes) == ["EngineCore"]
     # TP: one engine core, the model loaded by two workers, each holding half the weights
@@ -94,13 +106,11 @@ def test_budget_stops_between_rates_and_the_next_call_resumes(
     assert len(read_jsonl(tmp_path / "dp2" / "scaleout.jsonl")) == 4
 
 
-def test_three_way_reads_the_configs_on_disk(tmp_path: Path, fake_vllm: Path,
-                                             fake_nvidia_smi: Path) -> None:
-    for name, rates in (("one", [5, 10]), ("dp2", [10, 20])):
-        _run(name, tmp_path, rates)
+def test_three_way_reads_the_configs_on_disk(configs: tuple[Path, dict]) -> None:
+    tmp_path, _ = configs
     tw = three_way({c: load_config(tmp_path, c)[0] for c in ("one", "dp2")})
     assert [(r.config, r.rate) for r in tw.rows] == [
-        ("one", 5.0), ("one", 10.0), ("dp2", 10.0), ("dp2", 20.0)]
+        ("one", 6.0), ("one", 12.0), ("dp2", 6.0), ("dp2", 12.0)]
     dp_rows = [r for r in tw.rows if r.config == "dp2"]
     assert all(sorted(r.engines) == ["0", "1"] for r in dp_rows)
     assert dp_rows[0].goodput_per_gpu == pytest.approx(dp_rows[0].goodput / 2)

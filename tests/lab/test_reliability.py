@@ -155,3 +155,21 @@ def test_a_lab_stops_on_a_bad_parameter_with_its_one_line(tmp_path: Path) -> Non
     lines = [x for x in str(exc.value).splitlines() if x.startswith("error:")]
     assert lines == [lines[0]] and lines[0].startswith("error: -p slo 'ttft'")
     assert exc.value.ename == "BadInput" and not out.exists()
+
+
+def test_lab01_point_tried_again_keeps_the_earlier_attempt(tmp_path: Path) -> None:
+    """A failed lab-01 point retried (retry_failed) gets a fresh folder; the first attempt's
+    spec and log keep their bytes under <key>.1."""
+    from course_utils.lab import offline
+
+    kw = {"model": "m", "out_dir": tmp_path, "eval_set": "labs/data/small_eval.jsonl",
+          "python": ["false"], "timeout_s": 30}
+    first = offline.run_point({"gpu_memory_utilization": 0.8}, **kw)
+    assert first["status"] == "failed"
+    pdir = tmp_path / "points" / first["key"]
+    before = {p.name: p.read_bytes() for p in pdir.iterdir()}
+    second = offline.run_point({"gpu_memory_utilization": 0.8}, **kw)
+    assert second["key"] == first["key"] and second["status"] == "failed"
+    kept = tmp_path / "points" / f"{first['key']}.1"
+    assert {p.name: p.read_bytes() for p in kept.iterdir()} == before
+    assert pdir.is_dir() and (pdir / "spec.json").is_file()

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core.records import OfflinePoint, append_jsonl, read_jsonl
+from course_utils.core.store import set_aside
 from course_utils.core.vllm_logs import classify_failure, startup_facts
 from course_utils.lab.proc import run_logged
 
@@ -243,9 +244,9 @@ def run_point(
     }
     key = _key_for(knobs, {**spec, "eval_set": eval_set})
     pdir = Path(out_dir) / "points" / key
+    set_aside(pdir)  # an earlier attempt's files (a failed point retried): never written over
     pdir.mkdir(parents=True, exist_ok=True)
     result_path = pdir / "result.json"
-    result_path.unlink(missing_ok=True)
     spec["result_path"] = str(result_path.resolve())
     spec_path = pdir / "spec.json"
     spec_path.write_text(json.dumps(spec, indent=1))

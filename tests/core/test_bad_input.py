@@ -679,6 +679,8 @@ def test_the_real_process_prints_one_line_and_exits_2() -> None:
         ('{"cases": "x"}', ["table", "--index", "{f}"], "{f}"),
         ("{not json", ["table", "--index", "{f}"], "{f}"),
         ("{}", ["compare", "{f}"], "tune_dir"),
+        ('{"cases": [{"grid": "g"}]}', ["table", "--index", "{f}"], "{f}"),
+        ("{}", ["table", "--index", "{f}.missing"], "{f}.missing"),
         ("{}", ["bogus"], "bogus"),
     ],
 )

@@ -275,7 +275,10 @@ def check_run_folder(out: str | Path, *, resume: bool = True) -> None:
     point to measure again (nothing finished is ever overwritten). Raises BadInput."""
     d = Path(out)
     if d.exists() and not d.is_dir():
-        raise _bad(f"--out {d} is a file, not a folder", "give a folder path for --out")
+        raise _bad(
+            f"the output folder {d} is a file",
+            "give a folder path (--out, or -p output_dir in a lab)",
+        )
     if not d.exists():
         return
     for name in RUN_JSON:
@@ -289,7 +292,8 @@ def check_run_folder(out: str | Path, *, resume: bool = True) -> None:
             if any(r.get("status") == "ok" for r in recs):
                 raise _bad(
                     f"{d / name} holds finished points and --no-resume would measure them again",
-                    f"drop --no-resume to resume from them, or give a new --out than {d}",
+                    "drop --no-resume to resume from them, or give a new output folder "
+                    f"than {d} (--out, or -p output_dir in a lab)",
                 )
 
 

@@ -607,10 +607,16 @@ def rows(index: Path = INDEX, results: Path | None = None) -> list[CaseRow]:
     """Every case of the index, in its order."""
     try:
         data = json.loads(Path(index).read_text())
+    except FileNotFoundError:
+        raise ValueError(
+            f"{index}: no such file → fix: give a loop-vs-grid index, e.g. {INDEX}"
+        ) from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{index}: not JSON ({exc})") from None
+        raise ValueError(
+            f"{index}: not JSON ({exc}) → fix: correct the line named, or restore the file"
+        ) from None
     cases = data.get("cases") if isinstance(data, dict) else None
-    if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
+    if not isinstance(cases, list) or not all(isinstance(c, dict) and "case" in c for c in cases):
         raise ValueError(
             f"{index}: not a loop-vs-grid index → fix: give a JSON object "
             '{"cases": [{"case": ..., "grid": ..., "loop": ...}, ...]} (labs/results/loop_vs_grid.json)'

@@ -25,7 +25,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from course_utils.core.workload import CHUNK, TraceError, TraceRequest, prefix_hash_ids, problem
+from course_utils.core.workload import (
+    CHUNK,
+    TraceError,
+    TraceRequest,
+    json_lines,
+    prefix_hash_ids,
+    problem,
+)
 
 __all__ = ["LoggedRequest", "ReadLog", "read_log"]
 
@@ -160,17 +167,7 @@ def _read_openai(
     reqs: list[LoggedRequest] = []
     probs: list[str] = []
     dropped = 0
-    for no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{name}:{no}"
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError:
-            probs.append(
-                problem(where, "not a JSON object (a torn line?)", "delete or complete the line")
-            )
-            continue
+    for where, d in json_lines(text, name, probs, "delete or complete the line"):
         r, p, drop = _openai_line(where, d, drop_failed)
         probs += p
         dropped += drop

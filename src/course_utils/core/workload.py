@@ -22,7 +22,7 @@ import bisect
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -39,6 +39,7 @@ __all__ = [
     "distribution",
     "expected_hits",
     "expected_prefix_hit_rate",
+    "json_lines",
     "parse_trace",
     "prefix_hash_ids",
     "problem",
@@ -92,21 +93,28 @@ def _positive_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 1
 
 
+def json_lines(text: str, name: str, problems: list[str], fix: str) -> Iterator[tuple[str, Any]]:
+    """(where, value) of each non-blank line of a JSONL text; a line that is not JSON adds one
+    problem (``fix`` says how to mend it) and is skipped."""
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{name}:{no}"
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            problems.append(problem(where, "not a JSON object (a torn line?)", fix))
+            continue
+        yield where, value
+
+
 def parse_trace(text: str, name: str, chunk: int = CHUNK) -> list[TraceRequest]:
     """The requests of a trace file's text; raises TraceError with one line per problem
     (a torn line, a missing or bad field, too few hash ids, timestamps out of order)."""
     out: list[TraceRequest] = []
     problems: list[str] = []
     last = -math.inf
-    for no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{name}:{no}"
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError:
-            problems.append(problem(where, "not a JSON object (a torn line?)", "delete the line"))
-            continue
+    for where, d in json_lines(text, name, problems, "delete the line"):
         if not isinstance(d, dict):
             problems.append(problem(where, "not a JSON object", "one request object per line"))
             continue

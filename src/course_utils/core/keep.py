@@ -17,44 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from course_utils.core.knobs import in_effect
-from course_utils.core.offline_verdict import (
-    judge,
-    kv_check,
-    kv_demand,
-    kv_timeline,
-    point_log,
-    same_batch_gap,
-    speed_pass_seqs,
-    verdict,
-)
+from course_utils.core.offline_verdict import judge as judge
+from course_utils.core.offline_verdict import kv_check as kv_check
+from course_utils.core.offline_verdict import kv_demand as kv_demand
+from course_utils.core.offline_verdict import kv_timeline as kv_timeline
+from course_utils.core.offline_verdict import point_log as point_log
+from course_utils.core.offline_verdict import same_batch_gap as same_batch_gap
+from course_utils.core.offline_verdict import speed_pass_seqs as speed_pass_seqs
+from course_utils.core.offline_verdict import verdict as verdict
 from course_utils.core.records import ServedPoint, relative_spread
-
-__all__ = [
-    "OBJECTIVES",
-    "KeepDecision",
-    "as_point",
-    "best_point",
-    "check_objective",
-    "choose",
-    "decide",
-    "early_stop_reason",
-    "objective_label",
-    "order_candidates",
-    "judge",
-    "kv_check",
-    "kv_demand",
-    "kv_timeline",
-    "latest_by_rate",
-    "loop_outcome",
-    "swept_knobs",
-    "next_knob",
-    "objective_value",
-    "pick_knee",
-    "point_log",
-    "same_batch_gap",
-    "speed_pass_seqs",
-    "verdict",
-]
 
 OBJECTIVES = ("request_goodput", "gate")
 
@@ -388,9 +359,6 @@ def swept_knobs(tune_records: Iterable[Mapping[str, Any]]) -> list[str]:
             str(r["knob"]) for r in tune_records if r.get("kind") == "sweep" and r.get("knob")
         )
     )
-
-
-LOOP_OUTCOMES = ("meets_slo", "past_knee", "untested", "unfinished", "no_result")
 
 
 def loop_outcome(

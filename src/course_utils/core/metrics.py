@@ -1,19 +1,11 @@
-"""vLLM 0.26.0 ``/metrics``: parse, sample under load, summarise.
+"""vLLM 0.26.0 ``/metrics``: parse (prometheus_client's parser), sample under load, summarise.
 
-Parsing is prometheus_client's own text parser. Names are those declared by
-``PrometheusStatLogger`` in ``vllm/v1/metrics/loggers.py`` (0.26.0). Counters are exposed
-with a ``_total`` suffix; histograms as ``_bucket``/``_sum``/``_count``. Series with
-several label sets (engines, models) are summed, except the KV-cache usage, a fraction per
-engine, of which the fullest engine counts.
-
-Every series carries the label ``engine`` (``PrometheusStatLogger.__init__``: labelnames
-``["model_name", "engine"]``, one label value ``str(idx)`` per engine index). With data
-parallelism (``vllm serve --data-parallel-size N``) there are N engines, so a scrape also
-keeps each engine's own values (``Snapshot.engines``, ``engine_series``): a queue on one
-engine is seen on that engine.
-
-Gauges read after a load has drained are all 0: a diagnosis must use samples taken
-while the load runs (``MetricsSampler``).
+Names are those ``PrometheusStatLogger`` declares (``vllm/v1/metrics/loggers.py``, labels
+``model_name`` and ``engine``); counters end in ``_total``, histograms in
+``_bucket``/``_sum``/``_count``. Series of several label sets are summed, except the KV-cache
+usage (a fraction per engine: the fullest counts). With data parallelism a scrape also keeps
+each engine's own values (``Snapshot.engines``). Gauges read after a load has drained are 0:
+a diagnosis uses samples taken while the load runs (``MetricsSampler``).
 """
 
 from __future__ import annotations
@@ -365,10 +357,8 @@ def summarize(samples: Sequence[Snapshot]) -> LoadSummary:
 
     ttft = delta(TTFT)
     pre = 0.0
-    if last is not None:
-        pre = (last.gauge(PREEMPTIONS) or 0.0) - (
-            (first.gauge(PREEMPTIONS) or 0.0) if first else 0.0
-        )
+    if first is not None and last is not None:
+        pre = (last.gauge(PREEMPTIONS) or 0.0) - (first.gauge(PREEMPTIONS) or 0.0)
     return LoadSummary(
         n_samples=len(samples),
         n_under_load=len(load),

@@ -1,9 +1,5 @@
 """Records: every record a lab writes or a page reads is a dataclass here with
-``to_json()`` / ``from_json()``. ``PointPaths`` is the folder layout of a served point.
-
-The JSONL store and the reading rule for recorded files live in ``core.store``; their names
-are importable from here too.
-"""
+``to_json()`` / ``from_json()``. The JSONL store (``core.store``) is importable from here too."""
 
 from __future__ import annotations
 
@@ -15,31 +11,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.store import (
-    GZ,
-    append_jsonl,
-    gzip_file,
-    is_present,
-    jsonable,
-    read_jsonl,
-    read_text,
-    resolve_path,
-)
-
-__all__ = [
-    "GZ",
-    "KNEE_FILE",
-    "PointPaths",
-    "Workload",
-    "append_jsonl",
-    "gzip_file",
-    "is_present",
-    "jsonable",
-    "read_jsonl",
-    "read_text",
-    "relative_spread",
-    "resolve_path",
-]
+from course_utils.core.store import GZ as GZ
+from course_utils.core.store import append_jsonl as append_jsonl
+from course_utils.core.store import gzip_file as gzip_file
+from course_utils.core.store import is_present as is_present
+from course_utils.core.store import jsonable
+from course_utils.core.store import read_jsonl as read_jsonl
+from course_utils.core.store import read_text as read_text
+from course_utils.core.store import resolve_path as resolve_path
 
 KNEE_FILE = "knee.jsonl"
 
@@ -447,16 +426,7 @@ _NESTED = ("warmup", "windows")
 def _legacy_window(d: Mapping[str, Any]) -> Window:
     score = d.get("score")
     if score is None and ("gate_goodput" in d or "meets_slo" in d):  # knee scores were flat
-        score = {
-            k: d.get(k)
-            for k in (
-                "gate_goodput",
-                "request_goodput",
-                "request_throughput",
-                "meets_slo",
-                "violations",
-            )
-        }
+        score = {k: d.get(k) for k in Scores.__dataclass_fields__}
     issues = list(d.get("validity_issues") or [])
     return Window(
         index=0,

@@ -1,17 +1,11 @@
 """SLOs, vLLM 0.26.0 benchmark results, and the two goodput scores.
 
-Two scores, on purpose:
-
 * **per-request goodput** (vLLM's ``request_goodput``, ``vllm/benchmarks/serve.py``
-  ``calculate_metrics``): completed requests whose *own* TTFT, TPOT and E2EL each meet the
-  ``--goodput`` targets, divided by the benchmark duration. Only ``ttft``, ``tpot`` and
-  ``e2el`` are accepted keys (``check_goodput_args``).
-* **the p99 gate** (the SLO lesson's score): the request throughput if every p99 the SLO names
-  meets its target, else 0.
-
-They differ because the gate is all-or-nothing on a tail statistic while vLLM counts good
-requests one by one: at a rate where 3 % of requests miss the TTFT target the p99 gate
-says 0 but per-request goodput is still about 97 % of throughput.
+  ``calculate_metrics``): completed requests whose own TTFT, TPOT and E2EL each meet the
+  ``--goodput`` targets (only those three keys, ``check_goodput_args``), per second;
+* **the p99 gate** (the SLO lesson's score): the request throughput if every p99 the SLO
+  names meets its target, else 0. At a rate where 3 % of requests miss the TTFT target the
+  gate says 0 while per-request goodput is still about 97 % of throughput.
 """
 
 from __future__ import annotations
@@ -166,16 +160,9 @@ class BenchResult:
 
     def per_request(self) -> dict[str, np.ndarray] | None:
         """Per-request TTFT/TPOT/E2EL in ms, when the result was saved with --save-detailed."""
-        ttfts, itls, olens = (self.raw.get(k) for k in ("ttfts", "itls", "output_lens"))
+        ttfts, itls, olens = (self.raw.get(k) or [] for k in ("ttfts", "itls", "output_lens"))
         # lists summarised to keep recorded files small are dicts: nothing per request then
-        if not (
-            isinstance(ttfts, list)
-            and isinstance(itls, list)
-            and isinstance(olens, list)
-            and ttfts
-            and itls
-            and olens
-        ):
+        if not all(isinstance(x, list) and x for x in (ttfts, itls, olens)):
             return None
         ok = [i for i, n in enumerate(olens) if n]  # failed requests have output_len 0
         ttft = np.array([ttfts[i] for i in ok]) * 1000
@@ -259,16 +246,25 @@ def gate_goodput(result: BenchResult, slo: SLO) -> float:
     return 0.0 if violations(result, slo) else float(result.request_throughput)
 
 
-def request_goodput(result: BenchResult, slo: SLO) -> float | None:
-    """vLLM's per-request goodput for this SLO.
-
-    Uses ``request_goodput`` from the JSON when its run used the same targets; otherwise
-    recomputes it vLLM's way (a request is good when ttft, tpot and e2el are each <= target)
-    from the per-request lists saved with ``--save-detailed``.
-    """
+def _saved_goodput(result: BenchResult, slo: SLO) -> float | None:
+    """``request_goodput`` from the JSON when its run used the same targets."""
     saved = result.raw.get("request_goodput")
-    if saved is not None and _same_goodput_targets(result, slo):
-        return float(saved)
+    recorded = result.raw.get("goodput_slo")  # written by lab.bench next to vLLM's keys
+    if saved is None:
+        return None
+    want = {k: float(v) for k, v in slo.targets().items() if k in VLLM_GOODPUT_KEYS}
+    if recorded is not None and {k: float(v) for k, v in recorded.items()} != want:
+        return None
+    return float(saved)
+
+
+def request_goodput(result: BenchResult, slo: SLO) -> float | None:
+    """vLLM's per-request goodput for this SLO: the saved one (``_saved_goodput``), else
+    recomputed vLLM's way (a request is good when ttft, tpot and e2el are each <= target)
+    from the per-request lists saved with ``--save-detailed``."""
+    saved = _saved_goodput(result, slo)
+    if saved is not None:
+        return saved
     per = result.per_request()
     if per is None:  # saved for other targets (or not at all) and nothing to recompute from
         return None
@@ -279,33 +275,15 @@ def request_goodput(result: BenchResult, slo: SLO) -> float | None:
     return float(good.sum()) / float(result.duration)
 
 
-def _same_goodput_targets(result: BenchResult, slo: SLO) -> bool:
-    recorded = result.raw.get(
-        "goodput_slo"
-    )  # written by course_utils.lab.bench next to vLLM's keys
-    if recorded is None:
-        return True
-    want = {k: float(v) for k, v in slo.targets().items() if k in VLLM_GOODPUT_KEYS}
-    return {k: float(v) for k, v in recorded.items()} == want
-
-
 def score(result: BenchResult, slo: SLO) -> Score:
     v = violations(result, slo)
     rg = request_goodput(result, slo)
-    src = (
-        "none"
-        if rg is None
-        else (
-            "vllm"
-            if result.raw.get("request_goodput") is not None and _same_goodput_targets(result, slo)
-            else "recomputed"
-        )
-    )
+    src = "vllm" if _saved_goodput(result, slo) is not None else "recomputed"
     return Score(
         gate_goodput=0.0 if v else float(result.request_throughput),
         request_goodput=rg,
         request_throughput=float(result.request_throughput),
         meets_slo=not v,
         violations=v,
-        request_goodput_source=src,
+        request_goodput_source="none" if rg is None else src,
     )

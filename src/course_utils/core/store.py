@@ -1,16 +1,10 @@
 """The one JSONL store and the rule for reading recorded files.
 
-``append_jsonl`` is the one writer (append + fsync; a writer killed mid-line never glues onto
-the next record; non-finite floats are written as strings, so every line is strict JSON) and
-``read_jsonl`` the one reader (a torn last line is ignored; the next append moves it to
-``<file>.torn``). ``read_records`` reads a recorded file strictly (a bad line names the file
-and line), ``check_run_folder`` checks a folder before a run writes into it, and
-``set_aside`` gives an earlier attempt's files a new name: nothing finished is overwritten.
-
-A recorded run (labs/results/, package examples) keeps its metric series and long logs
-gzipped (tools/gpu/compress_results.py, ``gzip_file``); a live run writes them plain.
-``resolve_path`` is the one rule every reader follows: the path, or its ``.gz`` twin when
-only that exists; ``is_present`` and ``read_text`` build on it.
+``append_jsonl`` is the one writer (append + fsync; a killed writer's torn line never glues
+onto the next record; non-finite floats become strings) and ``read_jsonl`` the one reader (torn
+or blank lines skipped); ``read_records`` reads strictly (a bad line names file and line).
+A recorded run keeps long files gzipped (``gzip_file``); every reader follows
+``resolve_path``: the path, or its ``.gz`` twin when only that exists.
 """
 
 from __future__ import annotations
@@ -22,26 +16,6 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-
-__all__ = [
-    "GZ",
-    "POINTS_FILE",
-    "TUNE_FILE",
-    "append_jsonl",
-    "RUN_CHECKS",
-    "check_run_folder",
-    "read_records",
-    "set_aside",
-    "gzip_file",
-    "is_present",
-    "jsonable",
-    "last_summary",
-    "read_jsonl",
-    "read_text",
-    "resolve_path",
-    "summarise_long_lists",
-    "tune_summary",
-]
 
 GZ = ".gz"
 
@@ -176,9 +150,6 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
         if isinstance(rec, dict):
             out.append(rec)
     return out
-
-
-# a knee scan's records (one ServedPoint per rate; the last line of a rate wins)
 
 
 # ---------------------------------------------------------------- a run folder's integrity

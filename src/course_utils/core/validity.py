@@ -13,27 +13,11 @@ from course_utils.core.metrics import PREFIX_CACHE_HITS, PREFIX_CACHE_QUERIES
 from course_utils.core.records import Workload
 from course_utils.core.workload import expected_prefix_hit_rate, scheduled_rate
 
-__all__ = [
-    "REPLAY_HIT_RATE",
-    "WARMUP_COVERAGE",
-    "jit_issue",
-    "prefix_cache_hit_rate",
-    "prefix_cache_issue",
-    "validity_issues",
-    "warmed_peak",
-    "warmup_issue",
-]
-
-
 # A workload without a shared prefix hits the prefix cache only by chance (block-aligned
-# repeats of random tokens: ~0.5 % on the H200 run). Far above that, the prompts were sent
-# before on the same server: `vllm bench serve --dataset-name random` draws its prompts
-# from `--seed` (vllm/benchmarks/datasets/datasets.py RandomDataset: np.random.default_rng
-# (random_seed)), so two runs with the same seed replay the same prompts. vLLM's own
-# `vllm bench sweep serve` resets the caches between runs instead
-# (vllm/benchmarks/sweep/server.py `ServerProcess.reset_caches`: POST /reset_prefix_cache,
-# a dev route, vllm/entrypoints/serve/dev/cache/api_router.py, mounted only with
-# VLLM_SERVER_DEV_MODE=1, vllm/entrypoints/openai/api_server.py). The course gives each window its own seed.
+# repeats of random tokens). Far above that, the prompts were sent before on the same server:
+# `vllm bench serve --dataset-name random` draws its prompts from `--seed` (0.26.0
+# vllm/benchmarks/datasets/datasets.py RandomDataset), so the course gives each window its
+# own seed (vLLM's `vllm bench sweep serve` resets the caches through a dev route instead).
 REPLAY_HIT_RATE = 0.5
 
 
@@ -137,12 +121,9 @@ def jit_issue(kernels: Sequence[str]) -> str | None:
     )
 
 
-# A warm-up must reach this share of the window's engine peak (running requests, sampled
-# from /metrics) to have run the batch sizes the window runs, give or take a couple of
-# requests of sampling noise; a warm-up whose samples saw nothing running is not judged.
-# Measured on the H200 (labs/results/h200-2026-11-30, 3072/256 tokens at 12 req/s): warm-ups
-# that peaked at 72-75 running requests before windows that peaked at 128-137 left every
-# such window 7-20 % below the next window on the same server, with no JIT compile logged.
+# A warm-up must reach this share of the window's engine peak (running requests, from
+# /metrics), give or take sampling noise, to have run the window's batch sizes; a warm-up
+# whose samples saw nothing running is not judged (labs/results/h200-2026-11-30/README.md).
 WARMUP_COVERAGE = 0.8
 WARMUP_SLACK = 2.0
 

@@ -248,17 +248,14 @@ def _rate_verdict(p: ServedPoint, keep_up: float) -> _Rate:
 def pick_knee(
     records: Sequence[Point], keep_up: float = 0.8, points: Sequence[Point] = ()
 ) -> dict[str, Any]:
-    """The knee as the range the valid data supports.
+    """The knee as the range the valid data supports: between the highest rate that met
+    the SLO (``knee_rate``) and the lowest rate above it that missed (``overloaded_rate``).
 
-    A rate met the SLO if it met it (while completing at least ``keep_up`` of the offered
-    rate, or without a queue diagnosis) in every valid window measured at it; it missed if
-    it missed in every one; repeated windows that disagree make it undecided. The knee lies
-    between the highest rate that met (``knee_rate``) and the lowest rate above it that
-    missed (``overloaded_rate``); undecided rates lie inside that range. Invalid rates are
-    ignored and listed. ``points`` (the loop's points, each at its workload's rate on a
-    fresh server) can supply the upper bound: a rate above the knee at which every valid
-    loop point broke the SLO.
-    """
+    A rate met the SLO if it met it (completing at least ``keep_up`` of the offered rate, or
+    without a queue diagnosis) in every valid window at it, missed if it missed in every one,
+    else is undecided. Invalid rates are ignored and listed. ``points`` (the loop's points,
+    each on a fresh server) can supply the upper bound: a rate above the knee at which every
+    valid loop point broke the SLO."""
     fin = [as_point(r) for r in records]
     fin = [p for p in fin if p.status == "ok" and str(p.rate_key) != "inf"]
     invalid: list[dict[str, Any]] = [
@@ -371,23 +368,11 @@ def loop_outcome(
     moves: Mapping[str, str] | None = None,
     kept_knobs: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """What a finished loop concluded, from why it stopped and whether its kept
-    configuration meets the SLO. ``tried``: the knobs it swept (``swept_knobs``); ``named``:
-    the knobs its last diagnosis named; those it did not sweep (no candidates, or none in the
-    named direction) are listed as untried, except those whose named move (``moves``) is
-    already in effect in the kept configuration (``kept_knobs``, else vLLM's default: prefix
-    caching is on unless turned off), listed as ``in_effect``.
-
-    - ``meets_slo``: the kept configuration meets the SLO at the offered rate;
-    - ``past_knee``: the SLO is still missed after a plateau over the knobs tried (or the
-      diagnosis names no engine knob at all): with those knobs, this rate is past this
-      server's knee for this SLO; lower the rate or add replicas (or give candidates for the
-      untried knobs);
-    - ``untested``: a plateau with nothing tried (no candidate for any knob named): no
-      conclusion;
-    - ``unfinished``: the budget or ``max_steps`` stopped it with the SLO still missed;
-    - ``no_result``: no valid baseline.
-    """
+    """What a finished loop concluded: ``meets_slo``; ``past_knee`` (still missed after a
+    plateau over the knobs ``tried``, or no engine knob named); ``untested`` (a plateau with
+    nothing tried); ``unfinished`` (budget or ``max_steps``); ``no_result`` (no valid
+    baseline). Knobs the last diagnosis ``named`` but the loop did not sweep are untried,
+    except those whose named move is already in effect in ``kept_knobs`` (``in_effect``)."""
     goodput_share = (
         request_goodput / offered_rate
         if request_goodput is not None and offered_rate and not math.isinf(offered_rate)

@@ -268,23 +268,16 @@ class MetricsSampler:
                 self.errors.append(str(e))
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
 
-    def start(self) -> MetricsSampler:
+    def __enter__(self) -> MetricsSampler:
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="metrics-sampler", daemon=True)
         self._thread.start()
         return self
 
-    def stop(self) -> list[Snapshot]:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.timeout_s + self.interval_s + 1)
-        return self.samples
-
-    def __enter__(self) -> MetricsSampler:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def save_jsonl(self, path: str | Path) -> Path:
         return save_series(self.samples, path)

@@ -179,12 +179,9 @@ class EngineWindow:
 @dataclass
 class Window:
     """One measured load on a running server: `vllm bench serve` with /metrics sampled.
-
-    ``purpose``: "measure" (the first), "remeasure" (after an invalid one), "repeat" (for the
-    run-to-run spread). ``log_span``: byte offsets of the server log during the window, so
-    the vLLM lines logged inside it can be read again (JIT compiles). ``engines``: each
-    engine's load and diagnosis when the server has several (then ``diagnosis`` is that of
-    the engine with the deepest queue, ``load`` the server's summed over engines)."""
+    ``purpose``: "measure", "remeasure" (after an invalid one) or "repeat" (for the spread);
+    ``log_span``: the server log's byte offsets during the window; ``engines``: each engine's
+    load and diagnosis on a server with several (``diagnosis`` is then the deepest queue's)."""
 
     index: int
     purpose: str
@@ -211,7 +208,6 @@ class Window:
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        d["score"] = self.score.to_json() if self.score else None
         if not self.engines:
             d.pop("engines")
         return d
@@ -228,9 +224,8 @@ class Window:
 
 @dataclass
 class Warmup:
-    """The warm-up before the first window: `vllm bench serve` at the load's rate with
-    prompts of its own seed; its engine peak (running requests from /metrics) is what the
-    windows' batch shapes are compared with."""
+    """The warm-up before the first window (its own seed, the load's rate); its engine peak
+    is what the windows' batch shapes are compared with."""
 
     seed: int
     num_prompts: int
@@ -262,14 +257,10 @@ def relative_spread(values: Sequence[float | None]) -> float | None:
 
 @dataclass
 class ServedPoint:
-    """One configuration served by a fresh `vllm serve` and measured in windows.
-
-    The point's score under an objective is the mean over its valid windows, its spread the
-    relative range of those windows; a point with no valid window decides nothing. A knee
-    rate is a served point too (``tag`` "knee", ``rate_key`` set). ``to_json`` also writes
-    the flat fields of the deciding window (score, bench, load, diagnosis, valid) so a
-    page reads a record without this class; ``from_json`` reads records written before
-    windows existed as one window."""
+    """One configuration served by a fresh `vllm serve` and measured in windows: scored by
+    the mean over its valid windows (none: it decides nothing). A knee rate is one too
+    (``rate_key`` set). ``to_json`` also writes the deciding window's flat fields for the
+    pages; ``from_json`` reads a record written before windows existed as one window."""
 
     key: str
     knob: str
@@ -458,8 +449,7 @@ def point_key(parts: Mapping[str, Any]) -> str:
 @dataclass
 class OfflinePoint:
     """One lab 01 point: start-up facts vLLM logged, quality on the eval set, speed and
-    latency of the load pass. ``extra`` keeps keys a newer child wrote that this class does
-    not name, so nothing recorded is lost on a round trip."""
+    latency of the load pass; ``extra`` keeps the keys this class does not name."""
 
     key: str
     knobs: dict[str, Any]

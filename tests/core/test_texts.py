@@ -7,6 +7,7 @@ import re
 import pytest
 
 from course_utils.core import keep, knobs, texts
+from tests.served import served
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 LATIN_WORD = re.compile(r"\b(?:the|baseline|keep|revert|knee|between|gave|but|not|within)\b",
@@ -70,15 +71,14 @@ def test_judge_result_is_accepted_and_bad_input_is_refused() -> None:
 
 
 def _knee_rec(rate, tput, meets, **kw):
-    return {"status": "ok", "rate": rate, "request_throughput": tput, "meets_slo": meets,
-            "valid": True, **kw}
+    return served(rate=str(rate), score={"request_throughput": tput, "meets_slo": meets}, **kw)
 
 
 def test_knee_between_two_rates_and_invalid_rates() -> None:
     recs = [_knee_rec(40, 39.5, True), _knee_rec(50, 49.0, True), _knee_rec(55, 44.0, False),
-            {**_knee_rec(60, 59.0, True), "valid": False, "validity_issues": [
+            _knee_rec(60, 59.0, True, valid=False, issues=[
                 "prefix cache hit rate 97% on a workload without a shared prefix: prompts "
-                "were replayed, results are inflated"]}]
+                "were replayed, results are inflated"])]
     k = keep.pick_knee(recs)
     assert texts.knee(k, "en") == k["why"]
     zh = texts.knee(k, "zh")
@@ -89,8 +89,7 @@ def test_knee_between_two_rates_and_invalid_rates() -> None:
 
 def test_knee_from_loop_points_in_zh() -> None:
     recs = [_knee_rec(40, 39.5, True)]
-    pts = [{"status": "ok", "valid": True, "knob": k, "value": v,
-            "workload": {"request_rate": 55.0}, "score": {"meets_slo": False}}
+    pts = [served(k, v, workload={"request_rate": 55.0}, score={"meets_slo": False})
            for k, v in (("baseline", None), ("max_num_seqs", 256))]
     k = keep.pick_knee(recs, points=pts)
     zh = texts.knee(k, "zh")

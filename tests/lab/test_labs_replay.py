@@ -29,6 +29,7 @@ from course_utils.core import keep, vllm_logs
 from course_utils.core.records import read_jsonl
 from course_utils.lab import offline as llm_point
 from course_utils.lab import replay as labtools
+from tests.served import served
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB01 = ROOT / "labs" / "01_knob_sweep.ipynb"
@@ -546,29 +547,29 @@ def test_estimate_uses_measured_points_when_there_are_some() -> None:
 
 
 def test_pick_knee() -> None:
-    def k(rate: str, done: float, meets: bool) -> dict:
-        return {"rate": rate, "status": "ok", "request_throughput": done, "meets_slo": meets}
+    def k(rate: str, done: float, meets: bool, **kw) -> dict:
+        return served(rate=rate, score={"request_throughput": done, "meets_slo": meets}, **kw)
 
     recs = [k("10", 9.8, True), k("20", 19.0, True), k("40", 25.0, False), k("inf", 26, False)]
     assert keep.pick_knee(recs)["knee_rate"] == 20
     assert keep.pick_knee(recs)["overloaded_rate"] == 40
     assert keep.pick_knee([k("10", 3.0, False)])["knee_rate"] is None
     # a short run completes under the offered rate; without a queue it still kept up
-    short = {**k("10", 7.0, True), "diagnosis": {"constraint": "none"}}
+    short = k("10", 7.0, True, diagnosis={"constraint": "none"})
     assert keep.pick_knee([short])["knee_rate"] == 10
-    queued = {**k("10", 7.0, True), "diagnosis": {"constraint": "queue"}}
+    queued = k("10", 7.0, True, diagnosis={"constraint": "queue"})
     assert keep.pick_knee([queued])["knee_rate"] is None
     # an invalid rate (prompts replayed into the prefix cache) is no evidence either way
-    replayed = {**k("60", 59.0, True), "valid": False,
-                "validity_issues": ["prefix cache hit rate 97% on a workload without ..."]}
+    issues = ["prefix cache hit rate 97% on a workload without ..."]
+    replayed = k("60", 59.0, True, valid=False, issues=issues)
     kn = keep.pick_knee([k("40", 39.0, True), replayed])
     assert kn["knee_rate"] == 40 and kn["overloaded_rate"] is None
-    assert kn["invalid"] == [{"rate": 60.0, "issues": replayed["validity_issues"]}]
+    assert kn["invalid"] == [{"rate": 60.0, "issues": issues}]
 
     # the loop's points at the test rate bound the knee when every one broke the SLO
     def pt(value: int, meets: bool, rate: float = 55.0, valid: bool = True) -> dict:
-        return {"status": "ok", "valid": valid, "knob": "max_num_seqs", "value": value,
-                "workload": {"request_rate": rate}, "score": {"meets_slo": meets}}
+        return served("max_num_seqs", value, valid=valid, workload={"request_rate": rate},
+                      score={"meets_slo": meets})
 
     kn = keep.pick_knee([k("40", 39.0, True), replayed], points=[pt(64, False),
                                                                       pt(1024, False)])

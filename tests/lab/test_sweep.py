@@ -20,6 +20,7 @@ from course_utils.lab.cli import add_cli
 from course_utils.lab.server import group_pids
 from course_utils.lab.sweep import couple_knobs, load_points, sweep
 from course_utils.lab.tune import tune
+from tests.served import served
 
 SLO_LOOSE = SLO.parse("ttft:5000 tpot:1000")
 W = Workload(input_len=16, output_len=8, num_prompts=12, request_rate=400)
@@ -148,11 +149,11 @@ def test_interrupted_sweep_resumes_without_loss_or_repeat(tmp_path: Path, fake_v
 
 def _rec(value: int, goodput: float, meets: bool = True, status: str = "ok",
          request_goodput: float | None = None, valid: bool = True) -> dict:
-    return {"knob": "max_num_seqs", "value": value, "status": status, "valid": valid,
-            "knobs": {"max_num_seqs": value},
-            "score": {"gate_goodput": goodput if meets else 0.0, "meets_slo": meets,
-                      "request_goodput": goodput if request_goodput is None else request_goodput,
-                      "violations": [] if meets else ["p99 TPOT 60.0 ms > 50 ms"]}}
+    return served("max_num_seqs", value, status=status, valid=valid,
+                  knobs={"max_num_seqs": value},
+                  score={"gate_goodput": goodput if meets else 0.0, "meets_slo": meets,
+                         "request_goodput": goodput if request_goodput is None else request_goodput,
+                         "violations": [] if meets else ["p99 TPOT 60.0 ms > 50 ms"]})
 
 
 def test_early_stop_rules() -> None:
@@ -190,7 +191,8 @@ def test_keep_rule_by_objective_on_the_h200_numbers() -> None:
     assert best_point(recs, plateau=0.30).value == 256  # 35.92 / 28.16 = +27.6 %
     assert best_point(recs, plateau=0.02).value == 1024
     # only valid points count; a gain of exactly the plateau is not "more than"
-    assert best_point([*recs[:2], {**recs[2], "valid": False}]).value == 256
+    invalid = _rec(1024, 0, False, request_goodput=35.92, valid=False)
+    assert best_point([*recs[:2], invalid]).value == 256
     assert choose([_rec(8, 0, False, request_goodput=10.0)], 8.0, plateau=0.25)[2] is False
     assert choose([_rec(8, 0, False, request_goodput=10.5)], 8.0, plateau=0.25)[2] is True
     with pytest.raises(ValueError, match="objective"):

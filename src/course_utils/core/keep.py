@@ -34,7 +34,7 @@ Point = ServedPoint | Mapping[str, Any]
 
 
 def as_point(rec: Point) -> ServedPoint:
-    """A served point from a record (``to_json()``, or a record of an older run)."""
+    """A served point from its record (``ServedPoint.to_json()``)."""
     return rec if isinstance(rec, ServedPoint) else ServedPoint.from_json(rec)
 
 

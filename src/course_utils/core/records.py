@@ -260,7 +260,7 @@ class ServedPoint:
     """One configuration served by a fresh `vllm serve` and measured in windows: scored by
     the mean over its valid windows (none: it decides nothing). A knee rate is one too
     (``rate_key`` set). ``to_json`` also writes the deciding window's flat fields for the
-    pages; ``from_json`` reads a record written before windows existed as one window."""
+    pages."""
 
     key: str
     knob: str
@@ -390,49 +390,13 @@ class ServedPoint:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ServedPoint:
-        kw = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k not in _NESTED}
-        if d.get("rate_key") is None and d.get("rate") is not None and "knob" not in d:
-            kw["rate_key"] = str(d["rate"])  # a knee record that kept only its rate
-        kw.setdefault("knob", "rate" if kw.get("rate_key") is not None else "baseline")
-        kw.setdefault("value", d.get("rate"))
-        kw.setdefault("knobs", {})
-        kw.setdefault("workload", {})
-        kw.setdefault("slo", "")
-        kw.setdefault("status", "failed")
-        kw.setdefault("key", str(d.get("rate_key") or ""))
-        if kw.get("startup_s") is None and d.get("server_startup_s") is not None:
-            kw["startup_s"] = d["server_startup_s"]
-        p = cls(**kw)
+        p = cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d and k not in _NESTED})
         p.warmup = Warmup.from_json(d["warmup"]) if d.get("warmup") else None
-        if "windows" in d:
-            p.windows = [Window.from_json(w) for w in d["windows"]]
-        elif d.get("status") == "ok":  # a record from before windows: its one window
-            p.windows = [_legacy_window(d)]
+        p.windows = [Window.from_json(w) for w in d.get("windows") or []]
         return p
 
 
 _NESTED = ("warmup", "windows")
-
-
-def _legacy_window(d: Mapping[str, Any]) -> Window:
-    score = d.get("score")
-    if score is None and ("gate_goodput" in d or "meets_slo" in d):  # knee scores were flat
-        score = {k: d.get(k) for k in Scores.__dataclass_fields__}
-    issues = list(d.get("validity_issues") or [])
-    return Window(
-        index=0,
-        purpose="measure",
-        seed=int((d.get("workload") or {}).get("seed", 0)),
-        status="ok",
-        valid=bool(d.get("valid", not issues)),
-        validity_issues=issues,
-        prefix_cache_hit_rate=d.get("prefix_cache_hit_rate"),
-        score=Scores.from_json(score) if score else None,
-        bench=dict(d.get("bench") or {}),
-        load=dict(d.get("load") or {}),
-        diagnosis=dict(d.get("diagnosis") or {}),
-        elapsed_s=d.get("elapsed_s"),
-    )
 
 
 def point_key(parts: Mapping[str, Any]) -> str:

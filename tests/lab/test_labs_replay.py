@@ -624,8 +624,8 @@ def test_real_slo_replay_flags_the_replayed_knee_rates(h200_replay: tuple[Path, 
     for rate in ("60", "75", "90"):
         assert knee[rate]["valid"] is False
         assert knee[rate]["validity_issues"] == [
-            "prefix cache hit rate 97% on a workload without a shared prefix: prompts were "
-            "replayed, results are inflated"]
+            "window 0: prefix cache hit rate 97% on a workload without a shared prefix: "
+            "prompts were replayed, results are inflated"]
     lines = {ln.split()[0]: ln for ln in text.splitlines() if ln[:6].strip() in knee}
     assert lines["40"].rstrip().endswith("none")  # valid, no INVALID mark
     assert all(lines[r].rstrip().endswith("INVALID") for r in ("60", "75", "90"))

@@ -154,13 +154,7 @@ def _window(run: Path, raw: dict[str, Any], slo: SLO, index: int) -> Window:
         valid=not issues,
         validity_issues=issues,
         prefix_cache_hit_rate=done.get("prefix_cache_hit_rate"),
-        score=Scores(
-            gate_goodput=sc.gate_goodput,
-            request_goodput=sc.request_goodput,
-            request_throughput=sc.request_throughput,
-            meets_slo=sc.meets_slo,
-            violations=list(sc.violations),
-        ),
+        score=Scores.from_json(vars(sc)),
         bench=bench_summary(raw),
         load={"harness": bool(harness), "running_max": done.get("running_max")},
         elapsed_s=done.get("wall_s"),
@@ -452,7 +446,8 @@ class CaseRow:
         return d
 
 
-def _both(row: CaseRow, grid_dir: Path, loop_dir: Path, slo: str) -> None:
+def _both(row: CaseRow, grid_dir: Path, loop_dir: Path, slo: str) -> list[dict[str, Any]]:
+    """The row's numbers from compare(); returns the grid's combos."""
     from course_utils.lab.replay import replay_tune
 
     cmp = compare(grid_dir, loop_dir, slo)
@@ -465,6 +460,7 @@ def _both(row: CaseRow, grid_dir: Path, loop_dir: Path, slo: str) -> None:
     row.cross_spread = max(cmp["cross_spread"].values(), default=None)
     row.verdict = cmp["verdict"]["decision"]
     row.outcome = replay_tune(loop_dir, objective=OBJECTIVE)["outcome"]["outcome"]
+    return list(g["combos"])
 
 
 def case_row(case: Mapping[str, Any], results: Path = RESULTS, gpu: str = "h200") -> CaseRow:
@@ -492,22 +488,22 @@ def case_row(case: Mapping[str, Any], results: Path = RESULTS, gpu: str = "h200"
     )
     if grid_dir is None:
         return row
-    pts = grid_points(grid_dir, SLO.parse(slo))
     if loop_dir is not None:
-        _both(row, grid_dir, loop_dir, slo)
+        combos = _both(row, grid_dir, loop_dir, slo)
     else:
+        pts = grid_points(grid_dir, SLO.parse(slo))
+        combos = [_combo(p, OBJECTIVE) for p in pts]
         best = best_point(pts, objective=OBJECTIVE)
         if best is not None:
             row.grid_best, row.grid_best_label = objective_value(best, OBJECTIVE), best.knob
         row.restarts_grid = len(pts)
     want = str(case.get("defaults_label") or DEFAULTS_NAME)
-    row.defaults = next(
-        (objective_value(p, OBJECTIVE) for p in pts if p.knob == want and p.valid), None
-    )
-    row.combos_measured = sum(1 for p in pts if p.valid)
+    valid = [c for c in combos if c["score"] is not None]  # a grid point is valid or unscored
+    row.defaults = next((c["score"] for c in valid if c["label"] == want), None)
+    row.combos_measured = len(valid)
     sp = _near(grid_dir, "serve_params.json", 1)  # the combos the sweep was asked for
     planned = meta.get("combos") or (json.loads(sp.read_text()) if sp else [])
-    row.combos_planned = len(planned) or len(pts)
+    row.combos_planned = len(planned) or len(combos)
     whole = row.combos_measured == row.combos_planned and loop_dir is not None
     row.status = "measured" if whole else "partial"
     return row

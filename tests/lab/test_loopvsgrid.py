@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from course_utils.core import presets, texts
-from course_utils.lab import grid, gridrun
+from course_utils.lab import grid
 
 RESULTS = grid.RESULTS
 
@@ -123,7 +123,7 @@ def test_cli_prints_the_table_and_fails_in_one_line_on_a_missing_folder(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert gridrun.main(["table"]) == 0
+    assert grid.main([]) == 0
     assert "| decode (tight TPOT) |" in capsys.readouterr().out
     bad = tmp_path / "index.json"
     bad.write_text(
@@ -131,7 +131,7 @@ def test_cli_prints_the_table_and_fails_in_one_line_on_a_missing_folder(
             {"cases": [{"case": "decode", "preset": "decode", "grid": "nowhere/vllm_sweep"}]}
         )
     )
-    assert gridrun.main(["table", "--index", str(bad)]) == 2
+    assert grid.main(["--index", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "nowhere" in err[0]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,8 @@ from course_utils.core.workload import (
     distribution,
     parse_trace,
     problem,
-    trace_lines,
+    trace_text,
 )
-
-__all__ = ["add_parser", "slice_path", "trace_from_args", "write_slice"]
 
 
 def _is_trace(text: str) -> bool:
@@ -49,7 +48,7 @@ def cmd_workload(a: argparse.Namespace) -> int:
         )
     d = distribution(reqs, chunk=a.chunk, prefixes_known=known)
     if a.format == "json":
-        print(json.dumps({"format": fmt, **d.as_dict(), "notes": notes}, indent=2))
+        print(json.dumps({"format": fmt, **asdict(d), "notes": notes}, indent=2))
     else:
         print(f"read {src} ({fmt})")
         for n in notes:
@@ -57,7 +56,7 @@ def cmd_workload(a: argparse.Namespace) -> int:
         print(d.text())
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("\n".join(trace_lines(reqs)) + "\n")
+        out.write_text(trace_text(reqs))
         if a.format != "json":
             print(
                 f"wrote {out}: replay with vllm bench serve --dataset-name timed_trace "
@@ -100,9 +99,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def trace_from_args(a: Any) -> TraceWorkload:
-    """The workload of ``--workload TRACE``: ``--num-prompts`` requests of it from the first
-    (wrapping round past its end; none given: all of it), the trace's time scaled so its mean rate is ``--rate`` (not given or
-    inf: as recorded). Sets ``a.rate`` to the rate replayed."""
+    """The workload of ``--workload TRACE``: ``--num-prompts`` requests of it (none: all), its
+    time scaled to a mean rate of ``--rate`` (none or inf: as recorded); sets ``a.rate``."""
     rate = getattr(a, "rate", None)
     given = rate is not None and not math.isinf(rate)
     w = TraceWorkload.load(
@@ -125,5 +123,5 @@ def write_slice(w: TraceWorkload, result_dir: str | Path, result_filename: str) 
     """Write the requests one bench call replays (its own seed's prompt blocks)."""
     path = slice_path(result_dir, result_filename)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(w.slice_text())
+    path.write_text(trace_text(w.requests()))
     return path

@@ -1,23 +1,19 @@
-"""Request logs turned into a trace (core.workload), read from
+"""Request logs turned into a trace (core.workload), read from a trace already or from
 
 - **an OpenAI-style JSONL**, one request per line: a ``timestamp`` (Unix seconds or ISO 8601;
-  else ``arrival_time`` or the response's ``created``), the request's ``messages`` or
-  ``prompt`` (text or token ids) and the response's ``usage`` (``prompt_tokens`` /
-  ``completion_tokens`` or ``input_tokens`` / ``output_tokens``), each at the top level or
-  under ``request`` / ``response``;
+  else ``arrival_time`` or ``created``), ``messages`` or ``prompt`` (text or token ids) and
+  ``usage`` (``prompt_tokens``/``completion_tokens`` or ``input_tokens``/``output_tokens``),
+  each at the top level or under ``request`` / ``response``;
 - **`vllm bench serve --save-detailed`'s result JSON** (vllm/benchmarks/serve.py, 0.26.0):
-  ``input_lens``, ``output_lens``, ``start_times`` and ``errors``; no prompts, so shared
-  prefixes are unknown.
+  ``input_lens``, ``output_lens``, ``start_times``, ``errors``; no prompts.
 
 Nothing is guessed: a request without its arrival, its lengths or (when other lines have one)
-its prompt is one problem line, and so is a failed one unless ``drop_failed``. Lines out of
-time order are sorted, and said so.
+its prompt is a problem line, and so is a failed one unless ``drop_failed``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,9 +23,12 @@ from course_utils.core.workload import (
     CHUNK,
     TraceError,
     TraceRequest,
+    finite_number,
     json_lines,
+    parse_trace,
     prefix_hash_ids,
     problem,
+    token_count,
 )
 
 TIME_KEYS = ("timestamp", "arrival_time", "created")
@@ -47,6 +46,10 @@ class LoggedRequest:
     input_length: int
     output_length: int
     prompt: str | tuple[int, ...] | None
+
+
+# the requests read, the problems found, the failed requests dropped
+Read = tuple[list[LoggedRequest], list[str], int]
 
 
 @dataclass
@@ -70,16 +73,12 @@ def _first(d: dict[str, Any], keys: Sequence[str]) -> Any:
 
 
 def _time(v: Any) -> float | None:
-    if isinstance(v, bool):
+    if not isinstance(v, str):
+        return finite_number(v)
+    try:
+        return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
+    except ValueError:
         return None
-    if isinstance(v, (int, float)):
-        return float(v) if math.isfinite(v) else None
-    if isinstance(v, str):
-        try:
-            return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-    return None
 
 
 def _content(c: Any) -> str:
@@ -111,17 +110,13 @@ def _prompt(d: dict[str, Any]) -> str | tuple[int, ...] | None:
     return None
 
 
-def _count(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
-
-
 def _openai_line(where: str, d: Any, drop_failed: bool) -> LoggedRequest | list[str]:
     """The request of one log line, or its problems ([]: a failed request dropped)."""
     if not isinstance(d, dict):
         return [problem(where, "not a JSON object", "one request object per line")]
     failed = any(scope.get("error") for scope in _scopes(d))
     ts = _time(_first(d, TIME_KEYS))
-    n_in, n_out = _count(_first(d, IN_KEYS)), _count(_first(d, OUT_KEYS))
+    n_in, n_out = token_count(_first(d, IN_KEYS)), token_count(_first(d, OUT_KEYS))
     if failed or n_out == 0:
         why = "the request failed" if failed else "completion_tokens is 0"
         fix = "delete the line or pass --drop-failed"
@@ -136,9 +131,7 @@ def _openai_line(where: str, d: Any, drop_failed: bool) -> LoggedRequest | list[
     return LoggedRequest(where, ts, n_in, n_out, _prompt(d))
 
 
-def _read_openai(
-    text: str, name: str, drop_failed: bool
-) -> tuple[list[LoggedRequest], list[str], int]:
+def _read_openai(text: str, name: str, drop_failed: bool) -> Read:
     reqs: list[LoggedRequest] = []
     probs: list[str] = []
     dropped = 0
@@ -156,9 +149,7 @@ def _read_openai(
     return reqs, probs, dropped
 
 
-def _read_bench(
-    d: dict[str, Any], name: str, drop_failed: bool
-) -> tuple[list[LoggedRequest], list[str], int]:
+def _read_bench(d: dict[str, Any], name: str, drop_failed: bool) -> Read:
     ins, outs, starts = (d.get(k) for k in ("input_lens", "output_lens", "start_times"))
     if not isinstance(ins, list) or not isinstance(outs, list) or not isinstance(starts, list):
         what = "no per-request lists (input_lens, output_lens, start_times)"
@@ -174,11 +165,21 @@ def _read_bench(
         elif err or not n_out:
             fix = "pass --drop-failed, or re-run the bench"
             probs.append(problem(where, "failed in the run: its answer length is unknown", fix))
-        elif ts is None or not _count(n_in) or not _count(n_out):
+        elif ts is None or not token_count(n_in) or not token_count(n_out):
             probs.append(problem(where, "bad start time or token count", BENCH_FIX))
         else:
             reqs.append(LoggedRequest(where, ts, n_in, n_out, None))
     return reqs, probs, dropped
+
+
+def _is_trace(text: str) -> bool:
+    """A file in vLLM's timed_trace format already (its first line has the lengths)."""
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    try:
+        d = json.loads(first)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(d, dict) and "input_length" in d and "output_length" in d
 
 
 def _bench_json(text: str) -> dict[str, Any] | None:
@@ -194,7 +195,10 @@ def _bench_json(text: str) -> dict[str, Any] | None:
 
 
 def read_log(text: str, name: str, *, chunk: int = CHUNK, drop_failed: bool = False) -> ReadLog:
-    """The trace of a log's text (either format); raises TraceError, one line per problem."""
+    """The trace of a log's text (either format, or a trace already); raises TraceError, one
+    line per problem."""
+    if _is_trace(text):
+        return ReadLog(parse_trace(text, name, chunk), "vLLM timed_trace", True)
     bench = _bench_json(text)
     if bench is not None:
         fmt = "vllm bench serve --save-detailed"

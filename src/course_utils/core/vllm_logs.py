@@ -40,15 +40,8 @@ def stamp_datetime(stamp: str, year: int) -> datetime:
 
 
 def last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
-    found = None
-    for found in pattern.finditer(text):  # noqa: B007 - the last one wins
-        pass
-    return found
-
-
-# --------------------------------------------------------------------------------------
-# start-up failures: (pattern, reason) rules, most specific first
-# --------------------------------------------------------------------------------------
+    matches = list(pattern.finditer(text))
+    return matches[-1] if matches else None
 
 
 def _kv_too_small(m: re.Match[str], text: str) -> str:
@@ -75,7 +68,9 @@ def _port(m: re.Match[str], text: str) -> str:
     return f"port in use{where}: Address already in use; pick another --port"
 
 
-Rule = tuple[re.Pattern[str], Callable[[re.Match[str], str], str]]
+# start-up failures, most specific first; a reason is a function of the match and the whole
+# log, or a template of the match's groups
+Rule = tuple[re.Pattern[str], str | Callable[[re.Match[str], str], str]]
 FAILURE_RULES: list[Rule] = [
     # v1/core/kv_cache_utils.py _check_enough_kv_cache_memory: "To serve at least one request
     # with the model's max seq len ({max_model_len}), ({needed} GiB KV cache is needed, which
@@ -94,11 +89,8 @@ FAILURE_RULES: list[Rule] = [
     # `gpu_memory_utilization` when initializing the engine ..."
     (
         re.compile(r"No available memory for the cache blocks"),
-        lambda m, t: (
-            'weights do not fit: no memory left for the KV cache blocks ("No available '
-            'memory for the cache blocks"); raise --gpu-memory-utilization, quantize, or '
-            "use a bigger GPU"
-        ),
+        'weights do not fit: no memory left for the KV cache blocks ("No available memory for '
+        'the cache blocks"); raise --gpu-memory-utilization, quantize, or use a bigger GPU',
     ),
     # v1/worker/utils.py request_memory: "Free memory on device {dev} ({free}/{total} GiB) on
     # startup is less than desired GPU memory utilization ({util}, {req} GiB). ..."
@@ -107,11 +99,8 @@ FAILURE_RULES: list[Rule] = [
             r"Free memory on device \S* ?\(([\d.]+)/([\d.]+) GiB\) on startup is less "
             r"than desired GPU memory utilization \(([\d.]+), ([\d.]+) GiB\)"
         ),
-        lambda m, t: (
-            f"GPU memory already in use: {m.group(1)}/{m.group(2)} GiB free at startup, "
-            f"--gpu-memory-utilization {m.group(3)} asks for {m.group(4)} GiB (another "
-            "process holds the GPU, or lower the utilization)"
-        ),
+        "GPU memory already in use: {0}/{1} GiB free at startup, --gpu-memory-utilization "
+        "{2} asks for {3} GiB (another process holds the GPU, or lower the utilization)",
     ),
     # torch: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ..."
     (re.compile(r"CUDA out of memory\.?[^\n]*"), _oom),
@@ -122,32 +111,22 @@ FAILURE_RULES: list[Rule] = [
             r"max_num_batched_tokens \((\d+)\) must be greater than or equal to "
             r"max_num_seqs \((\d+)\)"
         ),
-        lambda m, t: (
-            f"invalid knob combination: max_num_batched_tokens ({m.group(1)}) must be >= "
-            f"max_num_seqs ({m.group(2)}); raise --max-num-batched-tokens with it"
-        ),
+        "invalid knob combination: max_num_batched_tokens ({0}) must be >= max_num_seqs "
+        "({1}); raise --max-num-batched-tokens with it",
     ),
     # config/scheduler.py: "max_num_batched_tokens ({a}) is smaller than max_model_len ({b})."
     (
         re.compile(r"max_num_batched_tokens \((\d+)\) is smaller than max_model_len \((\d+)\)"),
-        lambda m, t: (
-            f"invalid knob combination: max_num_batched_tokens ({m.group(1)}) < "
-            f"max_model_len ({m.group(2)}) with chunked prefill off"
-        ),
+        "invalid knob combination: max_num_batched_tokens ({0}) < max_model_len ({1}) with "
+        "chunked prefill off",
     ),
     # entrypoints/openai/api_server.py create_server_socket: "OSError: [Errno 98] Address
     # already in use" (the port is on the command line, earlier in the log)
     (re.compile(r"Address already in use"), _port),
     # argparse (utils/argparse_utils.py FlexibleArgumentParser):
     # "vllm serve: error: unrecognized arguments: --foo 1"
-    (
-        re.compile(r"error: unrecognized arguments: ([^\n]*)"),
-        lambda m, t: f"unknown flag for vllm 0.26.0: {m.group(1).strip()}",
-    ),
-    (
-        re.compile(r"error: (argument [^\n]*)"),
-        lambda m, t: one_line(f"invalid argument: {m.group(1)}"),
-    ),
+    (re.compile(r"error: unrecognized arguments: ([^\n]*)"), "unknown flag for vllm 0.26.0: {0}"),
+    (re.compile(r"error: (argument [^\n]*)"), "invalid argument: {0}"),
 ]
 
 
@@ -156,16 +135,15 @@ def classify_failure(log_text: str, returncode: int | None = None) -> str:
     text = log_text or ""
     for pattern, reason in FAILURE_RULES:
         if m := last_match(pattern, text):
-            return reason(m, text)
+            return reason(m, text) if callable(reason) else one_line(reason.format(*m.groups()))
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for ln in reversed(lines):  # the last line that names an error, else the last line
         if re.search(r"(Error|Exception|error:|ERROR)", ln):
             return one_line(re.sub(r"^\(?[A-Za-z]*\s*pid=\d+\)?\s*", "", ln))
     if lines:
         return one_line(lines[-1])
-    if returncode is not None:
-        return f"vllm serve exited with code {returncode}"
-    return "vllm serve failed with an empty log"
+    how = "failed with an empty log" if returncode is None else f"exited with code {returncode}"
+    return f"vllm serve {how}"
 
 
 def bench_failure_reason(log_text: str, returncode: int | None) -> str:
@@ -179,19 +157,19 @@ def bench_failure_reason(log_text: str, returncode: int | None) -> str:
     return f"vllm bench serve exited with code {returncode}{last}"
 
 
-# --------------------------------------------------------------------------------------
-# start-up facts
-# --------------------------------------------------------------------------------------
-
 # v1/core/kv_cache_utils.py: "GPU KV cache size: %s tokens" and "Maximum concurrency for %s
 # tokens per request: %.2fx"; v1/worker/gpu_worker.py: "Available KV cache memory: %s GiB";
 # v1/worker/gpu_model_runner.py: "Model loading took %s GiB memory and %.6f seconds";
 # compilation/monitor.py: "torch.compile took %.2f s in total" (absent with enforce_eager)
-_KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 _MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
-_KV_GIB = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
-_WEIGHTS = re.compile(r"Model loading took ([\d.]+) GiB")
-_COMPILE = re.compile(r"torch\.compile took ([\d.]+) s in total")
+_FACTS: dict[str, tuple[re.Pattern[str], int, Callable[[str], Any]]] = {
+    "kv_cache_tokens": (re.compile(r"GPU KV cache size: ([\d,]+) tokens"), 1, int),
+    "max_concurrency": (_MAX_CONC, 2, float),
+    "concurrency_len": (_MAX_CONC, 1, int),
+    "kv_cache_gib": (re.compile(r"Available KV cache memory: ([\d.]+) GiB"), 1, float),
+    "weights_gib": (re.compile(r"Model loading took ([\d.]+) GiB"), 1, float),
+    "torch_compile_s": (re.compile(r"torch\.compile took ([\d.]+) s in total"), 1, float),
+}
 # v1/engine/core.py: once per engine start; "(compilation: ...)" only when torch.compile ran
 _INIT_ENGINE = re.compile(
     r"init engine \(profile, create kv cache, warmup model\) took "
@@ -218,16 +196,11 @@ class StartupFacts:
 
 
 def startup_facts(text: str) -> StartupFacts:
-    kv, conc = last_match(_KV_TOKENS, text), last_match(_MAX_CONC, text)
-    gib, weights, comp = (last_match(p, text) for p in (_KV_GIB, _WEIGHTS, _COMPILE))
-    return StartupFacts(
-        kv_cache_tokens=int(kv.group(1).replace(",", "")) if kv else None,
-        max_concurrency=float(conc.group(2)) if conc else None,
-        concurrency_len=int(conc.group(1).replace(",", "")) if conc else None,
-        kv_cache_gib=float(gib.group(1)) if gib else None,
-        weights_gib=float(weights.group(1)) if weights else None,
-        torch_compile_s=float(comp.group(1)) if comp else None,
-    )
+    facts = {}
+    for name, (pattern, group, kind) in _FACTS.items():
+        m = last_match(pattern, text)
+        facts[name] = kind(m.group(group).replace(",", "")) if m else None
+    return StartupFacts(**facts)
 
 
 def engine_init_times(text: str) -> list[tuple[float, float | None]]:
@@ -269,10 +242,6 @@ def startup_by_process(text: str) -> dict[str, ProcessStartup]:
             out[name] = ProcessStartup(name, facts, *last)
     return out
 
-
-# --------------------------------------------------------------------------------------
-# periodic engine stats and the JIT monitor
-# --------------------------------------------------------------------------------------
 
 # v1/metrics/loggers.py LoggingStatLogger.log: every VLLM_LOG_STATS_INTERVAL (10 s) while
 # the engine is busy, when stats are on (LLM(disable_log_stats=False))
@@ -358,10 +327,6 @@ def jit_compiles(text: str, base_offset: int = 0) -> list[JitCompile]:
         pos += len(line.encode("utf-8", errors="replace"))
     return out
 
-
-# --------------------------------------------------------------------------------------
-# `vllm bench sweep serve` output, each line prefixed with a Unix time by side_by_side.sh
-# --------------------------------------------------------------------------------------
 
 # vllm/benchmarks/sweep/serve.py: print("[BEGIN SERVER]") and the like around each step
 MARKER_NAMES = (

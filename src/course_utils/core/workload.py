@@ -71,8 +71,15 @@ def trace_text(requests: Sequence[TraceRequest]) -> str:
     )
 
 
-def _positive_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+def finite_number(v: Any) -> float | None:
+    """A JSON number as a float; None for anything else (bool, NaN, inf, text)."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return float(v) if ok else None
+
+
+def token_count(v: Any) -> int | None:
+    """A JSON integer >= 0; None for anything else."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
 def json_lines(text: str, name: str, problems: list[str], fix: str) -> Iterator[tuple[str, Any]]:
@@ -91,14 +98,14 @@ def _trace_line(d: Any, chunk: int, last: float) -> tuple[str, str] | TraceReque
     """The request of one trace line, or (what is wrong, fix)."""
     if not isinstance(d, dict):
         return "not a JSON object", "one request object per line"
-    bad = [k for k in ("input_length", "output_length") if not _positive_int(d.get(k))]
-    ts: Any = d.get("timestamp")
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+    bad = [k for k in ("input_length", "output_length") if not token_count(d.get(k))]
+    ts = finite_number(d.get("timestamp"))
+    if ts is None:
         bad.append("timestamp")
     ids = d.get("hash_ids", [])
     if not isinstance(ids, list):
         bad.append("hash_ids")
-    if bad:
+    if bad or ts is None:
         fix = "timestamp: seconds; input_length, output_length: integers >= 1; hash_ids: a list"
         return f"missing or bad {', '.join(bad)}", fix
     need = math.ceil(d["input_length"] / chunk)
@@ -110,7 +117,7 @@ def _trace_line(d: Any, chunk: int, last: float) -> tuple[str, str] | TraceReque
         )
     if ts < last:
         return "timestamp earlier than the line before", "sort by timestamp"
-    return TraceRequest(float(ts), d["input_length"], d["output_length"], tuple(ids))
+    return TraceRequest(ts, d["input_length"], d["output_length"], tuple(ids))
 
 
 def parse_trace(text: str, name: str, chunk: int = CHUNK) -> list[TraceRequest]:
@@ -131,17 +138,10 @@ def parse_trace(text: str, name: str, chunk: int = CHUNK) -> list[TraceRequest]:
     return out
 
 
-# --------------------------------------------------------------------------------------
-# shared prefixes
-# --------------------------------------------------------------------------------------
-
-
 def _common_len(a: Sequence[Any], b: Sequence[Any]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
 
 
 def prefix_hash_ids(
@@ -199,11 +199,6 @@ def expected_hits(requests: Sequence[TraceRequest], chunk: int = CHUNK) -> tuple
         hits += hit_blocks * chunk
         queries += r.input_length
     return hits, queries
-
-
-# --------------------------------------------------------------------------------------
-# the distribution a learner looks at
-# --------------------------------------------------------------------------------------
 
 
 def _quantile(xs: Sequence[float], q: float) -> float:
@@ -299,11 +294,6 @@ def distribution(
     )
 
 
-# --------------------------------------------------------------------------------------
-# a slice of a trace as a workload of the loop
-# --------------------------------------------------------------------------------------
-
-
 def _read_trace(path: str | Path, chunk: int, sha256: str = "") -> tuple[str, list[TraceRequest]]:
     """(the file's short sha256, its requests); ValueError when ``sha256`` is given and differs."""
     data = Path(path).read_bytes()
@@ -319,12 +309,10 @@ def _read_trace(path: str | Path, chunk: int, sha256: str = "") -> tuple[str, li
 @dataclass(frozen=True)
 class TraceWorkload(Workload):
     """``num_prompts`` requests of a trace file from request ``start`` on, replayed with
-    vLLM's timed_trace dataset. ``request_rate``: the trace's mean rate is scaled to it
-    (``--timed-trace-sec-multiplier`` = trace_rate / request_rate; inf: all at once).
-    ``seed`` salts the hash ids: windows with other seeds send other prompt tokens with the
-    same lengths, arrivals and shared prefixes. ``input_len``/``output_len``: the slice's
-    mean lengths (rounded); ``expected_hit_rate``: its prefix-cache hit rate from its own
-    shared prefixes. Make one with ``TraceWorkload.load``."""
+    vLLM's timed_trace dataset, the trace's mean rate scaled to ``request_rate`` (inf: all at
+    once). ``input_len``/``output_len``: the slice's mean lengths (rounded);
+    ``expected_hit_rate``: its prefix-cache hit rate from its own shared prefixes. Make one
+    with ``TraceWorkload.load``."""
 
     trace: str = ""
     sha256: str = ""
@@ -420,16 +408,13 @@ class TraceWorkload(Workload):
 
     def dataset_args(self, slice_path: str | Path) -> list[str]:
         """`vllm bench serve` dataset flags that replay this slice, written to ``slice_path``."""
-        return [
-            "--dataset-name",
-            "timed_trace",
-            "--dataset-path",
-            str(slice_path),
-            "--timed-trace-chunk-hash-size",
-            str(self.chunk_size),
-            "--timed-trace-sec-multiplier",
-            f"{self.time_scale():.6g}",
-        ]
+        flags = {
+            "--dataset-name": "timed_trace",
+            "--dataset-path": str(slice_path),
+            "--timed-trace-chunk-hash-size": str(self.chunk_size),
+            "--timed-trace-sec-multiplier": f"{self.time_scale():.6g}",
+        }
+        return [x for flag in flags.items() for x in flag]
 
 
 def workload_from_dict(d: Mapping[str, Any]) -> Workload:

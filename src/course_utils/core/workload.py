@@ -19,7 +19,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -56,19 +56,8 @@ class TraceRequest:
 
 def trace_text(requests: Sequence[TraceRequest]) -> str:
     """The trace file's text, one request per line in the given order."""
-    return "".join(
-        json.dumps(
-            {
-                "timestamp": round(r.timestamp, 6),
-                "input_length": r.input_length,
-                "output_length": r.output_length,
-                "hash_ids": list(r.hash_ids),
-            },
-            separators=(",", ":"),
-        )
-        + "\n"
-        for r in requests
-    )
+    rows = ({**asdict(r), "timestamp": round(r.timestamp, 6)} for r in requests)
+    return "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows)
 
 
 def finite_number(v: Any) -> float | None:
@@ -89,9 +78,11 @@ def json_lines(text: str, name: str, problems: list[str], fix: str) -> Iterator[
         if not line.strip():
             continue
         try:
-            yield f"{name}:{no}", json.loads(line)
+            value = json.loads(line)
         except json.JSONDecodeError:
             problems.append(problem(f"{name}:{no}", "not a JSON object (a torn line?)", fix))
+            continue
+        yield f"{name}:{no}", value
 
 
 def _trace_line(d: Any, chunk: int, last: float) -> tuple[str, str] | TraceRequest:

@@ -19,17 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "Item",
-    "load_items",
-    "messages",
-    "normalize",
-    "numbers",
-    "check",
-    "score",
-    "prompt_tokens_bound",
-]
-
 _SYSTEM = {
     "en": "Answer with the final answer only: one word, name or number. No explanation.",
     "zh": "只回答最终答案：一个词、名称或阿拉伯数字，不要解释。",
@@ -94,20 +83,13 @@ def messages(item: Item) -> list[dict[str, str]]:
     return [{"role": "system", "content": system}, {"role": "user", "content": item.question}]
 
 
-# ChatML (Qwen2.5's chat template, and the one course_utils.lab.modelfolder writes) wraps each
-# message in <|im_start|>role\n ... <|im_end|>\n and appends <|im_start|>assistant\n: under
-# 10 tokens per message plus the header. 64 is a wide margin for two messages.
+# ChatML's role headers and ends: under 10 tokens per message; a wide margin for two
 CHAT_OVERHEAD_TOKENS = 64
 
 
 def prompt_tokens_bound(items: Sequence[Item]) -> int:
-    """An upper bound on the prompt tokens of any item's chat request, with no tokenizer.
-
-    A byte-level BPE tokenizer (Qwen2.5's, and the one course_utils.lab.modelfolder trains)
-    spends at most one token per UTF-8 byte of ordinary text, so the message bytes plus
-    CHAT_OVERHEAD_TOKENS bound the prompt. Lab 01 records the exact count from vLLM
-    (``prompt_tokens_max``); this bound serves runs recorded before it did.
-    """
+    """An upper bound on any item's chat prompt tokens, with no tokenizer: a byte-level BPE
+    spends at most one token per UTF-8 byte, plus CHAT_OVERHEAD_TOKENS."""
     if not items:
         raise ValueError("no items")
     return (
@@ -136,10 +118,7 @@ def numbers(text: str) -> list[float]:
 
 
 def _first_line(output: str) -> str:
-    for line in output.splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
+    return next((line.strip() for line in output.splitlines() if line.strip()), "")
 
 
 def _contains(haystack: str, needle: str) -> bool:
@@ -171,10 +150,8 @@ def check(item: Item, output: str | None) -> bool:
 def score(
     items: Sequence[Item], outputs: Sequence[str | None] | Mapping[str, str | None]
 ) -> dict[str, Any]:
-    """Accuracy of ``outputs`` (aligned with ``items``, or keyed by item id).
-
-    Returns ``{"accuracy": float, "n": int, "correct": int}``; a missing output is wrong.
-    """
+    """``{"accuracy", "n", "correct"}`` of ``outputs`` (aligned with ``items``, or keyed by
+    item id); a missing output is wrong."""
     if not items:
         raise ValueError("no items to score")
     if isinstance(outputs, Mapping):

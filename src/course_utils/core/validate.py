@@ -1,49 +1,15 @@
-"""Bad input, said once: the error convention and the value rules every entry point shares.
-
-The convention: one line ``error: <what> → fix: <how>`` on stderr and exit status 2
-(``error_line``; ``BadInput`` carries the two halves). Command-line values are checked by
-the ``type=`` functions here (a port, a count, a share, a knob's value by the knob's own rule
-in ``core.knobs``), so ``python -m course_utils``, the labs' parameter check and the library
-judge a value the same way, and a bad one is reported before any machine is touched.
-"""
+"""Bad input, said once: one line ``error: <what> → fix: <how>``, exit status 2
+(``error_line``, ``BadInput``), and the ``type=`` rules every entry point judges values by."""
 
 from __future__ import annotations
 
 import argparse
 import math
 import shlex
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from course_utils.core import knobs as knobs_mod
-
-__all__ = [
-    "EXIT_BAD_INPUT",
-    "FIX_MARK",
-    "BadInput",
-    "CourseArgumentParser",
-    "check_knobs",
-    "check_listed",
-    "error_line",
-    "fraction",
-    "gpu",
-    "gpu_key",
-    "knob_arg",
-    "non_negative_float",
-    "non_negative_int",
-    "parse_assign",
-    "parse_kv",
-    "parse_value",
-    "parse_values",
-    "port",
-    "positive_float",
-    "process_kwargs",
-    "rate",
-    "workload_from_args",
-    "positive_int",
-    "share",
-    "share_below_one",
-]
 
 EXIT_BAD_INPUT = 2
 FIX_MARK = "→ fix:"
@@ -242,16 +208,6 @@ def check_knobs(values: Mapping[str, Any], flag: str, **kw: Any) -> dict[str, An
         raise BadInput(
             f"{flag}: {exc}", "use a value vLLM 0.26.0 accepts (knobs --validate)"
         ) from None
-
-
-def check_listed(values: Iterable[Any], allowed: Iterable[Any], flag: str) -> None:
-    allowed = list(allowed)
-    bad = [v for v in values if v not in allowed]
-    if bad:
-        raise BadInput(
-            f"{flag}: {', '.join(map(repr, bad))} not known",
-            f"use one of {', '.join(map(str, allowed))}",
-        )
 
 
 # ------------------------------------------------------------------- command lines

@@ -1,16 +1,7 @@
-"""Make a weight-free model folder for ``load_format="dummy"`` (vLLM builds random weights).
-
-vLLM's ``--load-format dummy`` needs only ``config.json``, ``generation_config.json`` and a
-tokenizer whose vocabulary covers every id below the config's ``vocab_size`` (random logits
-may pick any id; an id the tokenizer lacks cannot be detokenized). The real tokenizer is
-not needed: a byte-level BPE trained here on local text (the Python standard library's
-source and the installed packages' by default) to exactly ``vocab_size`` ids, with the ChatML special tokens at their
-real Qwen2.5 ids so ``eos_token_id`` in the config means ``<|im_end|>``.
-
-    python -m course_utils.lab.modelfolder OUT [--model qwen2.5-7b-instruct] [--vocab-size N]
-
-Speed, memory, KV-cache size and scheduling are those of the real architecture; the text
-is noise, so quality (lab 01's accuracy) is not measured on such a folder.
+"""A weight-free model folder for ``load_format="dummy"`` (vLLM builds random weights): the
+config, and a byte-level BPE trained here on local Python sources to exactly ``vocab_size``
+ids (random logits may pick any id), with the family's special tokens at their real ids.
+Speed, memory and KV-cache size are the real architecture's; text and accuracy are noise.
 """
 
 from __future__ import annotations
@@ -25,17 +16,6 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
-
-__all__ = [
-    "SPECIAL_TOKENS",
-    "CHAT_TEMPLATE",
-    "make_dummy_model_folder",
-    "python_corpus",
-    "tokenizer_ids",
-    "uncovered_ids",
-    "stdlib_corpus",
-    "main",
-]
 
 # Qwen2.5's own ids for these (tokenizer_config.json of Qwen/Qwen2.5-7B-Instruct);
 # config.json: bos_token_id 151643, eos_token_id 151645.
@@ -163,14 +143,14 @@ def stdlib_corpus(max_bytes: int | None = None) -> Iterator[str]:
 
 
 def python_corpus(max_bytes: int | None = None) -> Iterator[str]:
-    """The standard library's sources, then the installed packages' (``purelib``).
-
-    The standard library alone gives about 123k BPE merges; with the installed packages
-    (a Jupyter/matplotlib environment) training reaches Qwen2.5's 151,643 regular ids.
-    Ids training does not reach are filled with ``<|dummy_N|>`` tokens either way.
-    """
+    """The standard library's sources, then the installed packages' (``purelib``): enough
+    text for Qwen2.5's regular ids; ids training does not reach become ``<|dummy_N|>``."""
     paths = sysconfig.get_paths()
     return _sources([Path(paths["stdlib"]), Path(paths["purelib"])], max_bytes)
+
+
+# an added token matched as written: no normalising, no stripping, inside words too
+_PLAIN = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
 
 
 def _fillers(start: int, stop: int) -> list[str]:
@@ -207,28 +187,20 @@ def _placed_specials(fam: Family, target: int) -> dict[str, int]:
 def _train_tokenizer(corpus: Iterable[str] | None, specials: dict[str, int], target: int) -> Any:
     """A byte-level BPE trained up to the first special id, then every id to ``target``:
     ``<|dummy_N|>`` fillers below the specials and above them, specials at their ids."""
-    from tokenizers import (
-        AddedToken,
-        Tokenizer,
-        decoders,
-        models,
-        pre_tokenizers,
-        processors,
-        trainers,
-    )
+    import tokenizers as tk
 
     first_special = min(specials.values())
     if target < 256 + len(specials) + 1:
         raise ValueError(f"vocab_size {target} is too small for a byte-level BPE")
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
+    tok = tk.Tokenizer(tk.models.BPE())
+    tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = tk.decoders.ByteLevel()
+    tok.post_processor = tk.processors.ByteLevel(trim_offsets=False)
+    trainer = tk.trainers.BpeTrainer(
         vocab_size=first_special,
         min_frequency=1,
         show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
         special_tokens=[],
     )
     tok.train_from_iterator(corpus if corpus is not None else python_corpus(), trainer=trainer)
@@ -236,16 +208,11 @@ def _train_tokenizer(corpus: Iterable[str] | None, specials: dict[str, int], tar
     if trained > first_special:
         raise RuntimeError(f"BPE grew to {trained} ids, more than {first_special}")
 
-    def special(content: str) -> AddedToken:
-        return AddedToken(
-            content, special=True, normalized=False, single_word=False, lstrip=False, rstrip=False
-        )
-
     # ids are assigned in order of addition
-    tok.add_special_tokens([special(t) for t in _fillers(trained, first_special)])
     by_id = {i: n for n, i in specials.items()}
     tail = [by_id.get(i) or f"<|dummy_{i}|>" for i in range(first_special, target)]
-    tok.add_special_tokens([special(t) for t in tail])
+    for names in (_fillers(trained, first_special), tail):
+        tok.add_special_tokens([tk.AddedToken(t, special=True, **_PLAIN) for t in names])
     for name, idx in specials.items():
         if tok.token_to_id(name) != idx:
             raise RuntimeError(f"{name} landed at {tok.token_to_id(name)}, wanted {idx}")
@@ -325,14 +292,7 @@ def _write_tokenizer_config(
 ) -> None:
     named = {n: i for n, i in specials.items() if not n.startswith("<|reserved_special")}
     added = {
-        str(i): {
-            "content": n,
-            "lstrip": False,
-            "normalized": False,
-            "rstrip": False,
-            "single_word": False,
-            "special": True,
-        }
+        str(i): {"content": n, **_PLAIN, "special": True}
         for n, i in sorted(named.items(), key=lambda kv: kv[1])
     }
     tok_config = {

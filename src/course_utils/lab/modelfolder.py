@@ -74,13 +74,8 @@ class Family:
 
 def _llama3_specials() -> dict[str, int]:
     by_id = {i: n for n, i in LLAMA3_NAMED.items()}
-    out, reserved = {}, 0
-    for i in range(128000, 128256):
-        name = by_id.get(i)
-        if name is None:
-            name, reserved = f"<|reserved_special_token_{reserved}|>", reserved + 1
-        out[name] = i
-    return out
+    reserved = (f"<|reserved_special_token_{n}|>" for n in range(256))
+    return {by_id.get(i) or next(reserved): i for i in range(128000, 128256)}
 
 
 QWEN2 = Family(
@@ -105,16 +100,11 @@ def family_of(config: dict[str, Any]) -> Family:
 
 
 def _data_dir(model: str) -> Path:
-    root = resources.files("course_utils") / "data" / "models" / model
-    path = Path(str(root))
-    if not (path / "config.json").is_file():
-        avail = sorted(
-            p.name
-            for p in Path(str(resources.files("course_utils") / "data" / "models")).iterdir()
-            if (p / "config.json").is_file()
-        )
+    models = Path(str(resources.files("course_utils") / "data" / "models"))
+    if not (models / model / "config.json").is_file():
+        avail = sorted(p.name for p in models.iterdir() if (p / "config.json").is_file())
         raise ValueError(f"no shipped config for model {model!r}; have {avail}")
-    return path
+    return models / model
 
 
 def _sources(roots: Iterable[Path], max_bytes: int | None) -> Iterator[str]:
@@ -153,16 +143,11 @@ def python_corpus(max_bytes: int | None = None) -> Iterator[str]:
 _PLAIN = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
 
 
-def _fillers(start: int, stop: int) -> list[str]:
-    return [f"<|dummy_{i}|>" for i in range(start, stop)]
-
-
 def _source_config(model: str, config: str | Path | None) -> tuple[dict[str, Any], Path | None]:
     """The config.json to copy (a shipped model's, or a given file/folder) and its
     generation_config.json when there is one."""
     if config is None:
-        src = _data_dir(model)
-        cfg_path = src / "config.json"
+        cfg_path = _data_dir(model) / "config.json"
     else:
         cfg_path = Path(config)
         if cfg_path.is_dir():
@@ -210,9 +195,8 @@ def _train_tokenizer(corpus: Iterable[str] | None, specials: dict[str, int], tar
 
     # ids are assigned in order of addition
     by_id = {i: n for n, i in specials.items()}
-    tail = [by_id.get(i) or f"<|dummy_{i}|>" for i in range(first_special, target)]
-    for names in (_fillers(trained, first_special), tail):
-        tok.add_special_tokens([tk.AddedToken(t, special=True, **_PLAIN) for t in names])
+    names = [by_id.get(i) or f"<|dummy_{i}|>" for i in range(trained, target)]
+    tok.add_special_tokens([tk.AddedToken(t, special=True, **_PLAIN) for t in names])
     for name, idx in specials.items():
         if tok.token_to_id(name) != idx:
             raise RuntimeError(f"{name} landed at {tok.token_to_id(name)}, wanted {idx}")
@@ -242,15 +226,10 @@ def make_dummy_model_folder(
     config: str | Path | None = None,
     tokenizer_from: str | Path | None = None,
 ) -> Path:
-    """Write config.json, generation_config.json, tokenizer.json, tokenizer_config.json.
-
-    The config is a shipped model's (``model``) or any ``config`` file/folder (e.g. a
-    Llama-3-8B shape; its tokenizer family follows ``family_of``). ``vocab_size`` defaults
-    to the config's; a smaller one (tests) also rewrites it in the copied config.json. Ids
-    that BPE training does not reach are filled with ``<|dummy_N|>`` special tokens, so
-    every id in ``range(vocab_size)`` decodes. ``tokenizer_from``: copy the tokenizer of
-    another dummy folder with the same ids and specials instead of training one.
-    """
+    """Write config.json, generation_config.json and a tokenizer decoding every id below
+    ``vocab_size`` (default: the config's; a smaller one is written into config.json). The
+    config is a shipped ``model``'s or any ``config`` file/folder; ``tokenizer_from`` copies
+    another dummy folder's tokenizer (same ids and specials) instead of training one."""
     cfg, gen_src = _source_config(model, config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -197,18 +197,9 @@ def run_point(
     spec_path.write_text(json.dumps(spec, indent=1))
     log_path = pdir / "llm.log"
     cmd = [*(python or [sys.executable]), "-m", "course_utils.lab.offline", str(spec_path)]
-    record = OfflinePoint(
-        key=key,
-        knobs=dict(knobs),
-        model=model,
-        load_format=load_format,
-        max_model_len=max_model_len,
-        max_tokens=max_tokens,
-        load_max_tokens=load_max_tokens,
-        temperature=temperature,
-        seed=seed,
-        started_at=_now(),
-    )
+    record = OfflinePoint(key=key, knobs=dict(knobs), model=model, started_at=_now())
+    kept = ("load_format", "max_model_len", "max_tokens", "load_max_tokens", "temperature", "seed")
+    record.update({k: spec[k] for k in kept})
     full_env = {**os.environ, **(env or {})}
     src = str(Path(__file__).resolve().parents[2])  # the child must import course_utils
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (full_env.get("PYTHONPATH", ""), src) if p)
@@ -252,13 +243,9 @@ def sweep_llm(
     as_run: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     **point_kw: Any,
 ) -> list[dict[str, Any]]:
-    """Run ``knob`` over ``values``; append each record to ``out_dir/results.jsonl`` at once.
-
-    Points whose key is already in the file are skipped (resume); failed ones too unless
-    ``retry_failed``. Returns this sweep's records in ``values`` order. ``as_run`` maps a
-    point's knobs to the ones LLM(...) gets (a rehearsal: ``lab.rehearsal.as_run``); the
-    record keeps ``value`` as given and ``knobs`` as run.
-    """
+    """Run ``knob`` over ``values``, appending each record to ``out_dir/results.jsonl``; a key
+    already there is skipped (a failed one too unless ``retry_failed``). ``as_run`` maps the
+    knobs to the ones LLM(...) gets; the record keeps ``value`` as given, ``knobs`` as run."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
@@ -280,8 +267,7 @@ def sweep_llm(
             left = estimate_minutes(len(values) - i + 1, done.values())
             progress(f"[{i}/{len(values)}] {knob}={value}: running (~{left:.0f} GPU min left)")
         rec = run_point(knobs, out_dir=out, **point_kw)
-        rec["knob"] = knob
-        rec["value"] = value
+        rec.update(knob=knob, value=value)
         append_jsonl(results, rec)
         done[rec["key"]] = rec
         records.append(rec)

@@ -62,16 +62,8 @@ def load_items(path: str | Path) -> list[Item]:
         if raw["id"] in seen:
             raise ValueError(f"{path}:{lineno}: repeated id {raw['id']!r}")
         seen.add(raw["id"])
-        items.append(
-            Item(
-                id=str(raw["id"]),
-                lang=str(raw["lang"]),
-                question=str(raw["question"]),
-                answer=str(raw["answer"]),
-                aliases=tuple(str(a) for a in raw.get("aliases", [])),
-                kind=str(raw.get("kind", "")),
-            )
-        )
+        fields = {k: str(raw.get(k, "")) for k in ("id", "lang", "question", "answer", "kind")}
+        items.append(Item(**fields, aliases=tuple(str(a) for a in raw.get("aliases", []))))
     if not items:
         raise ValueError(f"{path}: no items")
     return items

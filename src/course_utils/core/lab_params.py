@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core import knobs as knobs_mod
-from course_utils.core.validate import BadInput, gpu_key
+from course_utils.core.capacity import GPUS, gpu_key
+from course_utils.core.validate import BadInput
 
 LABS = ("01", "02", "03")
 _FIX = "see the parameters cell of the lab for what each one takes"
@@ -69,10 +70,7 @@ def _knob_values(
     if not isinstance(vals, list):
         raise _bad(values_name, vals, "a list of values, e.g. [64, 128]")
     for x in vals:
-        try:
-            knobs_mod.validate({**base, knob: x})
-        except knobs_mod.KnobError as exc:
-            raise _bad(values_name, x, str(exc)) from None
+        _valid(values_name, x, {**base, knob: x})
     return vals
 
 
@@ -80,10 +78,15 @@ def _base(p: Mapping[str, Any]) -> dict[str, Any]:
     base = _listish(p.get("base_knobs") or {}, "base_knobs")
     if not isinstance(base, dict):
         raise _bad("base_knobs", base, 'a mapping of knob to value, e.g. {"max_num_seqs": 64}')
+    return _valid("base_knobs", base, base)
+
+
+def _valid(name: str, value: Any, knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """``knobs.validate``, refused with ``-p name value``."""
     try:
-        return knobs_mod.validate(base)
+        return knobs_mod.validate(knobs)
     except knobs_mod.KnobError as exc:
-        raise _bad("base_knobs", base, str(exc)) from None
+        raise _bad(name, value, str(exc)) from None
 
 
 def _slo(p: Mapping[str, Any]) -> None:
@@ -96,16 +99,11 @@ def _slo(p: Mapping[str, Any]) -> None:
 
 
 def _common(p: Mapping[str, Any]) -> None:
-    from course_utils.core.capacity import GPUS
-
     if not isinstance(p.get("model"), str) or not p["model"].strip():
         raise _bad("model", p.get("model"), "a model folder or hub id")
-    try:
-        mml = knobs_mod.validate({"max_model_len": p["max_model_len"]})["max_model_len"]
-    except knobs_mod.KnobError as exc:
-        raise _bad("max_model_len", p["max_model_len"], str(exc)) from None
-    if mml == -1:
-        raise _bad("max_model_len", p["max_model_len"], "the lab needs a length, not -1/auto")
+    mml = p["max_model_len"]
+    if _valid("max_model_len", mml, {"max_model_len": mml})["max_model_len"] == -1:
+        raise _bad("max_model_len", mml, "the lab needs a length, not -1/auto")
     for name in ("gpu", "rehearse_gpu"):
         if p.get(name) is not None:
             try:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from course_utils.core import knobs as knobs_mod
+from course_utils.core.capacity import gpu_key
 
 EXIT_BAD_INPUT = 2
 FIX_MARK = "→ fix:"
@@ -139,15 +140,7 @@ def knob_arg(name: str, *, auto: bool = True) -> Callable[[str], Any]:
     return _arg(rule, name)
 
 
-def gpu_key(text: Any) -> str:
-    """A GPU name of core.capacity's table (``capacity.gpu_key``): the one spelling every
-    ``--gpu`` / ``-p gpu`` / ``--rehearse-gpu`` takes. ValueError if unknown."""
-    from course_utils.core.capacity import gpu_key as key
-
-    return key(text)
-
-
-gpu = _arg(gpu_key, "gpu")
+gpu = _arg(gpu_key, "gpu")  # every --gpu / -p gpu / --rehearse-gpu: core.capacity's names
 
 
 # ------------------------------------------------------------------------- values

@@ -1,6 +1,5 @@
-"""Preflight's building blocks and its host checks: a check's result (``Check``), the report
-and its one-line error, and the checks of the model, the port and the output folder.
-``course_utils.lab.preflight`` adds the vLLM and GPU checks and runs them all."""
+"""Preflight's building blocks (``Check``, ``Report``, ``PreflightError``) and the checks of
+the model, the port and the output folder; ``lab.preflight`` adds vLLM's and the GPU's."""
 
 from __future__ import annotations
 
@@ -133,11 +132,8 @@ class Report:
     def table(self, lang: Lang = "en") -> str:
         """✓/!/✗, the check, its detail; the fix on the row below a failure or warning."""
         width = max(_cols(LABELS[c.name][lang]) for c in self.checks)
-        head = {
-            "en": f"preflight ({self.elapsed_s:.1f} s)",
-            "zh": f"预检（{self.elapsed_s:.1f} 秒）",
-        }
-        rows = [head[lang]]
+        t = self.elapsed_s
+        rows = [f"预检（{t:.1f} 秒）" if lang == "zh" else f"preflight ({t:.1f} s)"]
         for c in self.checks:
             label = LABELS[c.name][lang]
             pad = " " * (width - _cols(label))

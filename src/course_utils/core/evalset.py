@@ -1,12 +1,9 @@
-"""A small fixed eval set and its deterministic scorer (lab 01: the quality leg of the triple).
+"""A small fixed eval set and its deterministic scorer (lab 01's quality leg).
 
-Items are JSON lines: ``{"id", "lang": "zh"|"en", "kind", "question", "answer", "aliases"}``.
-An output is correct when its first non-empty line, normalised (NFKC, case, punctuation,
-spaces), equals the answer or an alias; or, for a numeric answer, when the last number on
-that line equals it; or when the answer or an alias appears in that line as a whole phrase
-(ASCII word boundaries; Chinese has none, so a Chinese answer matches as a substring).
-The rules never look at anything but the strings, so a score is reproducible.
-"""
+Items are JSON lines: ``{"id", "lang", "kind", "question", "answer", "aliases"}``. An output
+is correct when its first non-empty line, normalised (NFKC, case, punctuation, spaces), equals
+the answer or an alias; or its last number equals a numeric answer; or it contains the answer
+or an alias as a whole phrase (a Chinese one as a substring)."""
 
 from __future__ import annotations
 

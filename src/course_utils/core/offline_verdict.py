@@ -67,15 +67,11 @@ def same_batch_gap(
     base = _same_batch_lines(stats[baseline])
     gaps, windows, shared_means = {}, {}, {}
     for v, st in stats.items():
-        if v == baseline:
-            continue
         mine = _same_batch_lines(st)
-        shared = sorted(set(base) & set(mine))
-        if not shared:
-            continue
-        b = sum(base[t] for t in shared) / len(shared)
-        m = sum(mine[t] for t in shared) / len(shared)
+        shared = sorted(set(base) & set(mine)) if v != baseline else []
+        b = sum(base[t] for t in shared) / len(shared) if shared else 0.0
         if b > 0:
+            m = sum(mine[t] for t in shared) / len(shared)
             gaps[v] = m / b - 1.0
             windows[v] = [shared[0], shared[-1]]
             shared_means[v] = {"baseline": b, "value": m, "lines": len(shared)}

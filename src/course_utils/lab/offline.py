@@ -30,22 +30,20 @@ RUN_S_GUESS = 30.0  # eval + load passes, before any point has been measured
 
 
 def _percentiles(values: Sequence[float]) -> tuple[float | None, float | None]:
-    if not values:
-        return None, None
     import numpy as np
 
-    arr = np.asarray(values, dtype=float)
-    return float(np.percentile(arr, 50)), float(np.percentile(arr, 99))
+    if not values:
+        return None, None
+    p50, p99 = np.percentile(np.asarray(values, dtype=float), [50, 99])
+    return float(p50), float(p99)
 
 
 def _load_convos(convos: Sequence[Any], n: int) -> list[Any]:
     """The speed pass's n chats: the eval chats cycled, each prompt made unique."""
-    load_convos = []
-    for i in range(n):
-        msgs = [dict(m) for m in convos[i % len(convos)]]
+    chats = [[dict(m) for m in convos[i % len(convos)]] for i in range(n)]
+    for i, msgs in enumerate(chats):
         msgs[-1]["content"] = f"({i}) {msgs[-1]['content']}"  # no two prompts identical
-        load_convos.append(msgs)
-    return load_convos
+    return chats
 
 
 def _request_times(louts: Iterable[Any]) -> tuple[list[float], list[float]]:

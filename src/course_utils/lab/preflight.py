@@ -25,6 +25,7 @@ from course_utils.lab.checks import (
     LABELS,
     MIN_FREE_DISK_GIB,
     Check,
+    Lang,
     PreflightError,
     Report,
     check_dummy_vocab,
@@ -37,7 +38,6 @@ from course_utils.lab.checks import (
 )
 from course_utils.lab.server import GpuInfo, gpu_inventory, is_device
 
-Lang = Literal["en", "zh"]
 Entry = Literal["serve", "llm"]
 # vLLM 0.26.0 pins torch 2.11.0, built for CUDA 13.0, which needs driver branch 580 or newer
 MIN_DRIVER_MAJOR = 580

@@ -205,17 +205,8 @@ def check_knobs(values: Mapping[str, Any], flag: str, **kw: Any) -> dict[str, An
 
 # ------------------------------------------------------------------- command lines
 
-# command-line flag -> Workload field (the flags every workload-taking command shares)
-WORKLOAD_FLAGS = (
-    ("input_len", "input_len"),
-    ("output_len", "output_len"),
-    ("num_prompts", "num_prompts"),
-    ("rate", "request_rate"),
-    ("prefix_len", "prefix_len"),
-    ("seed", "seed"),
-    ("ignore_eos", "ignore_eos"),
-    ("max_concurrency", "max_concurrency"),
-)
+# the flags every workload-taking command shares, named as Workload's fields but for --rate
+WORKLOAD_FLAGS = "input_len output_len num_prompts rate prefix_len seed ignore_eos max_concurrency"
 
 
 def workload_from_args(a: Any, base: Mapping[str, Any] | None = None) -> Any:
@@ -224,10 +215,10 @@ def workload_from_args(a: Any, base: Mapping[str, Any] | None = None) -> Any:
     from course_utils.core.records import Workload
 
     kw = dict(base or {})
-    for flag, name in WORKLOAD_FLAGS:
+    for flag in WORKLOAD_FLAGS.split():
         value = getattr(a, flag, None)
         if value is not None:
-            kw[name] = value
+            kw["request_rate" if flag == "rate" else flag] = value
     if kw.get("prefix_len") and kw.get("input_len") and kw["prefix_len"] > kw["input_len"]:
         raise BadInput(
             f"--prefix-len {kw['prefix_len']} is longer than --input-len {kw['input_len']}",

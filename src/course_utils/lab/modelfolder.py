@@ -333,14 +333,10 @@ def _cmd(args: argparse.Namespace) -> int:
         )
     if args.config is not None and not Path(args.config).exists():
         raise BadInput(f"--config {args.config}: no such file or folder", "give a config.json")
-    if (
-        args.tokenizer_from is not None
-        and not (Path(args.tokenizer_from) / "tokenizer.json").is_file()
-    ):
-        raise BadInput(
-            f"--tokenizer-from {args.tokenizer_from}: no tokenizer.json there",
-            "give a folder this command wrote",
-        )
+    tok_from = args.tokenizer_from
+    if tok_from is not None and not (Path(tok_from) / "tokenizer.json").is_file():
+        what = f"--tokenizer-from {tok_from}: no tokenizer.json there"
+        raise BadInput(what, "give a folder this command wrote")
     max_bytes = int(args.max_corpus_mb * 1e6) if args.max_corpus_mb else None
     try:
         out = make_dummy_model_folder(

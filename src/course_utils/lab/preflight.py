@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from course_utils import VLLM_VERSION
 from course_utils.core import knobs as knobs_mod
+from course_utils.core.lab_params import check_lab_params
 from course_utils.lab.checks import (
     INSTALL_HINTS,
     LABELS,
@@ -39,6 +40,7 @@ from course_utils.lab.checks import (
 from course_utils.lab.server import GpuInfo, gpu_inventory, is_device
 
 Entry = Literal["serve", "llm"]
+check_params = check_lab_params  # a lab's parameters, checked before its preflight
 # vLLM 0.26.0 pins torch 2.11.0, built for CUDA 13.0, which needs driver branch 580 or newer
 MIN_DRIVER_MAJOR = 580
 
@@ -285,14 +287,6 @@ def check_recorded(output_dir: str | Path) -> Check:
     except BadInput as exc:
         return failed("output", exc.what, exc.what, exc.fix, exc.fix)
     return passed("output", "recorded files readable", "已记录的文件可读")
-
-
-def check_params(lab: str, params: Mapping[str, Any], root: str | Path | None = None) -> None:
-    """A lab's parameters, before its preflight: a bad one stops the notebook with one line
-    naming it (core.lab_params; the rules the command line uses)."""
-    from course_utils.core.lab_params import check_lab_params
-
-    check_lab_params(lab, params, root)
 
 
 def lab_check(

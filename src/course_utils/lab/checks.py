@@ -125,6 +125,10 @@ class Report:
     def warnings(self) -> list[Check]:
         return [c for c in self.checks if c.ok and c.warn]
 
+    def lines(self, lang: Lang = "en") -> list[str]:
+        """One line per failed check, with its fix."""
+        return [c.line(lang) for c in self.failures()]
+
     def table(self, lang: Lang = "en") -> str:
         """✓/!/✗, the check, its detail; the fix on the row below a failure or warning."""
         width = max(_cols(LABELS[c.name][lang]) for c in self.checks)
@@ -140,7 +144,7 @@ class Report:
 
     def raise_if_failed(self, lang: Lang = "en") -> None:
         if not self.ok:
-            raise PreflightError([c.line(lang) for c in self.failures()])
+            raise PreflightError(self.lines(lang))
 
 
 def _is_hub_id(model: str) -> bool:

@@ -22,7 +22,8 @@ def _bad(name: str, value: Any, rule: str) -> BadInput:
     return BadInput(f"-p {name} {value!r}: {rule}", _FIX)
 
 
-def _listish(v: Any, name: str) -> Any:
+def listish(v: Any, name: str) -> Any:
+    """A ``-p`` value, with papermill's JSON text for a list or mapping read as JSON."""
     if isinstance(v, str) and v.strip()[:1] in "[{":
         try:
             return json.loads(v)
@@ -66,7 +67,7 @@ def _knob_values(
         knob = knobs_mod.get(str(p[knob_name])).name
     except knobs_mod.KnobError as exc:
         raise _bad(knob_name, p[knob_name], str(exc)) from None
-    vals = _listish(p[values_name], values_name)
+    vals = listish(p[values_name], values_name)
     if not isinstance(vals, list):
         raise _bad(values_name, vals, "a list of values, e.g. [64, 128]")
     for x in vals:
@@ -75,7 +76,7 @@ def _knob_values(
 
 
 def _base(p: Mapping[str, Any]) -> dict[str, Any]:
-    base = _listish(p.get("base_knobs") or {}, "base_knobs")
+    base = listish(p.get("base_knobs") or {}, "base_knobs")
     if not isinstance(base, dict):
         raise _bad("base_knobs", base, 'a mapping of knob to value, e.g. {"max_num_seqs": 64}')
     return _valid("base_knobs", base, base)
@@ -135,7 +136,7 @@ def _lab02(p: Mapping[str, Any]) -> None:
         raise _bad("preset", p["preset"], f"one of {', '.join(presets.names())}")
     _slo(p)
     _nums(p, ("rate",), 0, strict=True, optional=True)
-    rates = _listish(p["knee_rates"], "knee_rates")
+    rates = listish(p["knee_rates"], "knee_rates")
     if not isinstance(rates, list) or not rates:
         raise _bad("knee_rates", rates, "a non-empty list of req/s")
     for r in rates:
@@ -159,10 +160,10 @@ def _lab03(p: Mapping[str, Any]) -> None:
 
     _slo(p)
     _nums(p, ("input_len", "output_len"), 1, whole=True)
-    configs = _listish(p["configs"], "configs")
+    configs = listish(p["configs"], "configs")
     if not isinstance(configs, list) or not configs or any(c not in CONFIGS for c in configs):
         raise _bad("configs", configs, f"a non-empty list among {', '.join(CONFIGS)}")
-    rates = _listish(p["rates"], "rates")
+    rates = listish(p["rates"], "rates")
     if not isinstance(rates, dict):
         raise _bad("rates", rates, "a mapping of configuration to a list of req/s")
     for c in configs:

@@ -70,9 +70,7 @@ class Check:
         return f"{text} {self.fix_text(lang)}" if self.fix else text
 
     def fix_text(self, lang: Lang) -> str:
-        """``→ fix: ...`` ("" without a fix)."""
-        if not self.fix:
-            return ""
+        """``→ fix: ...``."""
         return f"→ {'解决' if lang == 'zh' else 'fix'}{_colon(lang)}{_one_line(self.fix[lang])}"
 
 

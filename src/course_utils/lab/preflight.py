@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import json
 import os
 import re
 import shlex
@@ -20,7 +19,7 @@ from typing import Any, Literal
 
 from course_utils import VLLM_VERSION
 from course_utils.core import knobs as knobs_mod
-from course_utils.core.lab_params import check_lab_params
+from course_utils.core.lab_params import check_lab_params, listish
 from course_utils.lab.checks import (
     INSTALL_HINTS,
     LABELS,
@@ -214,9 +213,6 @@ def requested_gmu(
     """The largest gpu_memory_utilization a run will ask for (base knobs and candidate
     values; papermill strings such as '[0.8, 0.9]' accepted), or None when it sets none."""
 
-    def listish(v: Any) -> Any:
-        return json.loads(v) if isinstance(v, str) and v.strip()[:1] in "[{" else v
-
     def is_gmu(name: str) -> bool:
         try:
             return knobs_mod.get(name).name == "gpu_memory_utilization"
@@ -224,12 +220,12 @@ def requested_gmu(
             return False
 
     asked: list[float] = []
-    for k, v in (listish(base_knobs) or {}).items():
+    for k, v in (listish(base_knobs, "base_knobs") or {}).items():
         if is_gmu(k) and v is not None:
             asked.append(float(v))
     for k, vs in (candidates or {}).items():
         if k and is_gmu(k):
-            vs = listish(vs)
+            vs = listish(vs, k)
             asked += [float(v) for v in (vs if isinstance(vs, list | tuple) else [vs])]
     return max(asked) if asked else None
 

@@ -143,11 +143,8 @@ def score(
     item id); a missing output is wrong."""
     if not items:
         raise ValueError("no items to score")
-    if isinstance(outputs, Mapping):
-        aligned = [outputs.get(it.id) for it in items]
-    else:
-        if len(outputs) != len(items):
-            raise ValueError(f"{len(outputs)} outputs for {len(items)} items")
-        aligned = list(outputs)
+    if not isinstance(outputs, Mapping) and len(outputs) != len(items):
+        raise ValueError(f"{len(outputs)} outputs for {len(items)} items")
+    aligned = [outputs.get(it.id) for it in items] if isinstance(outputs, Mapping) else outputs
     correct = sum(check(it, out) for it, out in zip(items, aligned, strict=True))
     return {"accuracy": correct / len(items), "n": len(items), "correct": correct}

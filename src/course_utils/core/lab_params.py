@@ -122,9 +122,8 @@ def _lab01(p: Mapping[str, Any]) -> None:
     if p.get("baseline") is not None and p["baseline"] not in vals:
         raise _bad("baseline", p["baseline"], f"one of values {vals} (or None)")
     _nums(p, ("max_tokens", "load_prompts", "load_max_tokens"), 1, whole=True)
-    _nums(p, ("temperature",), 0)
+    _nums(p, ("temperature", "min_gain"), 0)
     _nums(p, ("seed",), 0, whole=True)
-    _nums(p, ("min_gain",), 0)
     _nums(p, ("p99_latency_slo_s", "point_timeout_s"), 0, strict=True, optional=True)
 
 
@@ -143,10 +142,9 @@ def _lab02(p: Mapping[str, Any]) -> None:
         _num("knee_rates", r, 0, strict=True)
     _nums(p, ("knee_fraction",), 0, strict=True)
     _nums(p, ("input_len", "output_len", "num_prompts", "max_steps"), 1, whole=True)
-    _nums(p, ("prefix_len",), 0, whole=True)
+    _nums(p, ("prefix_len", "batch1_prompts"), 0, whole=True)
     if p["prefix_len"] > p["input_len"]:
         raise _bad("prefix_len", p["prefix_len"], f"must be <= input_len ({p['input_len']})")
-    _nums(p, ("batch1_prompts",), 0, whole=True)
     base = _base(p)
     _knob_values(p, "knob", "candidates", base)
     _knob_values(p, "second_knob", "second_candidates", base)

@@ -62,6 +62,7 @@ def _request_times(louts: Iterable[Any]) -> tuple[list[float], list[float]]:
 
 
 def _child(spec: Mapping[str, Any]) -> dict[str, Any]:
+    import vllm
     from vllm import LLM, SamplingParams
 
     from course_utils.core import evalset
@@ -111,9 +112,6 @@ def _child(spec: Mapping[str, Any]) -> dict[str, Any]:
     lat, ttft = _request_times(louts)
     p50, p99 = _percentiles(lat)
     t50, t99 = _percentiles(ttft)
-
-    import vllm
-
     return {
         "status": "ok",
         "vllm_version": getattr(vllm, "__version__", None),

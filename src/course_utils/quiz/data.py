@@ -12,6 +12,8 @@ from course_utils.core.records import GZ, is_present, read_text
 from course_utils.core.store import POINTS_FILE
 from course_utils.quiz.engine import PKG_DIR, REPO_ROOT, QuizError, fmt_num
 
+REPO_RUNS = "labs/results/"
+
 
 def resolve_path(p: str | Path) -> Path:
     """A data path from YAML: absolute, relative to the repo root, or to the package data.
@@ -36,6 +38,17 @@ def resolve_path(p: str | Path) -> Path:
 
 def option_list(items: Sequence[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:
     return [{"text": text, "correct": ok, "key": key} for text, ok, key in items]
+
+
+def keyed(rows: Mapping[str, tuple[str, str]], *right: str) -> list[dict[str, Any]]:
+    """Choices from ``key: (en, zh)`` rows, in order; those keyed ``right`` are correct."""
+    return option_list([({"en": en, "zh": zh}, k in right, k) for k, (en, zh) in rows.items()])
+
+
+def run_name(path: Path) -> str:
+    """``h200-2026-11-29c/slo`` for a path inside labs/results (what a prompt cites)."""
+    text = path.as_posix()
+    return text.split(REPO_RUNS, 1)[1] if REPO_RUNS in text else path.name
 
 
 def item_slo(p: Mapping[str, Any]) -> Any:

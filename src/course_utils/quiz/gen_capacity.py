@@ -11,9 +11,10 @@ from course_utils.quiz.data import (
     item_data,
     item_kv_dtype,
     item_model,
+    keyed,
     logged_memory,
-    option_list,
     resolve_path,
+    run_name,
 )
 from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator
 
@@ -32,7 +33,7 @@ def _shape_text(m: Any, kv_dtype: str) -> dict[str, str]:
 def _log_name(p: Mapping[str, Any]) -> str:
     """The recorded log a kv item read, as ``h200-.../serve.log``."""
     path = item_data(p, "log")
-    return path.as_posix().split("labs/results/")[-1] if isinstance(path, Path) else ""
+    return run_name(path) if isinstance(path, Path) else ""
 
 
 @generator("kv_bytes_per_token")
@@ -301,45 +302,27 @@ def _same_batch_points(
 
 
 def _same_batch_choices(base: Any, cand: Any, gap: float, faster: float) -> list[dict[str, Any]]:
-    """The four choices of same_batch_spread (the first is right). The wrong ones are the
-    readings a learner makes: the pass's total taken as the knob's effect (keep-base), a
-    bigger pool blamed for more preemption (preempt), "KV did not bind" where it did (no-bind)."""
-    return option_list(
-        [
-            (
-                {
-                    "en": f"No verdict: a {gap:+.0%} gap before the caches filled exceeds the effect",
-                    "zh": f"下不了结论：cache 填满前就有 {gap:+.0%} 的差距，比效应还大",
-                },
-                True,
-                "spread",
-            ),
-            (
-                {
-                    "en": f"Keep {base}: the smaller KV pool is {faster:.0%} faster over the pass",
-                    "zh": f"保留 {base}：整轮来看，KV 池小一些反而快 {faster:.0%}",
-                },
-                False,
-                "keep-base",
-            ),
-            (
-                {
-                    "en": f"Revert to {base}: {cand} preempts more because its pool is larger",
-                    "zh": f"退回 {base}：{cand} 的池子更大，所以抢占更多",
-                },
-                False,
-                "preempt",
-            ),
-            (
-                {
-                    "en": "Ignore the knob: the caches filled at the end only, too late to matter",
-                    "zh": "不必理会这个旋钮：cache 到最后才满，来不及起作用",
-                },
-                False,
-                "no-bind",
-            ),
-        ]
-    )
+    """Wrong: the pass's total taken as the knob's effect (keep-base), a bigger pool blamed
+    for more preemption (preempt), "KV did not bind" where it did (no-bind)."""
+    rows = {
+        "spread": (
+            f"No verdict: a {gap:+.0%} gap before the caches filled exceeds the effect",
+            f"下不了结论：cache 填满前就有 {gap:+.0%} 的差距，比效应还大",
+        ),
+        "keep-base": (
+            f"Keep {base}: the smaller KV pool is {faster:.0%} faster over the pass",
+            f"保留 {base}：整轮来看，KV 池小一些反而快 {faster:.0%}",
+        ),
+        "preempt": (
+            f"Revert to {base}: {cand} preempts more because its pool is larger",
+            f"退回 {base}：{cand} 的池子更大，所以抢占更多",
+        ),
+        "no-bind": (
+            "Ignore the knob: the caches filled at the end only, too late to matter",
+            "不必理会这个旋钮：cache 到最后才满，来不及起作用",
+        ),
+    }
+    return keyed(rows, "spread")
 
 
 def _repeat(p: Mapping[str, Any], base: Any) -> dict[str, str]:
@@ -355,7 +338,7 @@ def _repeat(p: Mapping[str, Any], base: Any) -> dict[str, str]:
         for d in dirs
     ]
     apart = max(tok) / min(tok) - 1.0
-    names = [d.as_posix().split("labs/results/")[-1] for d in dirs]
+    names = [run_name(d) for d in dirs]
     a, b = fmt_num(round(tok[0])), fmt_num(round(tok[1]))
     return {
         "en": f" The same sweep run twice in the same order (`{names[0]}`, `{names[1]}`) put "

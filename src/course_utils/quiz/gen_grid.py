@@ -1,29 +1,39 @@
-"""Reasoning items from recorded loops: how a loop ended (``loop_ending``), and the loop
-against vLLM's grid on the same workload past the knee (``knee_ranking``).
-
-knee_ranking: what two windows on one server can rank when no value meets the SLO. The numbers are the
-loop's valid windows (points.jsonl) and the grid's runs (vLLM's ``request_goodput`` in each
-combo's run file); the spread between servers is ``core.records.relative_spread`` over both.
-The generator refuses a pair where a value met the SLO, or where the grid orders the two
-values as the loop did (then the ranking could be real)."""
+"""Reasoning items from recorded loops: how a loop ended, why a bigger budget cannot help,
+and the loop against vLLM's grid on the same workload past the knee. Each generator
+refuses data that does not support its key."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from course_utils.quiz.data import option_list, resolve_path
+from course_utils.quiz.data import keyed, resolve_path, run_name
 from course_utils.quiz.engine import QuizError, fmt_num, generator
 
 
-def _loop_windows(loop: Any) -> tuple[dict[str, list[float]], Any, Any]:
-    """label -> the valid windows' request goodput, the kept point, the baseline point."""
+def _loop(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[Any]]:
+    """A recorded loop folder's tune.jsonl steps, last summary and served points."""
     from course_utils.core.records import ServedPoint
-    from course_utils.core.store import POINTS_FILE, read_jsonl, tune_summary
+    from course_utils.core.store import POINTS_FILE, TUNE_FILE, last_summary, read_jsonl
 
-    pts = [ServedPoint.from_json(r) for r in read_jsonl(loop / POINTS_FILE)]
-    summary = tune_summary(loop)
+    steps = read_jsonl(root / TUNE_FILE)
+    pts = [ServedPoint.from_json(x) for x in read_jsonl(root / POINTS_FILE)]
+    return steps, last_summary(steps), pts
+
+
+def _workload(w: Mapping[str, Any]) -> dict[str, str]:
+    rate = fmt_num(w["request_rate"])
+    return {
+        "en": f"{w['input_len']}/{w['output_len']} tokens at {rate} req/s",
+        "zh": f"输入 {w['input_len']} / 输出 {w['output_len']} token，{rate} req/s",
+    }
+
+
+def _loop_windows(loop: Path) -> tuple[dict[str, list[float]], Any, Any]:
+    """label -> the valid windows' request goodput, the kept point, the baseline point."""
+    _, summary, pts = _loop(loop)
     if summary is None or not pts:
         raise QuizError(f"knee_ranking: {loop} has no finished loop")
     out: dict[str, list[float]] = {}
@@ -37,7 +47,7 @@ def _loop_windows(loop: Any) -> tuple[dict[str, list[float]], Any, Any]:
     return out, kept, base
 
 
-def _grid_runs(grid: Any) -> dict[str, float]:
+def _grid_runs(grid: Path) -> dict[str, float]:
     """combo label -> vLLM's request goodput in its first run file, as the sweep wrote it."""
     return {
         d.name.removeprefix("SERVE--"): float(
@@ -65,12 +75,7 @@ def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
     cross = {k: relative_spread([*wins[k], runs[k]]) or 0.0 for k in runs}
     if runs[kept_label] >= runs["defaults"]:
         raise QuizError("knee_ranking: the grid orders the values as the loop did")
-    w = base.workload
-    wl = f"{w['input_len']}/{w['output_len']} tokens at {fmt_num(w['request_rate'])} req/s"
-    wl_zh = (
-        f"输入 {w['input_len']} / 输出 {w['output_len']} token，{fmt_num(w['request_rate'])} req/s"
-    )
-    slo = str(base.slo).split(" @ ")[0]
+    wl, slo = _workload(base.workload), str(base.slo).split(" @ ")[0]
     rows = "; ".join(f"{k} {', '.join(f'{v:.2f}' for v in vs)}" for k, vs in wins.items())
     rows_zh = "；".join(
         f"{'默认配置' if k == 'defaults' else k} 为 {'、'.join(f'{v:.2f}' for v in vs)}"
@@ -80,58 +85,41 @@ def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
     grid_zh = f"默认配置 {runs['defaults']:.2f}、{kept_label} 为 {runs[kept_label]:.2f} req/s"
     worst = max(cross, key=lambda k: cross[k])
     worst_zh = "默认配置" if worst == "defaults" else worst
-    run = loop.as_posix().split("labs/results/")[-1]
+    run = run_name(loop)
     # Wrong options, as learners read two disagreeing measurements: the loop's windows taken
     # as the spread (kept_wins), the grid taken as the truth (grid_wins), disagreement taken
     # as invalidity (grid_invalid).
-    opts = [
-        (
-            {
-                "en": "Only the ending (past the knee); the values' order is inside the spread "
-                "between servers.",
-                "zh": "只有结局站得住（已过拐点）；各取值的高下落在服务器之间的波动里。",
-            },
-            True,
-            "ending_only",
+    opts = {
+        "ending_only": (
+            "Only the ending (past the knee); the values' order is inside the spread "
+            "between servers.",
+            "只有结局站得住（已过拐点）；各取值的高下落在服务器之间的波动里。",
         ),
-        (
-            {
-                "en": f"{kept_label} is the better setting: its gain is far beyond its two-window "
-                "spread.",
-                "zh": f"{kept_label} 更好：它的提升远超两个窗口之间的波动。",
-            },
-            False,
-            "kept_wins",
+        "kept_wins": (
+            f"{kept_label} is the better setting: its gain is far beyond its two-window spread.",
+            f"{kept_label} 更好：它的提升远超两个窗口之间的波动。",
         ),
-        (
-            {
-                "en": "The defaults are better: vLLM's own grid is the ground truth for a ranking.",
-                "zh": "默认配置更好：排高下时，vLLM 自己的网格就是标准答案。",
-            },
-            False,
-            "grid_wins",
+        "grid_wins": (
+            "The defaults are better: vLLM's own grid is the ground truth for a ranking.",
+            "默认配置更好：排高下时，vLLM 自己的网格就是标准答案。",
         ),
-        (
-            {
-                "en": "The grid's runs are invalid, since they disagree with the loop.",
-                "zh": "网格的结果无效，因为它和闭环不一致。",
-            },
-            False,
-            "grid_invalid",
+        "grid_invalid": (
+            "The grid's runs are invalid, since they disagree with the loop.",
+            "网格的结果无效，因为它和闭环不一致。",
         ),
-    ]
+    }
     return {
         "type": "single",
         "prompt": {
-            "en": f"The recorded loop `{run}` ({wl}, SLO `{slo}`) served each value on its own "
+            "en": f"The recorded loop `{run}` ({wl['en']}, SLO `{slo}`) served each value on its own "
             f"server and measured two windows of vLLM's request goodput (req/s): {rows}. No "
             f"value met the SLO, and it kept {kept_label}. vLLM's grid, on another host, "
             f"measured {grid_en}. What does the data support?",
-            "zh": f"已录制的闭环 `{run}`（{wl_zh}，SLO `{slo}`）每个取值各起一台服务器，测两个窗口的"
+            "zh": f"已录制的闭环 `{run}`（{wl['zh']}，SLO `{slo}`）每个取值各起一台服务器，测两个窗口的"
             f"逐请求 goodput（req/s）：{rows_zh}。没有一个取值满足 SLO，闭环保留了 {kept_label}。"
             f"vLLM 的网格在另一台机器上测得{grid_zh}。这些数据支持什么结论？",
         },
-        "choices": option_list(opts),
+        "choices": keyed(opts, "ending_only"),
         "explain": {
             "en": "When every value misses the SLO, goodput counts the few requests that "
             "happened to meet it. Two windows on one server measure that server's spread, not "
@@ -175,13 +163,9 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
     (``keep.loop_outcome`` on the recorded summary, steps and points, as run); refuses a run
     that did not end past the knee."""
     from course_utils.core.keep import loop_outcome, swept_knobs
-    from course_utils.core.records import ServedPoint
-    from course_utils.core.store import POINTS_FILE, TUNE_FILE, last_summary, read_jsonl
 
     root = resolve_path(p["run"])
-    steps = read_jsonl(root / TUNE_FILE)
-    summary = last_summary(steps)
-    pts = [ServedPoint.from_json(x) for x in read_jsonl(root / POINTS_FILE)]
+    steps, summary, pts = _loop(root)
     kept = [x for x in pts if x.knobs == (summary or {}).get("knobs")]
     if summary is None or not kept:
         raise QuizError(f"loop_ending: {root} has no summary or no point of its kept knobs")
@@ -203,12 +187,7 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
         raise QuizError(f"loop_ending: {root} ended {o['outcome']}, not past the knee")
     if b.knob != "baseline" or summary.get("knobs") != b.knobs:
         raise QuizError(f"loop_ending: {root} kept a value: the item says it kept nothing")
-    run = root.as_posix().split("labs/results/")[-1]
-    wl = f"{w['input_len']}/{w['output_len']} tokens at {fmt_num(w['request_rate'])} req/s"
-    wl_zh = (
-        f"输入 {w['input_len']} / 输出 {w['output_len']} token，{fmt_num(w['request_rate'])} req/s"
-    )
-    slo = str(b.slo).split(" @ ")[0]
+    run, wl, slo = run_name(root), _workload(w), str(b.slo).split(" @ ")[0]
     knobs = ", ".join(f"`{k}`" for k in o["tried"])
     knobs_zh = "、".join(f"`{k}`" for k in o["tried"])
     share = f"{o['goodput_share']:.0%}"
@@ -217,54 +196,38 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
     # Wrong options, as learners read such an ending: more of the same knobs (more_values),
     # the best score taken as good enough (ship_best), "kept nothing" read as "the defaults
     # are fine" (ship_defaults).
-    opts = [
-        (
-            {
-                "en": "With these knobs the rate is past the knee: lower it or add replicas.",
-                "zh": "只靠这些旋钮，这个速率已过拐点：降低速率或加副本。",
-            },
-            True,
-            "past_knee",
+    opts = {
+        "past_knee": (
+            "With these knobs the rate is past the knee: lower it or add replicas.",
+            "只靠这些旋钮，这个速率已过拐点：降低速率或加副本。",
         ),
-        (
-            {
-                "en": "Try wider values of the same knobs until one of them meets the SLO.",
-                "zh": "把同样的旋钮换成更极端的取值继续试，直到有一个满足 SLO。",
-            },
-            False,
-            "more_values",
+        "more_values": (
+            "Try wider values of the same knobs until one of them meets the SLO.",
+            "把同样的旋钮换成更极端的取值继续试，直到有一个满足 SLO。",
         ),
-        (
-            {
-                "en": "Ship the value with the highest goodput: it is the best configuration.",
-                "zh": "上线 goodput 最高的那个值：它就是最好的配置。",
-            },
-            False,
-            "ship_best",
+        "ship_best": (
+            "Ship the value with the highest goodput: it is the best configuration.",
+            "上线 goodput 最高的那个值：它就是最好的配置。",
         ),
-        (
-            {
-                "en": "Ship the defaults: the loop stayed on them, so they are good enough here.",
-                "zh": "上线默认配置：闭环最后停在默认值上，说明它在这里够用了。",
-            },
-            False,
-            "ship_defaults",
+        "ship_defaults": (
+            "Ship the defaults: the loop stayed on them, so they are good enough here.",
+            "上线默认配置：闭环最后停在默认值上，说明它在这里够用了。",
         ),
-    ]
+    }
     return {
         "type": "single",
         "prompt": {
-            "en": f"The recorded loop `{run}` ({wl}, SLO `{slo}`) started from vLLM's "
+            "en": f"The recorded loop `{run}` ({wl['en']}, SLO `{slo}`) started from vLLM's "
             f"defaults. It swept "
             f"{knobs} (the named knobs it had values for) and kept nothing: the defaults scored "
             f"{best} req/s of request goodput as run, {share} of the offered rate, and no value met "
             "the SLO. What does this ending tell you?",
-            "zh": f"已录制的闭环 `{run}`（{wl_zh}，SLO `{slo}`）从 vLLM 默认配置起步，"
+            "zh": f"已录制的闭环 `{run}`（{wl['zh']}，SLO `{slo}`）从 vLLM 默认配置起步，"
             f"扫了诊断点名、且给了候选值的 {knobs_zh}，"
             f"什么也没保留：按运行时的记录，默认配置的逐请求 goodput 是 {best} req/s，只有压测速率的 {share}，"
             "没有一个取值满足 SLO。这个结局说明什么？",
         },
-        "choices": option_list(opts),
+        "choices": keyed(opts, "past_knee"),
         "explain": {
             "en": f"Every knob it swept failed the SLO, so none of them fixes this load: with "
             "these knobs the rate is past what this server serves inside this SLO "
@@ -305,7 +268,7 @@ def _g_spread_scale(p: Mapping[str, Any]) -> dict[str, Any]:
     gain, apart = float(d.gain or 0.0), float(d.apart or 0.0)
     if d.decision != "tie" or not apart <= margin < gain:
         raise QuizError("spread_scale: the two scales agree here; the item needs them apart")
-    run = loop.as_posix().split("labs/results/")[-1]
+    run = run_name(loop)
     b, k = f"{runs[best]:.2f}", f"{runs[pick]:.2f}"
     apart_hosts = p.get("other_host") in (best, pick)
     hosts = {
@@ -315,41 +278,25 @@ def _g_spread_scale(p: Mapping[str, Any]) -> dict[str, Any]:
     # Wrong options: the gain over the lower score weighed against a (max - min) / mean
     # spread (gain), the loop's own windows taken as enough (loop), and "another host" taken
     # to forbid any comparison (hosts).
-    opts = [
-        (
-            {
-                "en": f"A tie: measured like the spread, the two runs are {apart:.0%} apart, "
-                f"inside {margin:.0%}.",
-                "zh": f"打平：按波动的同一算法算，两次运行相差 {apart:.0%}，在 {margin:.0%} 之内。",
-            },
-            True,
-            "tie",
+    opts = {
+        "tie": (
+            f"A tie: measured like the spread, the two runs are {apart:.0%} apart, "
+            f"inside {margin:.0%}.",
+            f"打平：按波动的同一算法算，两次运行相差 {apart:.0%}，在 {margin:.0%} 之内。",
         ),
-        (
-            {
-                "en": f"The grid's best wins: +{gain:.0%} is more than the {margin:.0%} margin.",
-                "zh": f"网格最佳胜出：高出 {gain:.0%}，超过了 {margin:.0%} 的边界。",
-            },
-            False,
-            "gain",
+        "gain": (
+            f"The grid's best wins: +{gain:.0%} is more than the {margin:.0%} margin.",
+            f"网格最佳胜出：高出 {gain:.0%}，超过了 {margin:.0%} 的边界。",
         ),
-        (
-            {
-                "en": f"{pick} wins: the loop kept it after its own two windows.",
-                "zh": f"{pick} 胜出：闭环凭自己的两个窗口保留了它。",
-            },
-            False,
-            "loop",
+        "loop": (
+            f"{pick} wins: the loop kept it after its own two windows.",
+            f"{pick} 胜出：闭环凭自己的两个窗口保留了它。",
         ),
-        (
-            {
-                "en": "Nothing: runs from two hosts can never be compared at all.",
-                "zh": "什么也说明不了：两台机器上的运行根本不能比。",
-            },
-            False,
-            "hosts",
+        "hosts": (
+            "Nothing: runs from two hosts can never be compared at all.",
+            "什么也说明不了：两台机器上的运行根本不能比。",
         ),
-    ]
+    }
     return {
         "type": "single",
         "prompt": {
@@ -362,7 +309,7 @@ def _g_spread_scale(p: Mapping[str, Any]) -> dict[str, Any]:
             f"{b} req/s，{pick} 为 {k} req/s{hosts['zh']}。同一配置由闭环和网格在两台服务器上分别测，最多相差 "
             f"{margin:.0%}（(最大 − 最小) / 均值）。结论是什么？",
         },
-        "choices": option_list(opts),
+        "choices": keyed(opts, "tie"),
         "explain": {
             "en": f"{b} against {k} is +{gain:.0%} over the lower number, but a spread is "
             f"(max - min) / mean, and on that scale the two are {apart:.0%} apart: inside the "
@@ -400,47 +347,29 @@ def _run_point(label: str, score: float) -> dict[str, Any]:
     }
 
 
-def _budget_choices(used: str, budget: str, prompt: int) -> list[dict[str, Any]]:
-    """The four choices of budget_unused (the first is right). The wrong ones are the readings
-    learners bring: the budget taken as memory (kv), "the GPU is full of prefill" carried
-    over from a saturated server without reading the step's tokens (saturated), and the
-    chunk-size trade applied where no prompt is chunked (itl)."""
-    return option_list(
-        [
-            (
-                {
-                    "en": f"Steps use {used} of {budget} tokens: a bigger budget changes no step",
-                    "zh": f"每步只用了 {budget} 里的 {used} 个 token：预算再大也没有哪一步会变",
-                },
-                True,
-                "unused",
-            ),
-            (
-                {
-                    "en": "A bigger budget needs more KV memory than the server has left for it",
-                    "zh": "预算更大就要更多 KV 显存，而服务器已经没有多余的显存给它了",
-                },
-                False,
-                "kv",
-            ),
-            (
-                {
-                    "en": "Every step is already full of prefill work, so the GPU is saturated",
-                    "zh": "每一步都已经塞满了 prefill 的活，GPU 已经饱和了",
-                },
-                False,
-                "saturated",
-            ),
-            (
-                {
-                    "en": "Bigger chunks slow the decoding requests, which cancels the TTFT gain",
-                    "zh": "更大的块拖慢了正在 decode 的请求，抵消了 TTFT 上的收益",
-                },
-                False,
-                "itl",
-            ),
-        ]
-    )
+def _budget_choices(used: str, budget: str) -> list[dict[str, Any]]:
+    """Wrong: the budget taken as memory (kv), "the GPU is full of prefill" carried over
+    without reading the step's tokens (saturated), the chunk-size trade applied where no
+    prompt is chunked (itl)."""
+    rows = {
+        "unused": (
+            f"Steps use {used} of {budget} tokens: a bigger budget changes no step",
+            f"每步只用了 {budget} 里的 {used} 个 token：预算再大也没有哪一步会变",
+        ),
+        "kv": (
+            "A bigger budget needs more KV memory than the server has left for it",
+            "预算更大就要更多 KV 显存，而服务器已经没有多余的显存给它了",
+        ),
+        "saturated": (
+            "Every step is already full of prefill work, so the GPU is saturated",
+            "每一步都已经塞满了 prefill 的活，GPU 已经饱和了",
+        ),
+        "itl": (
+            "Bigger chunks slow the decoding requests, which cancels the TTFT gain",
+            "更大的块拖慢了正在 decode 的请求，抵消了 TTFT 上的收益",
+        ),
+    }
+    return keyed(rows, "unused")
 
 
 @generator("budget_unused")
@@ -448,14 +377,10 @@ def _g_budget_unused(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: run (a recorded loop whose diagnosis named a bigger token budget). Answer: the
     budget was not the limit: the diagnosis's mean tokens per step is under half of it and
     a whole prompt fits in it. Refuses a run where either fails."""
-    from course_utils.core.records import ServedPoint
-    from course_utils.core.store import POINTS_FILE, TUNE_FILE, last_summary, read_jsonl
-
     root = resolve_path(p["run"])
-    steps = read_jsonl(root / TUNE_FILE)
-    summary = last_summary(steps) or {}
+    steps, summary_, pts = _loop(root)
+    summary = summary_ or {}
     ev = (summary.get("diagnosis") or {}).get("evidence") or {}
-    pts = [ServedPoint.from_json(x) for x in read_jsonl(root / POINTS_FILE)]
     base = next((x for x in pts if x.knob == "baseline"), None)
     if base is None or "tokens_per_step" not in ev:
         raise QuizError(f"budget_unused: {root} has no baseline or no tokens per step")
@@ -475,7 +400,7 @@ def _g_budget_unused(p: Mapping[str, Any]) -> dict[str, Any]:
         "en": ", ".join(f"{v} {g:+.1%}" for v, g in tried),
         "zh": "、".join(f"{v} 为 {g:+.1%}" for v, g in tried),
     }
-    run = root.as_posix().split("labs/results/")[-1]
+    run = run_name(root)
     u, bud = fmt_num(round(used)), fmt_num(budget)
     slo = str(base.slo).split(" @ ")[0]
     rate = fmt_num(w["request_rate"])
@@ -499,7 +424,7 @@ def _g_budget_unused(p: Mapping[str, Any]) -> dict[str, Any]:
             f"SLO `{slo}`）诊断为 prefill 在卡：{ev_zh}。每步平均只带 {u} 个 token，预算是 {bud}。"
             f"调大预算后 goodput 的变化（相对默认配置）：{moves['zh']}。为什么更大的预算在这里帮不上忙？",
         },
-        "choices": _budget_choices(u, bud, prompt),
+        "choices": _budget_choices(u, bud),
         "explain": {
             "en": f"The budget caps the tokens one step may schedule. Here a step used {u} of "
             f"{bud} on average and each {prompt}-token prompt fit in one chunk, so no step was "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from course_utils.quiz.data import option_list
+from course_utils.quiz.data import keyed, option_list
 from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator
 
 # ---------------------------------------------------------------- generators
@@ -230,32 +230,20 @@ def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     }
     # The wrong options are the two caps learners read instead of the logged one: the
     # field's declared default, and the small-GPU default remembered as "the" default.
-    opts = [
-        (
-            {
-                "en": f"No: {load['en']} in flight, under {logged}",
-                "zh": f"不会：同时在服务器里 {load['zh']} 个，低于 {logged}",
-            },
-            True,
-            "fits",
+    opts = {
+        "fits": (
+            f"No: {load['en']} in flight, under {logged}",
+            f"不会：同时在服务器里 {load['zh']} 个，低于 {logged}",
         ),
-        (
-            {
-                "en": f"Yes: {load['en']} in flight, over the {fd} the config declares",
-                "zh": f"会：同时在服务器里 {load['zh']} 个，超过配置字段声明的 {fd}",
-            },
-            False,
-            "field",
+        "field": (
+            f"Yes: {load['en']} in flight, over the {fd} the config declares",
+            f"会：同时在服务器里 {load['zh']} 个，超过配置字段声明的 {fd}",
         ),
-        (
-            {
-                "en": f"Yes: {load['en']} in flight, over the default of {small} requests",
-                "zh": f"会：同时在服务器里 {load['zh']} 个，超过默认的 {small} 个上限",
-            },
-            False,
-            "small",
+        "small": (
+            f"Yes: {load['en']} in flight, over the default of {small} requests",
+            f"会：同时在服务器里 {load['zh']} 个，超过默认的 {small} 个上限",
         ),
-    ]
+    }
     return {
         "type": "single",
         "prompt": {
@@ -269,7 +257,7 @@ def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
             f"同样的命令在 {sgpu.name} 上日志是 {small}。你的负载：{fmt_num(rate)} req/s，每个请求"
             f"平均在服务器里待 {fmt_num(e2e)} 秒。这个上限会让请求排队吗？",
         },
-        "choices": option_list(opts),
+        "choices": keyed(opts, "fits"),
         "explain": {
             "en": f"Little's law: requests in the server = rate × time each spends there = "
             f"{load['en']}. The cap that runs is the one the server logs: "
@@ -338,29 +326,14 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
     # The wrong options are the two ways learners expect a bad combination to be handled:
     # accepted as given, or quietly adjusted by vLLM.
     on_zh = f"（{fmt_num(gib)} GiB 显卡）" if gib else ""
-    opts = [
-        (
-            {
-                "en": "It starts: the flags are accepted as given.",
-                "zh": "能启动：参数按给定值生效。",
-            },
-            ok,
-            "starts",
+    opts = {
+        "starts": ("It starts: the flags are accepted as given.", "能启动：参数按给定值生效。"),
+        "rejected": ("Start-up fails with a config error.", "启动失败：配置校验报错。"),
+        "clamped": (
+            "It starts, and vLLM silently lowers one value to fit.",
+            "能启动，vLLM 悄悄把某个值调小以适配。",
         ),
-        (
-            {"en": "Start-up fails with a config error.", "zh": "启动失败：配置校验报错。"},
-            not ok,
-            "rejected",
-        ),
-        (
-            {
-                "en": "It starts, and vLLM silently lowers one value to fit.",
-                "zh": "能启动，vLLM 悄悄把某个值调小以适配。",
-            },
-            False,
-            "clamped",
-        ),
-    ]
+    }
     where = sorted(
         {
             f"{kk.config.split('.')[0]} ({kk.source})"
@@ -387,6 +360,6 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
             "en": f"`vllm serve MODEL {argv}`{on}: what happens?",
             "zh": f"`vllm serve MODEL {argv}`{on_zh}：会发生什么？",
         },
-        "choices": option_list(opts),
+        "choices": keyed(opts, "starts" if ok else "rejected"),
         "explain": explain,
     }

@@ -14,16 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core.store import POINTS_FILE
-from course_utils.quiz.data import option_list, recorded_point, resolve_path
+from course_utils.quiz.data import option_list, recorded_point, resolve_path, run_name
 from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator
-
-REPO_RUNS = "labs/results/"
-
-
-def run_name(path: Path) -> str:
-    """``h200-2026-11-29c/slo`` for a path inside labs/results (what a prompt cites)."""
-    text = path.as_posix()
-    return text.split(REPO_RUNS, 1)[1] if REPO_RUNS in text else path.name
 
 
 def point_load(p: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,9 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from course_utils.quiz.data import option_list, resolve_path
+from course_utils.quiz.data import keyed, resolve_path, run_name
 from course_utils.quiz.engine import QuizError, fmt_num, generator
-from course_utils.quiz.gen_runs import run_name
 
 
 def _replay_rows(root: Path) -> list[dict[str, float]]:
@@ -32,45 +31,29 @@ def _replay_rows(root: Path) -> list[dict[str, float]]:
 def _replay_choices(
     rows: list[dict[str, float]], bad: list[dict[str, float]]
 ) -> list[dict[str, Any]]:
-    """The four choices of prefix_replay (the first is right). Wrong: a flat p99 taken as
-    proof (trust), the default prefix caching taken as what users get (default), the first
-    rate blamed as cold (cold)."""
+    """Wrong: a flat p99 taken as proof (trust), the default prefix caching taken as what
+    users get (default), the first rate blamed as cold (cold)."""
     bad_rates = "/".join(fmt_num(r["rate"]) for r in bad)
-    opts = [
-        (
-            {
-                "en": f"Not at {bad_rates} req/s: replayed prompts skipped their prefill",
-                "zh": f"{bad_rates} req/s 不可信：重放的 prompt 跳过了 prefill",
-            },
-            True,
-            "replay",
+    top, first = fmt_num(rows[-1]["rate"]), fmt_num(rows[0]["rate"])
+    rows_ = {
+        "replay": (
+            f"Not at {bad_rates} req/s: replayed prompts skipped their prefill",
+            f"{bad_rates} req/s 不可信：重放的 prompt 跳过了 prefill",
         ),
-        (
-            {
-                "en": f"Yes: p99 TTFT stays near 300 ms up to {fmt_num(rows[-1]['rate'])} req/s",
-                "zh": f"可信：直到 {fmt_num(rows[-1]['rate'])} req/s，p99 TTFT 都在 300 ms 附近",
-            },
-            False,
-            "trust",
+        "trust": (
+            f"Yes: p99 TTFT stays near 300 ms up to {top} req/s",
+            f"可信：直到 {top} req/s，p99 TTFT 都在 300 ms 附近",
         ),
-        (
-            {
-                "en": "Yes: prefix caching is on by default, so this is what your users will see too",
-                "zh": "可信：prefix caching 默认就是开启的，用户实际看到的也就是这个结果",
-            },
-            False,
-            "default",
+        "default": (
+            "Yes: prefix caching is on by default, so this is what your users will see too",
+            "可信：prefix caching 默认就是开启的，用户实际看到的也就是这个结果",
         ),
-        (
-            {
-                "en": f"Not at {fmt_num(rows[0]['rate'])} req/s: the first rate ran on a cold server, unwarmed",
-                "zh": f"{fmt_num(rows[0]['rate'])} req/s 的点不可信：第一个速率跑在还没预热的冷服务器上",
-            },
-            False,
-            "cold",
+        "cold": (
+            f"Not at {first} req/s: the first rate ran on a cold server, unwarmed",
+            f"{first} req/s 的点不可信：第一个速率跑在还没预热的冷服务器上",
         ),
-    ]
-    return option_list(opts)
+    }
+    return keyed(rows_, "replay")
 
 
 @generator("prefix_replay")
@@ -134,45 +117,26 @@ def _overrides(text: Any) -> Any:
         return None
 
 
-def _jit_choices() -> list[dict[str, Any]]:
-    """The four choices of jit_window (the first is right). Wrong: the compile taken as part
-    of the setting's cost (cost), compiles taken to happen at start-up (startup), the queue
-    blamed on the cap (cap)."""
-    opts = [
-        (
-            {
-                "en": "No: a one-time compile stalled requests inside the window",
-                "zh": "不可信：一次性的编译卡住了窗口里的请求",
-            },
-            True,
-            "jit",
-        ),
-        (
-            {
-                "en": "Yes: compiling kernels is part of what this setting costs",
-                "zh": "可信：编译内核本来就是这个配置的代价",
-            },
-            False,
-            "cost",
-        ),
-        (
-            {
-                "en": "Yes: vLLM compiles its kernels at start-up, before any window",
-                "zh": "可信：vLLM 在启动时就编译好内核，不会落进窗口",
-            },
-            False,
-            "startup",
-        ),
-        (
-            {
-                "en": "No: the cap is too small, so the queue makes TTFT meaningless",
-                "zh": "不可信：上限太小，排队让 TTFT 失去意义",
-            },
-            False,
-            "cap",
-        ),
-    ]
-    return option_list(opts)
+# Wrong: the compile taken as part of the setting's cost (cost), compiles taken to happen
+# at start-up (startup), the queue blamed on the cap (cap).
+JIT_CHOICES = {
+    "jit": (
+        "No: a one-time compile stalled requests inside the window",
+        "不可信：一次性的编译卡住了窗口里的请求",
+    ),
+    "cost": (
+        "Yes: compiling kernels is part of what this setting costs",
+        "可信：编译内核本来就是这个配置的代价",
+    ),
+    "startup": (
+        "Yes: vLLM compiles its kernels at start-up, before any window",
+        "可信：vLLM 在启动时就编译好内核，不会落进窗口",
+    ),
+    "cap": (
+        "No: the cap is too small, so the queue makes TTFT meaningless",
+        "不可信：上限太小，排队让 TTFT 失去意义",
+    ),
+}
 
 
 @generator("jit_window")
@@ -209,7 +173,7 @@ def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
             f"during inference: {k}`。这次报告 p99 TTFT {fmt_num(round(res['p99_ttft_ms']))} ms。"
             "拿它和别的配置比，这个数可信吗？",
         },
-        "choices": _jit_choices(),
+        "choices": keyed(JIT_CHOICES, "jit"),
         "explain": {
             "en": f"vLLM compiles `{k}` the first time a sampling batch needs it, once per "
             "process (vllm/utils/jit_monitor.py warns about it), so a run without warm-up "
@@ -250,44 +214,25 @@ def _preempt_stats(root: Path, value: Any) -> tuple[dict[str, Any], list[Any], A
     return rec, stats, full, peak
 
 
-def _preempt_choices() -> list[dict[str, Any]]:
-    """The four choices of kv_preempt (the first is right). Wrong: the usual causes of a queue
-    read without the stats lines (arrivals, cap, budget)."""
-    opts = [
-        (
-            {
-                "en": "The KV cache filled, so vLLM preempted running requests",
-                "zh": "KV cache 满了，vLLM 把运行中的请求抢占回队列",
-            },
-            True,
-            "preempt",
-        ),
-        (
-            {
-                "en": "New requests kept arriving faster than the running ones finished",
-                "zh": "新请求持续到达，来得比运行中的请求完成得还快",
-            },
-            False,
-            "arrivals",
-        ),
-        (
-            {
-                "en": "The running batch hit its `max_num_seqs` cap, so the rest had to wait",
-                "zh": "运行批顶到了 `max_num_seqs` 上限，其余的请求只能等",
-            },
-            False,
-            "cap",
-        ),
-        (
-            {
-                "en": "Each step's token budget was spent on prefill, so no one else got in",
-                "zh": "每步的 token 预算都花在了 prefill 上，别的请求挤不进来",
-            },
-            False,
-            "budget",
-        ),
-    ]
-    return option_list(opts)
+# Wrong: the usual causes of a queue, read without the stats lines.
+PREEMPT_CHOICES = {
+    "preempt": (
+        "The KV cache filled, so vLLM preempted running requests",
+        "KV cache 满了，vLLM 把运行中的请求抢占回队列",
+    ),
+    "arrivals": (
+        "New requests kept arriving faster than the running ones finished",
+        "新请求持续到达，来得比运行中的请求完成得还快",
+    ),
+    "cap": (
+        "The running batch hit its `max_num_seqs` cap, so the rest had to wait",
+        "运行批顶到了 `max_num_seqs` 上限，其余的请求只能等",
+    ),
+    "budget": (
+        "Each step's token budget was spent on prefill, so no one else got in",
+        "每步的 token 预算都花在了 prefill 上，别的请求挤不进来",
+    ),
+}
 
 
 @generator("kv_preempt")
@@ -313,7 +258,7 @@ def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
             f"{p['value']}`：{n} 个请求一次性提交，之后不再有新请求。vLLM 每 10 秒的统计行："
             f"{rows_zh}。为什么会有请求在等？",
         },
-        "choices": _preempt_choices(),
+        "choices": keyed(PREEMPT_CHOICES, "preempt"),
         "explain": {
             "en": f"Nothing new arrived, and the running count fell below its start of "
             f"{first.running}, so neither arrivals nor the cap explain the queue. It starts "

@@ -483,6 +483,14 @@ def title(lesson: str, lang: Lang = "en") -> str:
 # ---------------------------------------------------------------- formatting helpers
 
 
+_FULL_WIDTH = {",": "，", ";": "；", ":": "："}
+
+
+def sep(mark: str, lang: str) -> str:
+    """A joiner: ``mark`` (``,``, ``;`` or ``:``) and a space, or its full-width form in zh."""
+    return _FULL_WIDTH[mark] if lang == "zh" else mark + " "
+
+
 def fmt_num(x: float) -> str:
     """Readable number: thousands separators, no trailing zeros."""
     x = float(x)

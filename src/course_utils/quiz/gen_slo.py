@@ -11,6 +11,7 @@ from course_utils.quiz.data import (
     item_bench,
     item_data,
     item_slo,
+    keyed,
     option_list,
     per_request_of,
     recorded_point,
@@ -19,7 +20,7 @@ from course_utils.quiz.data import (
     resolve_path,
     slo_text,
 )
-from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator
+from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
 from course_utils.quiz.gen_knobs import CONSTRAINTS, NO_KNOB, each, move_word
 
 
@@ -88,55 +89,34 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
         )
     sc = slo_mod.score(b, s)
     keys = [k for k in s.targets() if b.percentile(k, s.percentile) is not None]
-    over = {k for k in keys if b.percentile(k, s.percentile) > s.targets()[k]}
-    each_p99 = [f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms" for k in keys]
-    pcts, pcts_zh = ", ".join(each_p99), "，".join(each_p99)
-    opts: list[tuple[dict[str, str], bool, str]] = [
-        (
-            {
-                "en": f"It passes: the score is the full throughput ({b.request_throughput:.2f} "
-                "req/s).",
-                "zh": f"通过：得分就是全部吞吐（{b.request_throughput:.2f} req/s）。",
-            },
-            sc.meets_slo,
-            "pass",
-        )
-    ]
-    for k in keys:
-        opts.append(
-            (
-                {
-                    "en": f"It fails on {k.upper()} only: score 0.",
-                    "zh": f"只在 {k.upper()} 上不达标：得 0 分。",
-                },
-                over == {k},
-                f"fail-{k}",
+    over = [k for k in keys if b.percentile(k, s.percentile) > s.targets()[k]]
+    p99s = [f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms" for k in keys]
+    thr = f"{b.request_throughput:.2f} req/s"
+    rows = {
+        "pass": (
+            f"It passes: the score is the full throughput ({thr}).",
+            f"通过：得分就是全部吞吐（{thr}）。",
+        ),
+        **{
+            f"fail-{k}": (
+                f"It fails on {k.upper()} only: score 0.",
+                f"只在 {k.upper()} 上不达标：得 0 分。",
             )
-        )
+            for k in keys
+        },
+    }
     if len(keys) > 1:
-        opts.append(
-            (
-                {
-                    "en": "It fails on more than one target: score 0.",
-                    "zh": "不止一个目标不达标：得 0 分。",
-                },
-                len(over) > 1,
-                "fail-several",
-            )
+        rows["fail-several"] = (
+            "It fails on more than one target: score 0.",
+            "不止一个目标不达标：得 0 分。",
         )
+    right = "pass" if sc.meets_slo else f"fail-{over[0]}" if len(over) == 1 else "fail-several"
     if per_request_of(b) is not None:
         intro = _requests_text(p, b)
     else:  # a saved result: its p99s and throughput are what the gate reads
-        got = {
-            lg: ("，" if lg == "zh" else ", ").join(
-                f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms" for k in keys
-            )
-            for lg in LANGS
-        }
-        thr = f"{b.request_throughput:.2f} req/s"
         intro = {
-            "en": f"`vllm bench serve` reported {thr} completed, {got['en']}.",
-            "zh": f"`vllm bench serve` 报告完成 {thr}，{got['zh']}。",
+            "en": f"`vllm bench serve` reported {thr} completed, {', '.join(p99s)}.",
+            "zh": f"`vllm bench serve` 报告完成 {thr}，{'，'.join(p99s)}。",
         }
     return {
         "type": "single",
@@ -146,12 +126,12 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
             "zh": f"{intro['zh']}SLO：{slo_text(s, 'zh')}。本课的 p99 门槛（每个 p99 都达标就记全部吞吐，"
             "否则记 0）怎么判？".strip(),
         },
-        "choices": option_list(opts),
+        "choices": keyed(rows, right),
         "explain": {
-            "en": f"{pcts}. "
+            "en": f"{', '.join(p99s)}. "
             + (f"Violations: {'; '.join(sc.violations)}. " if sc.violations else "")
             + sc.why_they_differ("en"),
-            "zh": f"{pcts_zh}。"
+            "zh": f"{'，'.join(p99s)}。"
             + (f"不达标：{'; '.join(sc.violations)}。" if sc.violations else "")
             + sc.why_they_differ("zh"),
         },
@@ -188,45 +168,32 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
 
     def desc(r: dict[str, Any], lg: str) -> str:
         b = r["b"]
-        comma = "，" if lg == "zh" else ", "
-        p99 = comma.join(
-            f"p99 {k.upper()} {fmt_num(b.percentile(k))} ms"
-            for k in s.targets()
-            if b.percentile(k) is not None
-        )
-        if lg == "zh":
-            return (
-                f"{r['name']}：{b.request_throughput:.2f} req/s，{p99}，{r['share']:.0%} 的请求"
-                "各项都达标"
-            )
-        return (
-            f"{r['name']}: {b.request_throughput:.2f} req/s, {p99}, {r['share']:.0%} of "
-            "requests within every target"
-        )
+        p99 = [f"p99 {k.upper()} {fmt_num(b.percentile(k))} ms" for k in s.targets()]
+        ok = "的请求各项都达标" if lg == "zh" else "of requests within every target"
+        parts = [f"{b.request_throughput:.2f} req/s", *p99, f"{r['share']:.0%} {ok}"]
+        return r["name"] + sep(":", lg) + sep(",", lg).join(parts)
 
     def score(r: dict[str, Any], lg: str) -> str:
-        gate = f"{r['gate']:.2f} req/s"
-        if lg == "zh":
-            return f"{r['name']}：vLLM goodput {r['req']:.2f} req/s，p99 门槛 {gate}"
-        return f"{r['name']}: vLLM goodput {r['req']:.2f} req/s, p99 gate {gate}"
+        gate = f"{'p99 门槛' if lg == 'zh' else 'p99 gate'} {r['gate']:.2f} req/s"
+        return f"{r['name']}{sep(':', lg)}vLLM goodput {r['req']:.2f} req/s{sep(',', lg)}{gate}"
 
-    sep = {"en": "; ", "zh": "；"}
+    def each(fn: Any, lg: str) -> str:
+        return sep(";", lg).join(fn(r, lg) for r in rows)
+
     return {
         "type": "single",
         "prompt": {
-            "en": f"{sep['en'].join(desc(r, 'en') for r in rows)}. SLO: "
-            f"{slo_text(s, 'en')}. Scored by goodput, which config is better?",
-            "zh": f"{sep['zh'].join(desc(r, 'zh') for r in rows)}。SLO：{slo_text(s, 'zh')}。"
-            "以 goodput 打分，哪个配置更好？",
+            "en": f"{each(desc, 'en')}. SLO: {slo_text(s, 'en')}. Scored by goodput, which "
+            "config is better?",
+            "zh": f"{each(desc, 'zh')}。SLO：{slo_text(s, 'zh')}。以 goodput 打分，哪个配置更好？",
         },
         "choices": option_list(opts),
         "explain": {
-            "en": f"{sep['en'].join(score(r, 'en') for r in rows)}. vLLM counts "
-            "the requests that meet every target, per second; the lesson's "
-            "p99 gate gives the full throughput only when every p99 meets "
-            "its target, else 0. Here both pick the same config.",
-            "zh": f"{sep['zh'].join(score(r, 'zh') for r in rows)}。vLLM 统计每秒有多少请求"
-            "各项都达标；本课的 p99 门槛只有在每个 p99 都达标时才记全部吞吐，否则记 0。这里两种分数选的是同一个配置。",
+            "en": f"{each(score, 'en')}. vLLM counts the requests that meet every target, per "
+            "second; the p99 gate gives the full throughput only when every p99 meets its "
+            "target, else 0. Here both pick the same config.",
+            "zh": f"{each(score, 'zh')}。vLLM 统计每秒有多少请求各项都达标；p99 门槛只有在每个 p99 "
+            "都达标时才记全部吞吐，否则记 0。这里两种分数选的是同一个配置。",
         },
     }
 

@@ -92,17 +92,15 @@ def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
         },
         "choices": _replay_choices(rows, bad),
         "explain": {
-            "en": "The same seed sent the same random prompts at every rate, and the server "
-            "kept their KV from the previous rate: at a hit rate above "
-            f"{validity.REPLAY_HIT_RATE:.0%} the prefill was mostly skipped, so those "
-            "TTFTs are not those of new prompts (fresh servers at 55 req/s missed 300 ms). "
-            "Users with random prompts get no such hits, and the first rate is the only "
-            "honest one. Give each rate its own seed or restart the server, and check the hit "
-            "rate before reading a knee.",
-            "zh": "同一个 seed 在每个速率都发出同样的随机 prompt，而服务器还留着上一个速率的 KV："
-            f"命中率超过 {validity.REPLAY_HIT_RATE:.0%} 时 prefill 大多被跳过，这些 TTFT 不是新 prompt "
-            "的 TTFT（新起的服务器在 55 req/s 下都超了 300 ms）。真实用户的随机 prompt 不会这样命中，"
-            "第一个速率反而是唯一可信的点。每个速率换一个 seed 或重启服务器，读拐点之前先看命中率。",
+            "en": "The same seed sent the same random prompts at every rate and the server kept "
+            f"their KV: above a {validity.REPLAY_HIT_RATE:.0%} hit rate the prefill was mostly "
+            "skipped, so those TTFTs are not those of new prompts (fresh servers at 55 req/s "
+            "missed 300 ms). Only the first rate is honest. Give each rate its own seed or a "
+            "fresh server, and check the hit rate before reading a knee.",
+            "zh": "同一个 seed 在每个速率都发出同样的随机 prompt，服务器还留着它们的 KV：命中率超过 "
+            f"{validity.REPLAY_HIT_RATE:.0%} 时 prefill 大多被跳过，这些 TTFT 不是新 prompt 的 TTFT"
+            "（新起的服务器在 55 req/s 下都超了 300 ms）。只有第一个速率可信。每个速率换一个 seed 或"
+            "新起服务器，读拐点之前先看命中率。",
         },
     }
 
@@ -176,15 +174,12 @@ def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
         "choices": keyed(JIT_CHOICES, "jit"),
         "explain": {
             "en": f"vLLM compiles `{k}` the first time a sampling batch needs it, once per "
-            "process (vllm/utils/jit_monitor.py warns about it), so a run without warm-up "
-            "pays it inside its window: the requests that arrive meanwhile pile up and "
-            "the p99 TTFT measures the compile, not the setting. `--num-warmups 8` moved "
-            "the same compile before the window in the later run (h200-2026-11-29c). "
-            "`core.vllm_logs.parse_sweep_log` finds such lines per window.",
-            "zh": f"vLLM 在采样第一次用到 `{k}` 时才编译它，每个进程一次（vllm/utils/jit_monitor.py 会告警），"
-            "所以没有预热的压测会在计时窗口里付这笔开销：编译期间到达的请求堆积起来，p99 TTFT 量的是编译，"
-            "不是配置本身。后来那次实测（h200-2026-11-29c）加了 `--num-warmups 8`，同一次编译就落到了"
-            "窗口之前。`core.vllm_logs.parse_sweep_log` 能按窗口找出这类日志行。",
+            "process (vllm/utils/jit_monitor.py warns), so a run without warm-up pays it inside "
+            "its window: the p99 TTFT measures the compile, not the setting. `--num-warmups 8` "
+            "moved it before the window in the later run (h200-2026-11-29c).",
+            "zh": f"vLLM 在采样第一次用到 `{k}` 时才编译它，每个进程一次（vllm/utils/jit_monitor.py "
+            "会告警），所以没有预热的压测在计时窗口里付这笔开销：p99 TTFT 量的是编译，不是配置。后来那次"
+            "实测（h200-2026-11-29c）加了 `--num-warmups 8`，编译就落到了窗口之前。",
         },
     }
 
@@ -260,16 +255,14 @@ def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
         },
         "choices": keyed(PREEMPT_CHOICES, "preempt"),
         "explain": {
-            "en": f"Nothing new arrived, and the running count fell below its start of "
-            f"{first.running}, so neither arrivals nor the cap explain the queue. It starts "
-            f"when KV usage reaches {full.kv_usage:.1%}: each generated token needs KV "
-            "space, and when a running request cannot get a new block the v1 scheduler "
-            "preempts the newest running request, frees its blocks and puts it back to "
-            "waiting, to be recomputed later (`_preempt_request` in "
-            "vllm/v1/core/sched/scheduler.py). A bigger KV pool moves this point later.",
-            "zh": f"没有新请求到达，运行数也从一开始的 {first.running} 往下掉，所以既不是到达太快，也不是上限在卡。"
-            f"排队从 KV 使用率到 {full.kv_usage:.1%} 时开始：每生成一个 token 都要 KV 空间，运行中的请求"
-            "拿不到新 block 时，v1 调度器会抢占最新进入运行的请求，释放它的 block，把它放回等待队列，之后重算"
-            "（vllm/v1/core/sched/scheduler.py 的 `_preempt_request`）。KV 池更大，这个时刻就来得更晚。",
+            "en": f"Nothing new arrived and the running count fell below its start of "
+            f"{first.running}, so neither arrivals nor the cap explain the queue. It starts when "
+            f"KV usage reaches {full.kv_usage:.1%}: a running request that cannot get a new "
+            "block makes the v1 scheduler preempt the newest one back to waiting, to be "
+            "recomputed (`_preempt_request` in vllm/v1/core/sched/scheduler.py).",
+            "zh": f"没有新请求到达，运行数也从一开始的 {first.running} 往下掉，所以既不是到达太快，也不是"
+            f"上限在卡。排队从 KV 使用率到 {full.kv_usage:.1%} 时开始：运行中的请求拿不到新 block 时，v1 "
+            "调度器把最新进入运行的请求抢占回等待队列，之后重算（vllm/v1/core/sched/scheduler.py 的 "
+            "`_preempt_request`）。",
         },
     }

@@ -16,12 +16,8 @@ REPO_RUNS = "labs/results/"
 
 
 def resolve_path(p: str | Path) -> Path:
-    """A data path from YAML: absolute, relative to the repo root, or to the package data.
-
-    A glob (``labs/results/h200-*/metrics.jsonl``) picks the last match in sorted order, so
-    the newest recorded run wins once it lands. A file recorded gzipped (``X.jsonl.gz``) is
-    found as ``X.jsonl`` (core.records.resolve_path reads it).
-    """
+    """A data path (a glob picks its last match, so the newest run wins) under the repo root or
+    the package data; ``X.jsonl`` also finds a gzipped ``X.jsonl.gz``."""
     text = str(p)
     bases = [Path("/")] if Path(text).is_absolute() else [REPO_ROOT, PKG_DIR / "data"]
     for base in bases:
@@ -58,9 +54,7 @@ def item_slo(p: Mapping[str, Any]) -> Any:
 
 
 def item_data(p: Mapping[str, Any], key: str) -> Any:
-    """``params[key]``: inline data (a mapping), a path/glob, or a list of those tried in
-    order (e.g. a recorded ``labs/results/h200-*/`` file, then a package example); the
-    older ``{key}_fallback`` form is the last candidate."""
+    """``params[key]``: inline data, or the first path/glob found of one or a list of them."""
     v = p.get(key)
     cands = list(v) if isinstance(v, list) else [v]
     if f"{key}_fallback" in p:
@@ -79,13 +73,8 @@ def item_data(p: Mapping[str, Any], key: str) -> Any:
 
 
 def recorded_point(p: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A sweep point of a recorded run, found by its knobs rather than its hash.
-
-    ``params.point = {results: "labs/results/h200-*/slo", knobs: {max_num_seqs: 64}}``:
-    reads ``points.jsonl`` there (course_utils.lab.sweep records) and returns the last record
-    whose knobs include those given, with its ``bench`` and ``series`` files; None when the
-    run or the point is not there (the entry's ``series``/``bench`` are used instead).
-    """
+    """The last recorded sweep point (``params.point = {results, knobs}``) whose knobs include
+    those given, with its bench and series files; None when absent."""
     spec = p.get("point")
     if not spec:
         return None
@@ -129,12 +118,8 @@ def item_bench(v: Any) -> Any:
 
 
 def requests_bench(p: Mapping[str, Any]) -> Any:
-    """A BenchResult built the way vLLM's calculate_metrics would from per-request values.
-
-    params: ttft_ms (list), tpot_ms (list), output_len, duration_s. TPOT of a request is
-    ``(latency - ttft) / (output_len - 1)``; its ITLs are that value repeated, and the p99s
-    are ``np.percentile`` as in vllm/benchmarks/serve.py.
-    """
+    """A BenchResult from per-request ttft_ms/tpot_ms lists, as vLLM's calculate_metrics builds it
+    (np.percentile p99s; each request's ITLs are its TPOT repeated)."""
     import numpy as np
 
     src = item_data(p, "requests")
@@ -208,11 +193,8 @@ def recorded_sweep(p: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def synthetic_series(spec: Mapping[str, Any]) -> list[Any]:
-    """Snapshots parsed from Prometheus text built with the real 0.26.0 metric names.
-
-    spec: lists ``waiting``, ``running``, ``kv_usage`` (0..1) and optionally
-    ``preemptions`` (cumulative counter), one value per scrape, ``interval_s`` apart.
-    """
+    """Snapshots from Prometheus text with the real metric names: lists waiting, running,
+    kv_usage, preemptions (cumulative), one value per scrape ``interval_s`` apart."""
     from course_utils.core import metrics
 
     waiting = list(spec["waiting"])
@@ -271,9 +253,7 @@ def item_kv_dtype(p: Mapping[str, Any]) -> str:
 
 
 def logged_memory(p: Mapping[str, Any]) -> tuple[dict[str, float], bool]:
-    """Start-up facts from ``params.log`` (path/glob or candidates, read with
-    ``core.vllm_logs.startup_facts``) when found, else from the params themselves
-    (``kv_memory_gib``, ``logged_tokens``, ``logged_concurrency``)."""
+    """Start-up facts from ``params.log`` (core.vllm_logs) when found, else from the params."""
     from course_utils.core import vllm_logs
 
     if "log" in p:

@@ -1,11 +1,5 @@
-"""Self-check quizzes: questions as data, graded in Python, rendered static or live.
-
-Content lives in ``data/quizzes/<lesson>.yaml`` (one home, zh + en side by side). An entry
-is either a written question or ``generator: NAME`` with ``params``; generators
-(``gen_*`` modules) compute their answers at load time from ``course_utils.core`` and the
-recorded runs, so a quiz cannot contradict the direction map, the SLO maths, the decision
-tree or the data it cites. Renderers live in ``render``.
-"""
+"""Self-check quizzes: questions as data (``data/quizzes/<lesson>.yaml``), graded in
+Python; ``generator`` entries compute their answers from ``core`` and the recorded runs."""
 
 from __future__ import annotations
 
@@ -233,11 +227,8 @@ def _choice_ids(answer: Any) -> list[str]:
 
 
 def grade(question: Question, answer: Any, lang: Lang = "en") -> Result:
-    """Grade one answer. Never raises for a bad answer: ``Result.error`` says what is wrong.
-
-    single: a choice id (``"b"`` or ``["b"]``); multiple: ids (``["a", "c"]`` or ``"a,c"``);
-    numeric: a number or a string such as ``"2,063,088"``.
-    """
+    """Grade one answer (choice ids, or a number or numeric string); never raises for a bad
+    answer: ``Result.error`` says what is wrong."""
     s = STRINGS[pick_lang(lang)]
 
     def err(key: str, x: str = "") -> Result:
@@ -321,9 +312,7 @@ def quiz_path(lesson: str) -> Path:
 
 
 def shuffled(n: int, qid: str) -> list[int]:
-    """The display order of ``n`` choices: a permutation fixed by the item id, so every
-    renderer (static page, widget, text) shows the same order and no key sits at one letter
-    because of how the item was written."""
+    """The display order of ``n`` choices: a permutation fixed by the item id."""
     digest = hashlib.sha256(f"{SHUFFLE_SALT}:{qid}".encode()).digest()
     order = list(range(n))
     random.Random(int.from_bytes(digest[:8], "big")).shuffle(order)
@@ -398,12 +387,8 @@ def _build(fields: Mapping[str, Any], where: str) -> Question:
 
 
 def expand(entry: Mapping[str, Any], where: str = "entry") -> Question:
-    """One YAML entry -> Question; ``generator`` entries are computed now.
-
-    A generator entry may replace the generated ``prompt``, put a written ``intro`` before
-    it, and add a written ``explain`` after the generated one; ``id`` and ``section`` come from
-    the entry.
-    """
+    """One YAML entry -> Question; a generator entry is computed now and may replace the
+    prompt, add an ``intro`` before it or an ``explain`` after the generated one."""
     if "generator" not in entry:
         return _build(entry, where)
     name = entry["generator"]

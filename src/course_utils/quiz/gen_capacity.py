@@ -59,9 +59,7 @@ def _g_kv_bytes(p: Mapping[str, Any]) -> dict[str, Any]:
 
 @generator("kv_tokens")
 def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: model, kv_memory_gib | log, kv_dtype, rel_tol, logged_tokens.
-    Answer: ModelShape.kv_tokens of the KV memory (read from a recorded server log if
-    ``log`` is found)."""
+    """params: model, kv_memory_gib | log, kv_dtype, rel_tol. Answer: ModelShape.kv_tokens."""
     from course_utils.core import capacity
 
     m, dt = item_model(p), item_kv_dtype(p)
@@ -147,10 +145,8 @@ def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
 
 @generator("kv_gain")
 def _g_kv_gain(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: records (a recorded lab 01 results.jsonl), model, gpu, base, to, rel_tol.
-    Answer: the KV tokens vLLM logs at ``to``, predicted from the tokens it logged at
-    ``base``: the extra share of the GPU's total goes whole to KV. Refuses a record at ``to``
-    that the prediction misses."""
+    """params: records (lab 01 results.jsonl), model, gpu, base, to. Answer: the KV tokens at
+    ``to`` from those at ``base``, the extra memory share going whole to KV."""
     from course_utils.core import capacity
     from course_utils.core.records import read_jsonl
 
@@ -351,10 +347,8 @@ def _repeat(p: Mapping[str, Any], base: Any) -> dict[str, str]:
 
 @generator("same_batch_spread")
 def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: run (a recorded lab 01 knobs folder, or inline {value: {tok_s,
-    gen_before_full, kv_full_at_s}}), baseline, candidate, min_gain, repeat (optional: two
-    folders of one sweep run twice). Answer: the gap before the KV cache filled is larger
-    than the effect, so the run cannot judge the knob."""
+    """params: run (lab 01 folder or inline points), baseline, candidate, min_gain, repeat.
+    Answer: the gap before the KV cache filled exceeds the effect: no verdict."""
     src = item_data(p, "run")
     base, cand = p["baseline"], p["candidate"]
     pts, where = _same_batch_points(src, base, cand)

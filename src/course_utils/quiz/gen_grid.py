@@ -159,9 +159,7 @@ def _named_knobs_note(untried: list[str], in_effect: list[str]) -> tuple[str, st
 
 @generator("loop_ending")
 def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: run (a recorded loop folder: tune.jsonl + points). Answer: the loop's ending
-    (``keep.loop_outcome`` on the recorded summary, steps and points, as run); refuses a run
-    that did not end past the knee."""
+    """params: run (a loop folder). Answer: keep.loop_outcome's past_knee, as run."""
     from course_utils.core.keep import loop_outcome, swept_knobs
 
     root = resolve_path(p["run"])
@@ -247,12 +245,8 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
 
 @generator("spread_scale")
 def _g_spread_scale(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: loop (a tune folder), grid (its grid's vllm_sweep folder). The grid's best run
-    against its run of the loop's kept value, weighed by core.keep.decide with the margin
-    of the spread between servers (core.records.relative_spread over both sides' runs of each
-    configuration both measured): the key is the rule's verdict where the gain over the lower
-    score passes that margin but the difference measured like the spread does not. Refuses
-    data where the two scales agree."""
+    """params: loop, grid, other_host. Answer: keep.decide's tie when the gain over the
+    lower score passes the spread between servers but the (max - min) / mean gap does not."""
     from course_utils.core.keep import decide
     from course_utils.core.records import relative_spread
 
@@ -348,9 +342,8 @@ def _run_point(label: str, score: float) -> dict[str, Any]:
 
 
 def _budget_choices(used: str, budget: str) -> list[dict[str, Any]]:
-    """Wrong: the budget taken as memory (kv), "the GPU is full of prefill" carried over
-    without reading the step's tokens (saturated), the chunk-size trade applied where no
-    prompt is chunked (itl)."""
+    """Wrong: the budget taken as memory (kv), a full GPU assumed (saturated), the chunk-size
+    trade where no prompt is chunked (itl)."""
     rows = {
         "unused": (
             f"Steps use {used} of {budget} tokens: a bigger budget changes no step",
@@ -374,9 +367,8 @@ def _budget_choices(used: str, budget: str) -> list[dict[str, Any]]:
 
 @generator("budget_unused")
 def _g_budget_unused(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: run (a recorded loop whose diagnosis named a bigger token budget). Answer: the
-    budget was not the limit: the diagnosis's mean tokens per step is under half of it and
-    a whole prompt fits in it. Refuses a run where either fails."""
+    """params: run (a loop that diagnosed prefill). Answer: the steps used under half the
+    budget and a prompt fits in it, so a bigger budget changes no step."""
     root = resolve_path(p["run"])
     steps, summary_, pts = _loop(root)
     summary = summary_ or {}

@@ -208,10 +208,8 @@ def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
 
 @generator("default_cap")
 def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: gpu (a capacity.GPUS key), small_gpu (one that gets the small default),
-    field_default (the SchedulerConfig field's value), rate (req/s), e2e_s (mean seconds a
-    request spends in the server). Answer: by Little's law, whether the cap vLLM picks on
-    ``gpu`` without the flag (knobs.default, the value the server logs) holds the load."""
+    """params: gpu, small_gpu, field_default, rate, e2e_s. Answer: by Little's law, whether
+    the cap vLLM logs on ``gpu`` without the flag (knobs.default) holds the load."""
     from course_utils.core import capacity, knobs
 
     def cap(key: str) -> int:

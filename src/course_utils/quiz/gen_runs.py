@@ -1,10 +1,4 @@
-"""Reasoning items generated from the recorded GPU runs (``labs/results/<run>/``): Little's
-law against the waiting/running series and TTFT split by the /metrics histograms ("can you
-trust this measurement?" items are in ``gen_trust``).
-
-Every generator names the exact run it reads and raises QuizError when the data does not
-support the keyed answer, so an item cannot teach what its own data contradicts.
-"""
+"""Items from recorded GPU runs: Little's law and the TTFT split by /metrics histograms."""
 
 from __future__ import annotations
 
@@ -106,9 +100,8 @@ def sweep_points(root: Path, knob: str) -> list[dict[str, Any]]:
 
 @generator("littles_cap")
 def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: results (a recorded sweep dir of max_num_seqs), reference (the value whose
-    point did not queue). Answer: the values below rate x mean E2E of the reference, each
-    checked against its own recorded waiting series (a queue iff below)."""
+    """params: results (a max_num_seqs sweep), reference. Answer: the caps below rate x mean
+    E2E of the reference, each checked against its recorded waiting series."""
     from course_utils.core import diagnose
 
     root = resolve_path(p["results"])

@@ -1,7 +1,4 @@
-"""A reasoning item from the recorded lab 03 run (``core.scaleout.RUN_DIR`` by default): how
-many replicas a target rate needs, from the one-GPU knee that run measured. The key follows
-from the cited data through ``core.keep.pick_knee`` and ``core.replicas.plan_replicas``; the
-generator refuses a run whose one-GPU scan found no rate that met the SLO."""
+"""How many replicas a target rate needs, from lab 03's recorded one-GPU knee."""
 
 from __future__ import annotations
 

@@ -140,9 +140,7 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
 
 @generator("slo_compare")
 def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: slo, configs: [{name, request_throughput, p99 fields, good_share}]. Answer:
-    the config that both vLLM's per-request goodput (throughput x share of requests within
-    every target) and the p99 gate rank first (QuizError when they disagree)."""
+    """params: slo, configs. Answer: the config both goodputs rank first."""
     from course_utils.core import slo as slo_mod
 
     s = item_slo(p)
@@ -235,9 +233,8 @@ def _sweep_rows(pts: list[dict[str, Any]], s: Any, how: str, lang: str) -> str:
 
 @generator("sweep_best")
 def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: knob, slo, score (gate|request), results (a recorded sweep dir) and/or
-    points (inline). Answer: the value with the highest score (slo.gate_goodput or
-    slo.request_goodput), or "none" when every point scores 0."""
+    """params: knob, slo, score (gate|request), results and/or points. Answer: the value
+    with the highest score, or "none" when all score 0."""
     from course_utils.core import knobs
     from course_utils.core import slo as slo_mod
 

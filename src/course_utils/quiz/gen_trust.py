@@ -1,6 +1,5 @@
-"""Reasoning items on "can you trust this measurement?" from the recorded GPU runs: replayed
-prompts in a knee scan, a JIT compile inside the measured window, preemption under a full KV
-cache. Each generator refuses data that does not support its key."""
+""" "Can you trust this measurement?" items: replayed prompts, a JIT compile inside the
+window, preemption under a full KV cache."""
 
 from __future__ import annotations
 

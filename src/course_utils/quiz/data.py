@@ -3,7 +3,6 @@ sweep points, bench results, metric series and start-up logs; shared text helper
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -84,21 +83,28 @@ def recorded_point(p: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     want = dict(spec.get("knobs") or {})
     found = None
-    index = root / POINTS_FILE
-    lines = index.read_text(encoding="utf-8").splitlines() if index.is_file() else []
-    for line in lines:
-        rec = json.loads(line) if line.strip() else {}
+    for rec, d in sweep_records(root):
         knobs_ = rec.get("knobs") or {}
-        if rec.get("key") and all(knobs_.get(k) == v for k, v in want.items()):
-            d = root / "points" / rec["key"]
-            if (d / "bench.json").is_file() and is_present(d / "metrics.jsonl"):
-                found = {
-                    "bench": d / "bench.json",
-                    "series": d / "metrics.jsonl",
-                    "knobs": knobs_,
-                    "workload": rec.get("workload") or {},
-                }
+        if all(knobs_.get(k) == v for k, v in want.items()) and is_present(d / "metrics.jsonl"):
+            found = {
+                "bench": d / "bench.json",
+                "series": d / "metrics.jsonl",
+                "knobs": knobs_,
+                "workload": rec.get("workload") or {},
+            }
     return found
+
+
+def sweep_records(root: Path) -> list[tuple[dict[str, Any], Path]]:
+    """(record, point folder) of each point in a sweep's points.jsonl that has a bench.json."""
+    from course_utils.core.records import read_jsonl
+
+    out = []
+    for rec in read_jsonl(root / POINTS_FILE):
+        d = root / "points" / str(rec.get("key"))
+        if rec.get("key") and (d / "bench.json").is_file():
+            out.append((rec, d))
+    return out
 
 
 def per_request_of(b: Any) -> Any:
@@ -167,21 +173,12 @@ def recorded_sweep(p: Mapping[str, Any]) -> list[dict[str, Any]]:
         root = resolve_path(p["results"]) if "results" in p else None
     except QuizError:
         root = None
-    index = root / POINTS_FILE if root else None
-    if index and index.is_file():
-        for line in index.read_text(encoding="utf-8").splitlines():
-            rec = json.loads(line) if line.strip() else {}
-            value = (rec.get("knobs") or {}).get(knob)
-            bench = index.parent / "points" / str(rec.get("key")) / "bench.json"
-            if rec.get("knob") in (knob, "baseline") and value is not None and bench.is_file():
-                out = [o for o in out if o["value"] != value]  # a re-run replaces a point
-                out.append(
-                    {
-                        "value": value,
-                        "bench": item_bench(bench),
-                        "rate": (rec.get("workload") or {}).get("request_rate"),
-                    }
-                )
+    for rec, d in sweep_records(root) if root else []:
+        value = (rec.get("knobs") or {}).get(knob)
+        if rec.get("knob") in (knob, "baseline") and value is not None:
+            out = [o for o in out if o["value"] != value]  # a re-run replaces a point
+            rate = (rec.get("workload") or {}).get("request_rate")
+            out.append({"value": value, "bench": item_bench(d / "bench.json"), "rate": rate})
     if not out:
         out = [
             {"value": pt["value"], "bench": item_bench(pt["bench"]), "rate": p.get("rate")}

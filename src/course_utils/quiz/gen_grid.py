@@ -121,16 +121,15 @@ def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
         },
         "choices": keyed(opts, "ending_only"),
         "explain": {
-            "en": "When every value misses the SLO, goodput counts the few requests that "
-            "happened to meet it. Two windows on one server measure that server's spread, not "
-            f"the spread between servers: {worst} moved {cross[worst]:.0%} ((max - min) / mean) "
-            "between the loop's server and the grid's, and the grid put the two values in the opposite order. So neither "
-            "side ranks the values, and a grid run is no more the truth than a window. Both "
-            "agree on the ending: lower the rate to the knee or add replicas.",
-            "zh": "所有取值都不达标时，goodput 只数到碰巧达标的那几个请求。同一台服务器上的两个窗口，"
-            f"量到的只是这台服务器自己的波动，量不到服务器之间的波动：{worst_zh} 在闭环那台和网格那台服务器之间"
-            f"差了 {cross[worst]:.0%}（(最大 − 最小) / 均值），网格给出的高下还和闭环正好相反。所以哪一边都排不出"
-            "这些取值的高下，网格的一次运行也不比一个窗口更可信。两边一致的只有结局：把速率降到拐点，或者加副本。",
+            "en": "When every value misses the SLO, goodput counts the few requests that happened "
+            "to meet it. Two windows on one server measure that server's spread only: "
+            f"{worst} moved {cross[worst]:.0%} ((max - min) / mean) between the loop's server "
+            "and the grid's, and the grid ordered the values the other way. Neither side ranks "
+            "them; both agree on the ending: lower the rate to the knee or add replicas.",
+            "zh": "所有取值都不达标时，goodput 只数到碰巧达标的那几个请求。同一台服务器上的两个窗口只量到"
+            f"这台服务器自己的波动：{worst_zh} 在闭环和网格的两台服务器之间差了 {cross[worst]:.0%}"
+            "（(最大 − 最小) / 均值），网格给出的高下还和闭环相反。哪一边都排不出高下；两边一致的只有结局："
+            "把速率降到拐点，或者加副本。",
         },
     }
 
@@ -227,18 +226,15 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
         },
         "choices": keyed(opts, "past_knee"),
         "explain": {
-            "en": f"Every knob it swept failed the SLO, so none of them fixes this load: with "
-            "these knobs the rate is past what this server serves inside this SLO "
-            "(keep.loop_outcome calls it past_knee). No value it tried beat the defaults by "
-            f"more than the noise (it kept none), and the defaults serve only {share} of the "
-            "offered rate inside the SLO. Wider values of the same knobs are a guess the run "
-            "does not support. Find the knee (a lower rate) or add replicas, as in lab 03."
-            f"{named_en}",
-            "zh": "扫过的旋钮没有一个让 SLO 达标，说明它们都解决不了这份负载：只靠这些旋钮，对这个 SLO，"
-            "这个速率已经超过这台服务器的服务能力（keep.loop_outcome 称之为 past_knee）。试过的取值没有一个"
-            f"比默认值高出噪声以外（一个都没保留），而默认配置在 SLO 之内也只服务到压测速率的 {share}。"
-            "同样旋钮再试更极端的取值，是这次运行支撑不了的猜测。"
-            f"去找拐点（更低的速率），或者像实验 03 那样加副本。{named_zh}",
+            "en": "Every knob it swept failed the SLO, so with these knobs the rate is past what "
+            "this server serves inside it (keep.loop_outcome: past_knee). Nothing beat the "
+            f"defaults beyond the noise, and they serve only {share} of the offered rate inside "
+            "the SLO; wider values are a guess the run does not support. Find the knee (a lower "
+            f"rate) or add replicas, as in lab 03.{named_en}",
+            "zh": "扫过的旋钮没有一个让 SLO 达标：只靠这些旋钮，这个速率已超过这台服务器在 SLO 内的服务能力"
+            "（keep.loop_outcome 称之为 past_knee）。没有取值比默认值高出噪声以外，而默认配置在 SLO 内只"
+            f"服务到压测速率的 {share}；更极端的取值是这次运行支撑不了的猜测。去找拐点（更低的速率），或者像"
+            f"实验 03 那样加副本。{named_zh}",
         },
     }
 
@@ -307,12 +303,10 @@ def _g_spread_scale(p: Mapping[str, Any]) -> dict[str, Any]:
         "explain": {
             "en": f"{b} against {k} is +{gain:.0%} over the lower number, but a spread is "
             f"(max - min) / mean, and on that scale the two are {apart:.0%} apart: inside the "
-            f"{margin:.0%} one configuration moves between servers. A gain over the lower "
-            "number grows without bound; (max - min) / mean of two numbers is at most 200 %. "
-            "Weigh a difference the way the spread was measured (keep.decide's apart).",
-            "zh": f"{b} 对 {k}，以小的为基准是高出 {gain:.0%}；可波动是按 (最大 − 最小) / 均值 算的，"
+            f"{margin:.0%} one configuration moves between servers. Weigh a difference the way "
+            "the spread was measured (keep.decide's apart).",
+            "zh": f"{b} 对 {k}，以小的为基准是高出 {gain:.0%}；可波动是按 (最大 − 最小) / 均值算的，"
             f"按同一算法两者只差 {apart:.0%}，落在同一配置换台服务器就会有的 {margin:.0%} 之内。"
-            "以小的为基准算提升，可以无限变大；两个数的 (最大 − 最小) / 均值 最多是 200%。"
             "差距要按波动的同一算法来量（keep.decide 的 apart）。",
         },
     }
@@ -418,17 +412,14 @@ def _g_budget_unused(p: Mapping[str, Any]) -> dict[str, Any]:
         },
         "choices": _budget_choices(u, bud),
         "explain": {
-            "en": f"The budget caps the tokens one step may schedule. Here a step used {u} of "
-            f"{bud} on average and each {prompt}-token prompt fit in one chunk, so no step was "
-            "cut short by the budget and a larger one schedules exactly the same steps: the "
-            "changes are run-to-run spread. The budget does not reserve memory (KV use stayed "
-            f"at most {float(ev['kv_usage_max']):.0%}), and an unfilled step is not a "
-            "saturated GPU. The TTFT is the prompts' own prefill; what is left is fewer "
-            "prompt tokens (prefix caching, already on) or a lower rate.",
-            "zh": f"预算限制的是一步最多调度多少 token。这里每步平均只用了 {bud} 里的 {u} 个，"
-            f"{prompt} token 的 prompt 一块就装得下，所以没有哪一步被预算截断，预算再大调度的也是完全"
-            "一样的步：这些变化只是运行之间的波动。预算不占显存（KV 使用率最高只有 "
-            f"{float(ev['kv_usage_max']):.0%}），没填满的步也说明 GPU 并没有饱和。TTFT 花在 prompt 自己的 "
-            "prefill 上；剩下的办法是减少 prompt token（prefix caching，已默认开启）或降低速率。",
+            "en": f"The budget caps the tokens one step may schedule. A step used {u} of {bud} on "
+            f"average and each {prompt}-token prompt fit in one chunk, so a larger budget "
+            "schedules the same steps: the changes are run-to-run spread. The budget reserves "
+            f"no memory (KV use at most {float(ev['kv_usage_max']):.0%}), and an unfilled step "
+            "is not a saturated GPU. What is left: fewer prompt tokens or a lower rate.",
+            "zh": f"预算限制的是一步最多调度多少 token。每步平均只用了 {bud} 里的 {u} 个，{prompt} token "
+            "的 prompt 一块就装得下，所以预算再大调度的也是同样的步：这些变化只是运行之间的波动。预算不占"
+            f"显存（KV 使用率最高 {float(ev['kv_usage_max']):.0%}），没填满的步也说明 GPU 没有饱和。"
+            "剩下的办法是减少 prompt token 或降低速率。",
         },
     }

@@ -7,8 +7,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.store import POINTS_FILE
-from course_utils.quiz.data import option_list, recorded_point, resolve_path, run_name
+from course_utils.quiz.data import (
+    option_list,
+    recorded_point,
+    resolve_path,
+    run_name,
+    sweep_records,
+)
 from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator
 
 
@@ -84,17 +89,14 @@ def sweep_points(root: Path, knob: str) -> list[dict[str, Any]]:
     from course_utils.core import metrics
 
     out: dict[Any, dict[str, Any]] = {}
-    for line in (root / POINTS_FILE).read_text(encoding="utf-8").splitlines():
-        rec = json.loads(line) if line.strip() else {}
-        d = root / "points" / str(rec.get("key"))
+    for rec, d in sweep_records(root):
         value = (rec.get("knobs") or {}).get(knob)
-        if value is None or not (d / "bench.json").is_file():
-            continue
-        out[value] = {
-            "value": value,
-            "bench": json.loads((d / "bench.json").read_text()),
-            "summary": metrics.summarize(metrics.load_series(d / "metrics.jsonl")),
-        }
+        if value is not None:
+            out[value] = {
+                "value": value,
+                "bench": json.loads((d / "bench.json").read_text()),
+                "summary": metrics.summarize(metrics.load_series(d / "metrics.jsonl")),
+            }
     return [out[v] for v in sorted(out)]
 
 

@@ -332,30 +332,26 @@ def _diag_text(cap: int | None, summary: Any, bench: Any, s: Any) -> dict[str, s
 # {r}: running max, {cap}: max_num_seqs, {kv}: KV usage max, {pre}: preemptions).
 LEAF_WHY: dict[str, dict[str, str]] = {
     "queue_cap": {
-        "en": "Requests wait (mean {w}) while the running batch sits at its cap ({r} of {cap}) "
-        "and the KV cache has room ({kv}): the cap, not memory, holds them back.",
-        "zh": "请求在排队（均值 {w}），运行批顶在上限（{r} / {cap}），KV cache 还有空间（{kv}）："
-        "挡住它们的是上限，不是显存。",
+        "en": "Requests wait (mean {w}) while the batch sits at its cap ({r} of {cap}) and KV "
+        "has room ({kv}): the cap, not memory, holds them back.",
+        "zh": "请求在排队（均值 {w}），运行批顶在上限（{r} / {cap}），KV 还有空间（{kv}）：挡住它们的是上限，不是显存。",
     },
     "queue_budget": {
         "en": "Requests wait (mean {w}) below the cap ({r} of {cap}) with KV room ({kv}), and "
-        "each step uses its whole token budget: the scheduler admits waiting requests "
-        "only while budget is left.",
+        "each step spends its whole token budget, the last thing that admits them.",
         "zh": "请求在排队（均值 {w}），运行数没到上限（{r} / {cap}），KV 也有空间（{kv}），而每步都用满了 "
         "token 预算：调度器只在预算有剩时才放排队的请求进来。",
     },
     "queue_replicas": {
-        "en": "Requests wait (mean {w}) although the batch is below its cap ({r} of {cap}) and "
-        "KV has room ({kv}). The scheduler also stops admitting once a step's token "
-        "budget is spent; when a bigger `--max-num-batched-tokens` does not help either, "
-        "arrivals outrun what this one server completes.",
-        "zh": "请求在排队（均值 {w}），可运行批没到上限（{r} / {cap}），KV 也有空间（{kv}）。"
-        "调度器在一步的 token 预算用完时也会停止放行；如果调大 `--max-num-batched-tokens` 也无济于事，"
-        "就是到达速度超过了这一台服务器的完成速度。",
+        "en": "Requests wait (mean {w}) below the cap ({r} of {cap}) with KV room ({kv}); when a "
+        "bigger `--max-num-batched-tokens` does not help either, arrivals outrun what this "
+        "one server completes.",
+        "zh": "请求在排队（均值 {w}），运行数没到上限（{r} / {cap}），KV 也有空间（{kv}）；如果调大 "
+        "`--max-num-batched-tokens` 也无济于事，就是到达速度超过了这一台服务器的完成速度。",
     },
     "kv": {
-        "en": "The KV cache is full ({kv}) and {pre} preemptions pushed running requests back "
-        "to the queue: memory for KV binds.",
+        "en": "The KV cache is full ({kv}) and {pre} preemptions pushed running requests back: "
+        "memory for KV binds.",
         "zh": "KV cache 满了（{kv}），{pre} 次抢占把运行中的请求推回队列：KV 显存在卡。",
     },
     "prefill": {

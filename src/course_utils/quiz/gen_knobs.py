@@ -77,15 +77,13 @@ def effect_line(k: Any, axis: str, lang: str) -> str:
     eff = getattr(k, axis)
     cond = condition(k, axis, lang)
     mark = "✓" if eff == "better" else "✗"
+    word = knobs.EFFECT_WORD[eff][lang]
     if lang == "zh":
-        c = f"（{cond}）" if cond else ""
         ax = AXES[axis]["zh"]
-        gap = " " if ax[-1:].isascii() else ""
-        return (
-            f"`{k.flag}` {mark}：{ax}{gap}{knobs.EFFECT_WORD[eff]['zh']}{c}，取舍：{k.trade['zh']}"
-        )
+        c = f"（{cond}）" if cond else ""
+        return f"`{k.flag}` {mark}：{ax}{' ' if ax[-1:].isascii() else ''}{word}{c}，取舍：{k.trade['zh']}"
     c = f" ({cond})" if cond else ""
-    return f"`{k.flag}` {mark}: {AXES[axis]['en']} {knobs.EFFECT_WORD[eff]['en']}{c}; trade: {k.trade['en']}"
+    return f"`{k.flag}` {mark}: {AXES[axis]['en']} {word}{c}; trade: {k.trade['en']}"
 
 
 def each(lines: Sequence[str], lang: str) -> str:

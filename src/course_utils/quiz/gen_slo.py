@@ -427,16 +427,13 @@ def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
     choices.append({"text": NO_KNOB, "correct": not good, "key": "none"})
 
     def line(k: Any, lg: str) -> str:
-        sep = "：" if lg == "zh" else ": "
         if k.name in good:
-            return (
-                f"`{k.flag}` ✓{sep}{move_word(d.moves[k.name], lg)}（{k.label[lg]}）"
-                if lg == "zh"
-                else f"`{k.flag}` ✓{sep}{move_word(d.moves[k.name], lg)} ({k.label[lg]})"
+            why = f"{move_word(d.moves[k.name], lg)}" + (
+                f"（{k.label[lg]}）" if lg == "zh" else f" ({k.label[lg]})"
             )
-        return f"`{k.flag}` ✗{sep}{k.label[lg]}" + (
-            "，不作用于这个约束" if lg == "zh" else ", not what binds here"
-        )
+            return f"`{k.flag}` ✓{sep(':', lg)}{why}"
+        off = "，不作用于这个约束" if lg == "zh" else ", not what binds here"
+        return f"`{k.flag}` ✗{sep(':', lg)}{k.label[lg]}{off}"
 
     return {
         "type": "multiple",

@@ -56,8 +56,6 @@ def item_data(p: Mapping[str, Any], key: str) -> Any:
     """``params[key]``: inline data, or the first path/glob found of one or a list of them."""
     v = p.get(key)
     cands = list(v) if isinstance(v, list) else [v]
-    if f"{key}_fallback" in p:
-        cands.append(p[f"{key}_fallback"])
     misses = []
     for c in cands:
         if not isinstance(c, str | Path):

@@ -282,21 +282,10 @@ def generator(name: str) -> Callable[[GeneratorFn], GeneratorFn]:
     return deco
 
 
-GENERATOR_MODULES = (
-    "gen_knobs",
-    "gen_capacity",
-    "gen_slo",
-    "gen_runs",
-    "gen_trust",
-    "gen_scaleout",
-    "gen_grid",
-)
-
-
 def _register_generators() -> None:
-    """Import the generator modules (each registers its generators on import)."""
-    for mod in GENERATOR_MODULES:
-        importlib.import_module(f"course_utils.quiz.{mod}")
+    """Import the ``gen_*`` modules (each registers its generators on import)."""
+    for mod in sorted(Path(__file__).parent.glob("gen_*.py")):
+        importlib.import_module(f"course_utils.quiz.{mod.stem}")
 
 
 def pick_lang(lang: str) -> Lang:

@@ -3,15 +3,11 @@ recommendations, free wins, the knobs for a constraint, defaults and cross-knob 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from course_utils.quiz.data import keyed, option_list
-from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator
-
-# ---------------------------------------------------------------- generators
-# Each returns question fields (type, prompt, explain, choices | answer+tolerance+unit).
-# Answers are computed here from course_utils, never written in the YAML.
+from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
 
 AXES: dict[str, dict[str, str]] = {
     "throughput": {"en": "throughput", "zh": "吞吐"},
@@ -29,10 +25,6 @@ NO_KNOB = {
     "en": "no engine knob: add replicas / route load (or stop tuning)",
     "zh": "没有引擎旋钮可拧：加副本 / 分流（或停止调参）",
 }
-
-
-def _bilist(items: Iterable[str], lang: str) -> str:
-    return ("、" if lang == "zh" else ", ").join(items)
 
 
 def _knob_text(k: Any, move: bool = True) -> dict[str, str]:
@@ -64,18 +56,12 @@ def move_word(move: str, lang: str) -> str:
     return MOVE_WORD.get(move, {"en": move, "zh": move})[lang]
 
 
-def condition(k: Any, axis: str, lang: str) -> str:
-    """The condition the map attaches to a knob's effect on ``axis`` ('' when none)."""
-    fn = getattr(k, "condition", None)
-    return fn(axis, lang) if callable(fn) else ""
-
-
 def effect_line(k: Any, axis: str, lang: str) -> str:
     """``flag ✓/✗: TTFT better (condition); trade: ...`` for per-option explanations."""
     from course_utils.core import knobs
 
     eff = getattr(k, axis)
-    cond = condition(k, axis, lang)
+    cond = k.condition(axis, lang)
     mark = "✓" if eff == "better" else "✗"
     word = knobs.EFFECT_WORD[eff][lang]
     if lang == "zh":
@@ -146,10 +132,9 @@ def _g_knob_recommend(p: Mapping[str, Any]) -> dict[str, Any]:
         "choices": choices,
         "explain": {
             "en": each([effect_line(k, axis, "en") for k in shown], "en")
-            + f" In all, knobs.recommend('{goal}') lists {len(flags)}: "
-            f"{_bilist(flags, 'en')}.",
+            + f" In all, knobs.recommend('{goal}') lists {len(flags)}: {', '.join(flags)}.",
             "zh": each([effect_line(k, axis, "zh") for k in shown], "zh")
-            + f"knobs.recommend('{goal}') 一共列出 {len(flags)} 个：{_bilist(flags, 'zh')}。",
+            + f"knobs.recommend('{goal}') 一共列出 {len(flags)} 个：{'、'.join(flags)}。",
         },
     }
 
@@ -178,17 +163,15 @@ def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
     choices = option_list([(_knob_text(k), helps_both(k), k.name) for k in shown])
 
     def line(k: Any, lg: str) -> str:
-        w = knobs.EFFECT_WORD
-        effs = "/".join(w[e][lg] for e in (k.throughput, k.ttft, k.itl))
-        mark = "✓" if helps_both(k) else "✗"
-        sep = "：" if lg == "zh" else ": "
+        effs = "/".join(knobs.EFFECT_WORD[e][lg] for e in (k.throughput, k.ttft, k.itl))
         head = "吞吐/TTFT/ITL " if lg == "zh" else "throughput/TTFT/ITL "
-        tr = "取舍" if lg == "zh" else "trade"
-        line = f"`{k.flag}` {mark}{sep}{head}{effs}{'，' if lg == 'zh' else '; '}{tr}{sep}{k.trade[lg]}"
+        tr = ("取舍" if lg == "zh" else "trade") + sep(":", lg) + k.trade[lg]
+        out = f"`{k.flag}` {'✓' if helps_both(k) else '✗'}{sep(':', lg)}{head}{effs}"
+        out += ("，" if lg == "zh" else "; ") + tr
         for ax in ("ttft", "itl"):
             if getattr(k, ax) == "depends" and helps_both(k):
-                line += DEPENDS_NOTE[lg].format(ax=AXES[ax][lg])
-        return line
+                out += DEPENDS_NOTE[lg].format(ax=AXES[ax][lg])
+        return out
 
     return {
         "type": "multiple",
@@ -283,10 +266,10 @@ def _g_knob_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
     shown = [knobs.get(n) for n in p["knobs"]] if p.get("knobs") else list(knobs.KNOBS.values())
 
     def line(k: Any, lg: str) -> str:
-        sep = "：" if lg == "zh" else ": "
-        if k.name in names:
-            return f"`{k.flag}` ✓{sep}{move_word(k.relieves[c], lg)}{'，' if lg == 'zh' else '; '}{k.trade[lg]}"
-        return f"`{k.flag}` ✗{sep}{k.label[lg]}"
+        if k.name not in names:
+            return f"`{k.flag}` ✗{sep(':', lg)}{k.label[lg]}"
+        move = move_word(k.relieves[c], lg)
+        return f"`{k.flag}` ✓{sep(':', lg)}{move}{'，' if lg == 'zh' else '; '}{k.trade[lg]}"
 
     return {
         "type": "multiple",
@@ -297,8 +280,7 @@ def _g_knob_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
         "choices": _knob_choices(p.get("knobs"), names, move=False),
         "explain": {
             "en": each([line(k, "en") for k in shown], "en")
-            + " Turn one, re-measure goodput, keep it only if goodput rises "
-            "inside the SLO.",
+            + " Turn one, re-measure goodput, keep it only if goodput rises inside the SLO.",
             "zh": each([line(k, "zh") for k in shown], "zh")
             + "一次拧一个，重测 goodput，只有 SLO 内 goodput 上升才保留。",
         },
@@ -319,9 +301,8 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
     except knobs.KnobError as e:
         ok, why = False, str(e)
     on = f" ({fmt_num(gib)} GiB GPU)" if gib else ""
-    # The wrong options are the two ways learners expect a bad combination to be handled:
-    # accepted as given, or quietly adjusted by vLLM.
     on_zh = f"（{fmt_num(gib)} GiB 显卡）" if gib else ""
+    # Wrong: the two ways learners expect a bad combination to be handled.
     opts = {
         "starts": ("It starts: the flags are accepted as given.", "能启动：参数按给定值生效。"),
         "rejected": ("Start-up fails with a config error.", "启动失败：配置校验报错。"),
@@ -330,13 +311,8 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
             "能启动，vLLM 悄悄把某个值调小以适配。",
         ),
     }
-    where = sorted(
-        {
-            f"{kk.config.split('.')[0]} ({kk.source})"
-            for kk in knobs.KNOBS.values()
-            if why and kk.name in why
-        }
-    )
+    hit = [kk for kk in knobs.KNOBS.values() if why and kk.name in why]
+    where = sorted({f"{kk.config.split('.')[0]} ({kk.source})" for kk in hit})
     explain = (
         {
             "en": f"knobs.validate raises: {why}. vLLM checks it in {', '.join(where)} "

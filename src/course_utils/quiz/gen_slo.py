@@ -18,6 +18,7 @@ from course_utils.quiz.data import (
     recorded_sweep,
     requests_bench,
     resolve_path,
+    run_name,
     slo_text,
 )
 from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
@@ -160,9 +161,9 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
     best_gate = max(rows, key=lambda r: r["gate"])["name"]
     if best_req != best_gate:
         raise QuizError("slo_compare: the two goodputs rank the configs differently")
-    opts = [({lg: r["name"] for lg in LANGS}, r["name"] == best_req, r["name"]) for r in rows]
+    opts = {r["name"]: (r["name"], r["name"]) for r in rows}
     # "tie": the mistake of scoring both by the share of requests that met the SLO alone
-    opts.append(({"en": "Neither: they score the same", "zh": "都不是：得分一样"}, False, "tie"))
+    opts["tie"] = ("Neither: they score the same", "都不是：得分一样")
 
     def desc(r: dict[str, Any], lg: str) -> str:
         b = r["b"]
@@ -175,22 +176,22 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
         gate = f"{'p99 门槛' if lg == 'zh' else 'p99 gate'} {r['gate']:.2f} req/s"
         return f"{r['name']}{sep(':', lg)}vLLM goodput {r['req']:.2f} req/s{sep(',', lg)}{gate}"
 
-    def each(fn: Any, lg: str) -> str:
+    def joined(fn: Any, lg: str) -> str:
         return sep(";", lg).join(fn(r, lg) for r in rows)
 
     return {
         "type": "single",
         "prompt": {
-            "en": f"{each(desc, 'en')}. SLO: {slo_text(s, 'en')}. Scored by goodput, which "
+            "en": f"{joined(desc, 'en')}. SLO: {slo_text(s, 'en')}. Scored by goodput, which "
             "config is better?",
-            "zh": f"{each(desc, 'zh')}。SLO：{slo_text(s, 'zh')}。以 goodput 打分，哪个配置更好？",
+            "zh": f"{joined(desc, 'zh')}。SLO：{slo_text(s, 'zh')}。以 goodput 打分，哪个配置更好？",
         },
-        "choices": option_list(opts),
+        "choices": keyed(opts, best_req),
         "explain": {
-            "en": f"{each(score, 'en')}. vLLM counts the requests that meet every target, per "
+            "en": f"{joined(score, 'en')}. vLLM counts the requests that meet every target, per "
             "second; the p99 gate gives the full throughput only when every p99 meets its "
             "target, else 0. Here both pick the same config.",
-            "zh": f"{each(score, 'zh')}。vLLM 统计每秒有多少请求各项都达标；p99 门槛只有在每个 p99 "
+            "zh": f"{joined(score, 'zh')}。vLLM 统计每秒有多少请求各项都达标；p99 门槛只有在每个 p99 "
             "都达标时才记全部吞吐，否则记 0。这里两种分数选的是同一个配置。",
         },
     }
@@ -250,7 +251,7 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
     flag = knobs.get(p["knob"]).flag
     rate = next((pt["rate"] for pt in pts if pt["rate"]), None)
     try:
-        run = f"`{resolve_path(p['results']).as_posix().split('labs/results/')[-1]}`"
+        run = f"`{run_name(resolve_path(p['results']))}`"
     except (KeyError, QuizError):
         run = ""
     at = f" at {fmt_num(rate)} req/s" if rate else ""
@@ -263,12 +264,12 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
         },
         "request": {"en": "vLLM's per-request goodput", "zh": "vLLM 的逐请求 goodput"},
     }[how]
-    opts = [({lg: f"`{flag} {v}`" for lg in LANGS}, win == v, str(v)) for v, _ in scores]
-    opts.append(
-        ({"en": "None: every value scores 0", "zh": "都不行：每个值都得 0"}, win == "none", "none")
-    )
-    listing = "; ".join(f"{v}: {sc:.2f} req/s" for v, sc in scores)
-    listing_zh = "；".join(f"{v}：{sc:.2f} req/s" for v, sc in scores)
+    opts = {str(v): (f"`{flag} {v}`", f"`{flag} {v}`") for v, _ in scores}
+    opts["none"] = ("None: every value scores 0", "都不行：每个值都得 0")
+    listing = {
+        lg: sep(";", lg).join(f"{v}{sep(':', lg)}{sc:.2f} req/s" for v, sc in scores)
+        for lg in LANGS
+    }
     shown = {lg: _sweep_rows(pts, s, how, lg) for lg in LANGS}
     return {
         "type": "single",
@@ -279,11 +280,11 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
             "zh": f"已录制的实测 {run} 里 `{flag}` 的 sweep（{vals}{at_zh}），SLO "
             f"{slo_text(s, 'zh')}。各取值：{shown['zh']}。以{_pad(name['zh'])}打分，哪个值胜出？",
         },
-        "choices": option_list(opts),
+        "choices": keyed(opts, str(win)),
         "explain": {
-            "en": f"Scores: {listing}. The gate is all-or-nothing on p99; vLLM "
+            "en": f"Scores: {listing['en']}. The gate is all-or-nothing on p99; vLLM "
             "counts good requests one by one, so the two can pick differently.",
-            "zh": f"得分：{listing_zh}。门槛对 p99 是全有或全无；vLLM 逐个数达标请求，"
+            "zh": f"得分：{listing['zh']}。门槛对 p99 是全有或全无；vLLM 逐个数达标请求，"
             "所以两种分数可能选出不同的值。",
         },
     }

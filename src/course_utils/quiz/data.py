@@ -204,22 +204,23 @@ def synthetic_series(spec: Mapping[str, Any]) -> list[Any]:
         )
     dt = float(spec.get("interval_s", 0.5))
     lab = 'engine="0",model_name="Qwen/Qwen2.5-7B-Instruct"'
-    out = []
-    for i in range(n):
-        text = (
-            f"# TYPE {metrics.WAITING} gauge\n{metrics.WAITING}{{{lab}}} {waiting[i]}\n"
-            f"# TYPE {metrics.RUNNING} gauge\n{metrics.RUNNING}{{{lab}}} {running[i]}\n"
-            f"# TYPE {metrics.KV_USAGE} gauge\n{metrics.KV_USAGE}{{{lab}}} {kv[i]}\n"
-            f"# TYPE {metrics.PREEMPTIONS}_total counter\n"
-            f"{metrics.PREEMPTIONS}_total{{{lab}}} {pre[i]}\n"
+    cols = [
+        (metrics.WAITING, "gauge", waiting),
+        (metrics.RUNNING, "gauge", running),
+        (metrics.KV_USAGE, "gauge", kv),
+        (f"{metrics.PREEMPTIONS}_total", "counter", pre),
+    ]
+    return [
+        metrics.Snapshot.parse(
+            "".join(f"# TYPE {m} {kind}\n{m}{{{lab}}} {v[i]}\n" for m, kind, v in cols), t=i * dt
         )
-        out.append(metrics.Snapshot.parse(text, t=i * dt))
-    return out
+        for i in range(n)
+    ]
 
 
-def diagnosis_inputs(p: Mapping[str, Any]) -> dict[str, Any]:
-    """Samples, bench result and max_num_seqs a diagnosis question reads (recorded point,
-    else ``series``/``bench`` params)."""
+def diagnosis_inputs(p: Mapping[str, Any]) -> tuple[list[Any], Any, int | None]:
+    """Samples, bench result and max_num_seqs of a diagnosis item: its recorded point, else
+    its ``series``/``bench`` params."""
     from course_utils.core import metrics
 
     rec = recorded_point(p)
@@ -229,22 +230,16 @@ def diagnosis_inputs(p: Mapping[str, Any]) -> dict[str, Any]:
     else:
         src, bsrc, mns = item_data(p, "series"), item_data(p, "bench"), p.get("max_num_seqs")
     samples = metrics.load_series(src) if isinstance(src, Path) else synthetic_series(src)
-    return {
-        "samples": samples,
-        "bench": None if bsrc is None else item_bench(bsrc),
-        "max_num_seqs": mns,
-        "recorded": rec is not None or isinstance(src, Path),
-    }
+    return samples, None if bsrc is None else item_bench(bsrc), mns
 
 
-def item_model(p: Mapping[str, Any]) -> Any:
+def item_model(p: Mapping[str, Any]) -> tuple[Any, str]:
+    """The item's model shape and its ``kv_dtype`` (auto by default)."""
     from course_utils.core import capacity
 
-    return capacity.load_model(p.get("model", "qwen2.5-7b-instruct"))
-
-
-def item_kv_dtype(p: Mapping[str, Any]) -> str:
-    return str(p.get("kv_dtype", "auto"))
+    return capacity.load_model(p.get("model", "qwen2.5-7b-instruct")), str(
+        p.get("kv_dtype", "auto")
+    )
 
 
 def logged_memory(p: Mapping[str, Any]) -> tuple[dict[str, float], bool]:

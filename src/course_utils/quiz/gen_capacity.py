@@ -9,7 +9,6 @@ from typing import Any
 
 from course_utils.quiz.data import (
     item_data,
-    item_kv_dtype,
     item_model,
     keyed,
     logged_memory,
@@ -30,6 +29,13 @@ def _shape_text(m: Any, kv_dtype: str) -> dict[str, str]:
     }
 
 
+def _recorded(run: str) -> dict[str, str]:
+    """`` (the recorded run NAME)`` to follow a lab's name in a prompt; empty without a run."""
+    if not run:
+        return {"en": "", "zh": ""}
+    return {"en": f" (the recorded run {run})", "zh": f"（已录制的实测 {run}）"}
+
+
 def _log_name(p: Mapping[str, Any]) -> str:
     """The recorded log a kv item read, as ``h200-.../serve.log``."""
     path = item_data(p, "log")
@@ -39,7 +45,7 @@ def _log_name(p: Mapping[str, Any]) -> str:
 @generator("kv_bytes_per_token")
 def _g_kv_bytes(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, kv_dtype. Answer: ModelShape.kv_bytes_per_token."""
-    m, dt = item_model(p), item_kv_dtype(p)
+    m, dt = item_model(p)
     shape = _shape_text(m, dt)
     return {
         "type": "numeric",
@@ -62,7 +68,7 @@ def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, kv_memory_gib | log, kv_dtype, rel_tol. Answer: ModelShape.kv_tokens."""
     from course_utils.core import capacity
 
-    m, dt = item_model(p), item_kv_dtype(p)
+    m, dt = item_model(p)
     facts, from_log = logged_memory(p)
     gib = facts["kv_memory_gib"]
     tokens = m.kv_tokens(gib, dt)
@@ -108,7 +114,7 @@ def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
 def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, kv_memory_gib | log, max_model_len, kv_dtype, logged_concurrency.
     Answer: ModelShape.max_concurrency."""
-    m, dt = item_model(p), item_kv_dtype(p)
+    m, dt = item_model(p)
     facts, from_log = logged_memory(p)
     gib, mml = facts["kv_memory_gib"], int(p["max_model_len"])
     conc = m.max_concurrency(gib, mml, dt)
@@ -156,7 +162,7 @@ def _g_kv_gain(p: Mapping[str, Any]) -> dict[str, Any]:
         for r in read_jsonl(src)
         if r.get("status") == "ok" and r.get("kv_cache_tokens")
     }
-    m, g = item_model(p), capacity.get_gpu(p["gpu"])
+    (m, _), g = item_model(p), capacity.get_gpu(p["gpu"])
     base, to, tol = float(p["base"]), float(p["to"]), float(p.get("rel_tol", 0.005))
     if base not in logged or to not in logged:
         raise QuizError(f"kv_gain: {src} has no KV size at {base} and {to}")
@@ -217,22 +223,16 @@ def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
     out_tokens, bs = kv["out_tokens"], capacity.BLOCK_SIZE
     share = kv["demand_tokens"] / kv["kv_tokens"]
     verdict = {
-        "en": (
-            "it does not bind: more KV cannot speed this pass up, so a gain from "
-            "raising the knob needs another explanation before you keep it"
-            if not kv["binding"]
-            else "it binds: more KV lets more requests run at once"
-        ),
-        "zh": (
-            "没有卡住：更多 KV 不可能让这一轮更快，所以调高旋钮带来的提升另有原因，保留之前要先查清"
-            if not kv["binding"]
-            else "卡住了：更多 KV 让更多请求同时运行"
-        ),
+        "en": "it binds: more KV lets more requests run at once",
+        "zh": "卡住了：更多 KV 让更多请求同时运行",
     }
-    where = {"en": "", "zh": ""}
-    if isinstance(src, Path):
-        rel = src.parent.parent.name
-        where = {"en": f" (the recorded run {rel})", "zh": f"（已录制的实测 {rel}）"}
+    if not kv["binding"]:
+        verdict = {
+            "en": "it does not bind: more KV cannot speed this pass up, so a gain from raising "
+            "the knob needs another explanation before you keep it",
+            "zh": "没有卡住：更多 KV 不可能让这一轮更快，所以调高旋钮带来的提升另有原因，保留之前要先查清",
+        }
+    where = _recorded(src.parent.parent.name if isinstance(src, Path) else "")
     at = kv["at_once"]
     return {
         "type": "numeric",
@@ -277,7 +277,7 @@ def _same_batch_points(
 
     if not isinstance(src, Path):
         pts = {(k if k == "window" else float(k)): dict(v) for k, v in src.items()}
-        return pts, {"en": "", "zh": ""}
+        return pts, _recorded("")
     recs = read_jsonl(src / "results.jsonl")
     spread = keep.same_batch_gap(src, recs, baseline=base)
     if spread is None:
@@ -290,11 +290,7 @@ def _same_batch_points(
         cand: {"tok_s": tok[cand], "gen_before_full": sm["value"]},
         "window": {"from_s": lo, "to_s": hi},
     }
-    where = {
-        "en": f" (the recorded run {src.parent.name})",
-        "zh": f"（已录制的实测 {src.parent.name}）",
-    }
-    return pts, where
+    return pts, _recorded(src.parent.name)
 
 
 def _same_batch_choices(base: Any, cand: Any, gap: float, faster: float) -> list[dict[str, Any]]:
@@ -399,7 +395,7 @@ def _g_tpot_floor(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, gpu, batch, context_tokens, rel_tol. Answer: capacity.tpot_floor_ms."""
     from course_utils.core import capacity
 
-    m = item_model(p)
+    m, _ = item_model(p)
     g = capacity.get_gpu(p.get("gpu", "rtx4090"))
     batch, ctx = int(p.get("batch", 1)), int(p.get("context_tokens", 0))
     ms = capacity.tpot_floor_ms(m, g, batch=batch, context_tokens=ctx)

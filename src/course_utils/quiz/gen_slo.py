@@ -296,10 +296,10 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
 def _diagnosis(p: Mapping[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
     from course_utils.core import diagnose, metrics
 
-    inp = diagnosis_inputs(p)
+    samples, bench, mns = diagnosis_inputs(p)
     s = item_slo(p)
-    d = diagnose.diagnose(inp["samples"], inp["bench"], s, max_num_seqs=inp["max_num_seqs"])
-    return d, metrics.summarize(inp["samples"]), inp["bench"], s, inp["max_num_seqs"]
+    d = diagnose.diagnose(samples, bench, s, max_num_seqs=mns)
+    return d, metrics.summarize(samples), bench, s, mns
 
 
 def _diag_text(cap: int | None, summary: Any, bench: Any, s: Any) -> dict[str, str]:

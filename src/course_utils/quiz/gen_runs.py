@@ -25,12 +25,9 @@ def point_load(p: Mapping[str, Any]) -> dict[str, Any]:
     rec = recorded_point(p)
     if rec is None:
         raise QuizError(f"recorded point {p.get('point')!r} not found")
-    bench = json.loads(rec["bench"].read_text(encoding="utf-8"))
-    samples = metrics.load_series(rec["series"])
     return {
-        "bench": bench,
-        "samples": samples,
-        "summary": metrics.summarize(samples),
+        "bench": json.loads(rec["bench"].read_text(encoding="utf-8")),
+        "summary": metrics.summarize(metrics.load_series(rec["series"])),
         "knobs": rec["knobs"],
         "workload": rec["workload"],
         "where": run_name(rec["bench"].parent.parent.parent),
@@ -40,9 +37,6 @@ def point_load(p: Mapping[str, Any]) -> dict[str, Any]:
 def in_flight(bench: Mapping[str, Any]) -> float:
     """Little's law: completed requests per second x mean end-to-end latency (s)."""
     return float(bench["request_throughput"]) * float(bench["mean_e2el_ms"]) / 1000.0
-
-
-# ---------------------------------------------------------------- Little's law
 
 
 @generator("littles_law")
@@ -122,18 +116,12 @@ def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     where = run_name(root)
 
     def why(x: dict[str, Any], lg: str) -> str:
-        s = x["summary"]
+        s, below = x["summary"], x["value"] < n
+        w, r = f"{s.waiting_mean:.1f}", fmt_num(s.running_max)
         if lg == "zh":
-            verdict = "小于" if x["value"] < n else "不小于"
-            return (
-                f"{x['value']}：{verdict} {n:.0f}，实测排队均值 {s.waiting_mean:.1f}、"
-                f"运行数最多 {fmt_num(s.running_max)}"
-            )
-        verdict = "below" if x["value"] < n else "not below"
-        return (
-            f"{x['value']}: {verdict} {n:.0f}; recorded waiting mean {s.waiting_mean:.1f}, "
-            f"running max {fmt_num(s.running_max)}"
-        )
+            return f"{x['value']}：{'小于' if below else '不小于'} {n:.0f}，实测排队均值 {w}、运行数最多 {r}"
+        verdict = "below" if below else "not below"
+        return f"{x['value']}: {verdict} {n:.0f}; recorded waiting mean {w}, running max {r}"
 
     opts = [
         ({lg: f"`--max-num-seqs {x['value']}`" for lg in LANGS}, x["value"] < n, str(x["value"]))
@@ -165,8 +153,6 @@ def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
         },
     }
 
-
-# ---------------------------------------------------------------- TTFT split
 
 TTFT_PARTS = ("queue", "prefill", "outside", "decode")
 

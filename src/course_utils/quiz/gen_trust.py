@@ -1,5 +1,5 @@
-""" "Can you trust this measurement?" items: replayed prompts, a JIT compile inside the
-window, preemption under a full KV cache."""
+"""Items on whether a measurement can be trusted: replayed prompts, a JIT compile inside
+the window, preemption under a full KV cache."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.quiz.data import keyed, resolve_path, run_name
-from course_utils.quiz.engine import QuizError, fmt_num, generator
+from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
 
 
 def _replay_rows(root: Path) -> list[dict[str, float]]:
@@ -67,27 +67,24 @@ def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
     if not bad or len(bad) == len(rows):
         raise QuizError("prefix_replay: needs both replayed and fresh rates")
     where = run_name(root)
+    hits = {"en": "hits", "zh": "命中率"}
     listing = {
-        "en": "; ".join(
-            f"{fmt_num(r['rate'])} req/s: p99 TTFT {r['p99']:.0f} ms, hits {r['hit']:.1%}"
+        lg: sep(";", lg).join(
+            f"{fmt_num(r['rate'])} req/s{sep(':', lg)}p99 TTFT {r['p99']:.0f} ms{sep(',', lg)}"
+            f"{hits[lg]} {r['hit']:.1%}"
             for r in rows
         )
-        + ".",
-        "zh": "；".join(
-            f"{fmt_num(r['rate'])} req/s：p99 TTFT {r['p99']:.0f} ms，命中率 {r['hit']:.1%}"
-            for r in rows
-        )
-        + "。",
+        for lg in LANGS
     }
     return {
         "type": "single",
         "prompt": {
             "en": f"Knee scan of the recorded run `{where}`: random 512-token prompts (no shared "
             f"prefix), every rate on one server with the same `--seed`. Prefix-cache hits / "
-            f"queries over each run: {listing['en']} Can you trust this knee?",
+            f"queries over each run: {listing['en']}. Can you trust this knee?",
             "zh": f"已录制的实测 `{where}` 的拐点扫描：随机 512 token prompt（没有共享前缀），所有速率"
             f"在同一个服务器上、用同一个 `--seed`。每段的 prefix cache 命中 / 查询："
-            f"{listing['zh']}这个拐点可信吗？",
+            f"{listing['zh']}。这个拐点可信吗？",
         },
         "choices": _replay_choices(rows, bad),
         "explain": {
@@ -189,14 +186,8 @@ def _preempt_stats(root: Path, value: Any) -> tuple[dict[str, Any], list[Any], A
     from course_utils.core import vllm_logs
     from course_utils.core.records import read_jsonl, read_text
 
-    rec = next(
-        (
-            r
-            for r in read_jsonl(root / "results.jsonl")
-            if r.get("value") == value and r.get("status") == "ok"
-        ),
-        None,
-    )
+    recs = [r for r in read_jsonl(root / "results.jsonl") if r.get("value") == value]
+    rec = next((r for r in recs if r.get("status") == "ok"), None)
     if rec is None:
         raise QuizError(f"kv_preempt: no point {value} in {root}")
     log = root / "points" / str(rec["key"]) / "llm.log"

@@ -191,14 +191,14 @@ def _g_kv_gain(p: Mapping[str, Any]) -> dict[str, Any]:
         "unit": {"en": "tokens", "zh": "token"},
         "prompt": head,
         "explain": {
-            "en": f"The weights, the activation peak and the CUDA graphs take the same memory at "
-            f"both settings, so the whole extra share goes to KV: {d:g} × {g.total_gib:.1f} GiB "
-            f"÷ {fmt_num(per)} bytes = {fmt_num(round(extra))} more tokens, {fmt_num(answer)} in all. "
-            f"vLLM logged {fmt_num(logged[to])}. Scaling the tokens by {to:g} / {base:g} "
-            f"({fmt_num(round(naive))}) treats the fixed costs as if they grew too.",
-            "zh": f"权重、激活峰值和 CUDA graph 在两个设置下占的显存一样，所以多出来的那一份全给了 KV："
+            "en": "Weights, activation peak and CUDA graphs take the same memory at both settings, "
+            f"so the extra share goes whole to KV: {d:g} × {g.total_gib:.1f} GiB ÷ "
+            f"{fmt_num(per)} bytes = {fmt_num(round(extra))} more tokens, {fmt_num(answer)} in "
+            f"all (vLLM logged {fmt_num(logged[to])}). Scaling by {to:g} / {base:g} "
+            f"({fmt_num(round(naive))}) grows the fixed costs too.",
+            "zh": "权重、激活峰值和 CUDA graph 在两个设置下占的显存一样，多出来的那一份全给了 KV："
             f"{d:g} × {g.total_gib:.1f} GiB ÷ {fmt_num(per)} 字节 = 多 {fmt_num(round(extra))} 个 token，"
-            f"一共 {fmt_num(answer)}。vLLM 实际打印 {fmt_num(logged[to])}。按 {to:g} / {base:g} 等比放大"
+            f"一共 {fmt_num(answer)}（vLLM 实际打印 {fmt_num(logged[to])}）。按 {to:g} / {base:g} 等比放大"
             f"（{fmt_num(round(naive))}）等于把固定开销也一起放大了。",
         },
     }
@@ -375,17 +375,16 @@ def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
         "choices": _same_batch_choices(base, cand, gap, faster),
         "explain": {
             "en": f"Until a cache fills, every value of a capacity knob runs the same batch, so "
-            f"the {gap:+.0%} gap there cannot come from the knob. This run does not say "
-            f"what caused it (the points ran in one order, {base} first; clocks and memory "
-            f"placement are other candidates).{rep['en']} Either way the gap is larger than "
-            f"the {overall:+.0%} over the pass ({base} {faster:.0%} faster) and than the "
-            f"{gain:.0%} min_gain, so no verdict on the knob survives it. Lab 01 turns a keep "
-            "inside this spread into recheck (course_utils.core.keep.same_batch_gap).",
-            "zh": f"cache 填满之前，容量类旋钮的每个取值跑的都是同一批请求，所以那一段的 {gap:+.0%} 不可能来自旋钮。"
-            f"这次运行说明不了它的成因（两个点按固定顺序跑，{base} 在先；时钟、显存布局也都可能）。{rep['zh']}"
-            f"无论如何，这个差距比整轮的 {overall:+.0%}（{base} 快 {faster:.0%}）、也比 {gain:.0%} 的 "
-            "min_gain 都大，关于这个旋钮的任何结论都站不住。实验 01 会把落在这个差距之内的「保留」改判为 "
-            "recheck（course_utils.core.keep.same_batch_gap）。",
+            f"the {gap:+.0%} gap there cannot come from the knob (the points ran in one order, "
+            f"{base} first; clocks and memory placement are other candidates).{rep['en']} The "
+            f"gap exceeds both the {overall:+.0%} over the pass ({base} {faster:.0%} faster) "
+            f"and the {gain:.0%} min_gain, so no verdict on the knob survives it; lab 01 turns "
+            "such a keep into recheck (course_utils.core.keep.same_batch_gap).",
+            "zh": f"cache 填满之前，容量类旋钮的每个取值跑的都是同一批请求，所以那一段的 {gap:+.0%} 不可能"
+            f"来自旋钮（两个点按固定顺序跑，{base} 在先；时钟、显存布局也都可能）。{rep['zh']}这个差距比"
+            f"整轮的 {overall:+.0%}（{base} 快 {faster:.0%}）和 {gain:.0%} 的 min_gain 都大，关于这个旋钮"
+            "的任何结论都站不住；实验 01 会把这种「保留」改判为 recheck"
+            "（course_utils.core.keep.same_batch_gap）。",
         },
     }
 

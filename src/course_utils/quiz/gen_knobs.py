@@ -240,15 +240,13 @@ def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
         "explain": {
             "en": f"Little's law: requests in the server = rate × time each spends there = "
             f"{load['en']}. The cap that runs is the one the server logs: "
-            "`EngineArgs.get_batch_defaults` (vllm/engine/arg_utils.py) fills the unset flag "
-            f"by GPU memory, {logged} on this card and {small} on the {sgpu.name}; the field's "
-            f"{fd} is for tests. {fmt_num(n)} < {logged}, so the cap holds this load and any "
-            "queue has another cause (KV space or the step's token budget).",
+            "`EngineArgs.get_batch_defaults` (vllm/engine/arg_utils.py) sets the unset flag by "
+            f"GPU memory ({logged} here, {small} on the {sgpu.name}); the field's {fd} is for "
+            f"tests. {fmt_num(n)} < {logged}: any queue has another cause.",
             "zh": f"利特尔定律：服务器里的请求数 = 到达速率 × 每个请求停留的时间 = {load['zh']}。"
             "真正生效的上限是服务器日志里的那个：不设 flag 时由 `EngineArgs.get_batch_defaults`"
-            f"（vllm/engine/arg_utils.py）按显存来填，这张卡是 {logged}，{sgpu.name} 是 {small}；"
-            f"字段里的 {fd} 是给测试用的。{fmt_num(n)} < {logged}，所以上限装得下这份负载，"
-            "如果有排队，原因在别处（KV 空间或每步的 token 预算）。",
+            f"（vllm/engine/arg_utils.py）按显存来填（这张卡是 {logged}，{sgpu.name} 是 {small}）；"
+            f"字段里的 {fd} 是给测试用的。{fmt_num(n)} < {logged}：如果有排队，原因在别处。",
         },
     }
 

@@ -136,35 +136,23 @@ class Question:
             tail = f"（{tail}）" if lang == "zh" else f" ({tail})"
         return f"{fmt_num(self.answer)}{unit}{tail}"
 
-    def to_dict(self, lang: Lang | None = None) -> dict[str, Any]:
-        """JSON-ready record; with ``lang`` the texts are resolved to that language."""
-
-        def t(v: dict[str, str] | None) -> Any:
-            return v if v is None or lang is None else v[lang]
-
-        d: dict[str, Any] = {"id": self.id, "type": self.type, "prompt": t(self.prompt)}
+    def to_dict(self, lang: Lang) -> dict[str, Any]:
+        """JSON-ready record with the texts in ``lang``."""
+        d: dict[str, Any] = {"id": self.id, "type": self.type, "prompt": self.prompt[lang]}
         if self.choices:
             d["choices"] = [
-                {
-                    "id": c.id,
-                    "text": t(c.text),
-                    "correct": c.correct,
-                    **({"key": c.key} if c.key else {}),
-                }
+                {"id": c.id, "text": c.text[lang], "correct": c.correct}
+                | ({"key": c.key} if c.key else {})
                 for c in self.choices
             ]
         if self.type == "numeric":
-            d.update(
-                answer=self.answer, abs_tol=self.abs_tol, rel_tol=self.rel_tol, unit=t(self.unit)
-            )
-        d["explain"] = t(self.explain)
-        if lang is not None:
-            d["expected"] = self.expected(lang)
+            unit = self.unit[lang] if self.unit else None
+            d.update(answer=self.answer, abs_tol=self.abs_tol, rel_tol=self.rel_tol, unit=unit)
+        d.update(explain=self.explain[lang], expected=self.expected(lang))
         if self.section is not None:
             d["section"] = self.section
         if self.generator:
-            d["generator"] = self.generator
-            d["params"] = self.params
+            d.update(generator=self.generator, params=self.params)
         return d
 
 

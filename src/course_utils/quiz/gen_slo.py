@@ -25,7 +25,7 @@ from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
 from course_utils.quiz.gen_knobs import CONSTRAINTS, NO_KNOB, each, move_word
 
 
-def _requests_text(p: Mapping[str, Any], b: Any) -> dict[str, str]:
+def _requests_text(b: Any) -> dict[str, str]:
     per = per_request_of(b)
     pairs = [f"{t:.0f}/{d:.0f}" for t, d in zip(per["ttft"], per["tpot"], strict=True)]
     rows, rows_zh = "; ".join(pairs), "；".join(pairs)
@@ -48,7 +48,7 @@ def _g_request_goodput(p: Mapping[str, Any]) -> dict[str, Any]:
     if g is None:
         raise QuizError("this result has no per-request data")
     good = round(g * float(b.duration))
-    intro = _requests_text(p, b)
+    intro = _requests_text(b)
     targets = " ".join(s.goodput_args())
     return {
         "type": "numeric",
@@ -80,14 +80,10 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
 
     s = item_slo(p)
     rec = recorded_point(p)
-    if rec:
-        b = item_bench(rec["bench"])
+    if not rec and ("requests" in p or "ttft_ms" in p):
+        b = requests_bench(p)
     else:
-        b = (
-            requests_bench(p)
-            if "requests" in p or "ttft_ms" in p
-            else item_bench(item_data(p, "bench"))
-        )
+        b = item_bench(rec["bench"] if rec else item_data(p, "bench"))
     sc = slo_mod.score(b, s)
     keys = [k for k in s.targets() if b.percentile(k, s.percentile) is not None]
     over = [k for k in keys if b.percentile(k, s.percentile) > s.targets()[k]]
@@ -113,7 +109,7 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
         )
     right = "pass" if sc.meets_slo else f"fail-{over[0]}" if len(over) == 1 else "fail-several"
     if per_request_of(b) is not None:
-        intro = _requests_text(p, b)
+        intro = _requests_text(b)
     else:  # a saved result: its p99s and throughput are what the gate reads
         intro = {
             "en": f"`vllm bench serve` reported {thr} completed, {', '.join(p99s)}.",

@@ -436,7 +436,7 @@ class CaseRow:
     combos_measured: int = 0
     combos_planned: int = 0
     cross_spread: float | None = None  # the largest, over configurations both sides measured
-    verdict: str | None = None  # compare()'s: same | tie | grid_better | undecided
+    verdict: str | None = None  # compare()'s (same | tie | grid_better | undecided) or loop_unfinished
     outcome: str | None = None  # keep.loop_outcome's
     note: dict[str, str] = field(default_factory=dict)
 
@@ -460,6 +460,8 @@ def _both(row: CaseRow, grid_dir: Path, loop_dir: Path, slo: str) -> list[dict[s
     row.cross_spread = max(cmp["cross_spread"].values(), default=None)
     row.verdict = cmp["verdict"]["decision"]
     row.outcome = replay_tune(loop_dir, objective=OBJECTIVE)["outcome"]["outcome"]
+    if row.outcome == "unfinished":  # a loop stopped before its end has not chosen yet
+        row.verdict = "loop_unfinished"
     return list(g["combos"])
 
 

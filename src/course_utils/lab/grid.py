@@ -436,7 +436,9 @@ class CaseRow:
     combos_measured: int = 0
     combos_planned: int = 0
     cross_spread: float | None = None  # the largest, over configurations both sides measured
-    verdict: str | None = None  # compare()'s (same | tie | grid_better | undecided) or loop_unfinished
+    verdict: str | None = (
+        None  # compare()'s (same | tie | grid_better | undecided) or loop_unfinished
+    )
     outcome: str | None = None  # keep.loop_outcome's
     note: dict[str, str] = field(default_factory=dict)
 

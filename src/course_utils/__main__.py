@@ -1,8 +1,8 @@
-"""``python -m course_utils``: the course's modules from a terminal.
+"""``python -m course_utils <verb>``: the course's modules from a terminal, one verb tree.
 
-Subcommands: knobs, capacity, goodput, diagnose, replicas (each with ``--format json``), plus
-sweep, tune, knee, replay, preflight and quiz from the modules that own them. Bad input: one
-line ``error: <what> → fix: <how>`` on stderr and exit status 2 (core.validate.error_line).
+knobs, capacity, goodput, diagnose, replicas (each with ``--format json``) here; sweep, tune,
+knee, preflight (lab.cli), replay, modelfolder, workload, scaleout and quiz from the modules
+that own them. Bad input: one line ``error: <what> → fix: <how>`` on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from course_utils.core import capacity, diagnose, knobs, metrics, replicas, slo
 from course_utils.core import validate as v
 from course_utils.core.validate import EXIT_BAD_INPUT, BadInput, error_line
 from course_utils.lab import cli as lab_cli
-from course_utils.lab import modelfolder, replay
+from course_utils.lab import modelfolder, replay, scaleout
 from course_utils.lab import workload as lab_workload
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
@@ -59,26 +59,13 @@ def cmd_knobs(a: argparse.Namespace) -> None:
         ks = knobs.recommend(a.goal)
         _print([k.name for k in ks], a.format, lambda: "\n".join(k.flag for k in ks))
         return
-    rows = knobs.table(a.lang, a.gpu_memory_gib, a.entry)
-    data = [
-        {
-            "name": k.name,
-            "flag": k.flag,
-            "kwarg": k.kwarg,
-            "config": k.config,
-            "source": k.source,
-            "group": k.group,
-            "default": knobs.default(k.name, gpu_memory_gib=a.gpu_memory_gib, entry=a.entry),
-            "throughput": k.throughput,
-            "ttft": k.ttft,
-            "itl": k.itl,
-            "relieves": k.relieves,
-            "move": k.move[a.lang],
-            "trade": k.trade[a.lang],
-        }
-        for k in knobs.KNOBS.values()
-    ]
-    _print(data, a.format, lambda: _table(rows))
+    data = []
+    for k in knobs.KNOBS.values():
+        d = {c: getattr(k, c) for c in ("name", "flag", "kwarg", "config", "source", "group")}
+        d["default"] = knobs.default(k.name, gpu_memory_gib=a.gpu_memory_gib, entry=a.entry)
+        d |= {c: getattr(k, c) for c in ("throughput", "ttft", "itl", "relieves")}
+        data.append(d | {"move": k.move[a.lang], "trade": k.trade[a.lang]})
+    _print(data, a.format, lambda: _table(knobs.table(a.lang, a.gpu_memory_gib, a.entry)))
 
 
 def _capacity_knobs(a: argparse.Namespace, gpu: Any) -> None:
@@ -362,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_cli(sub)
     modelfolder.add_cli(sub)
     lab_workload.add_parser(sub)
+    scaleout.add_cli(sub)
     quiz.add_cli(sub)
     return p
 

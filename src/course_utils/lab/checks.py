@@ -309,9 +309,9 @@ def check_model(model: str, tokenizer: str | None = None) -> Check:
             ),
             en_zh(
                 "download the tokenizer files into the folder too, or pass tokenizer=<folder>; for "
-                "dummy weights: python -m course_utils.lab.modelfolder <new folder>",
+                "dummy weights: python -m course_utils modelfolder <new folder>",
                 "把分词器文件也下载进这个目录，或传 tokenizer=<目录>；用随机权重时："
-                "python -m course_utils.lab.modelfolder <新目录>",
+                "python -m course_utils modelfolder <新目录>",
             ),
         )
     return Check(
@@ -350,9 +350,9 @@ def check_dummy_vocab(model: str, tokenizer: str | None = None) -> Check | None:
                 f"{size - missing:,} 个，而随机权重可能生成其中任何一个",
             ),
             en_zh(
-                "make a folder whose tokenizer covers every id: python -m course_utils.lab.modelfolder "
+                "make a folder whose tokenizer covers every id: python -m course_utils modelfolder "
                 "<new folder>, then pass it as the model",
-                "生成一个分词器覆盖全部 id 的目录：python -m course_utils.lab.modelfolder <新目录>，再把它作为 model 传入",
+                "生成一个分词器覆盖全部 id 的目录：python -m course_utils modelfolder <新目录>，再把它作为 model 传入",
             ),
         )
     return Check("dummy_vocab", True, en_zh(f"covers all {size:,} ids", f"覆盖全部 {size:,} 个 id"))

@@ -1,4 +1,4 @@
-"""``python -m course_utils sweep|tune|preflight``: the lab harness from a terminal."""
+"""``python -m course_utils sweep|tune|knee|preflight``: the lab harness from a terminal."""
 
 from __future__ import annotations
 
@@ -21,8 +21,6 @@ __all__ = ["add_cli", "process_kwargs", "workload_from_args"]
 
 
 GPU_HELP = "the GPU the run is for (a name from core.capacity; the preset's size); 4090 = rtx4090"
-
-
 gpu_name = v.gpu  # --gpu / --rehearse-gpu: core.validate.gpu_key
 
 
@@ -33,7 +31,7 @@ def _common_cli(p: argparse.ArgumentParser) -> None:
         help="a named workload (core.presets: prefill, decode, kv, knee, prefix): its workload, "
         "SLO, base knobs (and tune's candidates) unless given here",
     )
-    p.add_argument("--gpu", "--gpu-size", dest="gpu", type=gpu_name, default=None, help=GPU_HELP)
+    p.add_argument("--gpu", type=gpu_name, default=None, help=GPU_HELP)
     p.add_argument("--slo", default=None, help='e.g. "ttft:300 tpot:50" (ms, p99)')
     p.add_argument("--rate", type=v.rate, default=None, help="offered request rate (req/s)")
     p.add_argument("--out", required=True, help="output folder (points.jsonl, tune.jsonl)")
@@ -143,16 +141,9 @@ def _apply_preset(a: argparse.Namespace, *, tune: bool) -> None:
             pre = presets.get(a.preset, a.gpu or "rtx4090")
         except KeyError as exc:
             raise BadInput(f"--preset: {exc.args[0]}", "pick a preset and --gpu it has") from None
-        given = {
-            "input_len": pre.input_len,
-            "output_len": pre.output_len,
-            "num_prompts": pre.num_prompts,
-            "prefix_len": pre.prefix_len,
-            "rate": float(pre.rate),
-        }
-        for k, val in given.items():
+        for k in _DEFAULTS:  # the preset's workload where not given
             if getattr(a, k) is None:
-                setattr(a, k, val)
+                setattr(a, k, float(pre.rate) if k == "rate" else getattr(pre, k))
         a.slo = a.slo or pre.slo
         if pre.rehearse and not getattr(a, "rehearse_gpu", None):
             a.rehearse_gpu = pre.rehearse
@@ -249,19 +240,24 @@ def _check_args(a: argparse.Namespace, base: dict[str, Any], cand: dict[str, lis
     check_run_folder(a.out, resume=a.resume)
 
 
-def _preflight_first(
-    a: argparse.Namespace, *, base_knobs: dict[str, Any], candidates: dict[str, Any]
-) -> None:
-    """Before the first server: warnings to stderr; a failed check raises PreflightError."""
-    report = preflight(
+def _preflight(a: argparse.Namespace, **kw: Any) -> Any:
+    return preflight(
         a.model,
-        entry="serve",
         output_dir=a.out,
         port=a.port,
         load_format=a.load_format,
         tokenizer=a.tokenizer,
-        gpu_memory_utilization=requested_gmu(base_knobs, candidates),
         vllm_cmd=a.vllm_cmd,
+        **kw,
+    )
+
+
+def _preflight_first(
+    a: argparse.Namespace, *, base_knobs: dict[str, Any], candidates: dict[str, Any]
+) -> None:
+    """Before the first server: warnings to stderr; a failed check raises PreflightError."""
+    report = _preflight(
+        a, entry="serve", gpu_memory_utilization=requested_gmu(base_knobs, candidates)
     )
     for c in report.warnings():
         print(f"warning: {c.line('en')}", file=sys.stderr)
@@ -269,16 +265,11 @@ def _preflight_first(
 
 
 def _cmd_preflight(a: argparse.Namespace) -> int:
-    report = preflight(
-        a.model,
+    report = _preflight(
+        a,
         entry=a.entry,
-        output_dir=a.out,
-        port=a.port,
         host=a.host,
-        load_format=a.load_format,
-        tokenizer=a.tokenizer,
         gpu_memory_utilization=a.gpu_memory_utilization,
-        vllm_cmd=a.vllm_cmd,
         min_free_disk_gib=a.min_disk_gib,
     )
     print(report.table(a.lang), flush=True)
@@ -286,21 +277,20 @@ def _cmd_preflight(a: argparse.Namespace) -> int:
     return 0
 
 
-def _sweep_values(a: argparse.Namespace) -> dict[str, list[Any]]:
+def _knob_name(name: str, flag: str) -> str:
     try:
-        name = get_knob(a.knob).name
+        return get_knob(name).name
     except KnobError as exc:
         raise BadInput(
-            f"--knob: {exc}", "name a knob from `python -m course_utils knobs`"
+            f"{flag}: {exc}", "name a knob from `python -m course_utils knobs`"
         ) from None
-    return {name: parse_values(a.values, "--values")}
 
 
 def _cmd_sweep(a: argparse.Namespace) -> int:
     from course_utils.lab.sweep import sweep
 
     _apply_preset(a, tune=False)
-    base, sweeps = _base(a), _sweep_values(a)
+    base, sweeps = _base(a), {_knob_name(a.knob, "--knob"): parse_values(a.values, "--values")}
     _check_args(a, base, sweeps)
     base, sweeps = _rehearse(a, base, sweeps)
     a.base_knobs = base
@@ -314,22 +304,12 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
         couple=a.couple,
         **kw,
     )
-    for r in recs:
-        s = r.get("score") or {}
-        print(
-            json.dumps(
-                {
-                    "value": r["value"],
-                    "status": r["status"],
-                    "reason": r.get("reason"),
-                    "gate_goodput": s.get("gate_goodput"),
-                    "request_goodput": s.get("request_goodput"),
-                    "meets_slo": s.get("meets_slo"),
-                    "valid": r.get("valid"),
-                    "constraint": (r.get("diagnosis") or {}).get("constraint"),
-                }
-            )
-        )
+    for r in recs:  # one JSON line a point
+        sc = r.get("score") or {}
+        row = {k: r.get(k) for k in ("value", "status", "reason")}
+        row |= {k: sc.get(k) for k in ("gate_goodput", "request_goodput", "meets_slo")}
+        row |= {"valid": r.get("valid"), "constraint": (r.get("diagnosis") or {}).get("constraint")}
+        print(json.dumps(row))
     return 0
 
 
@@ -337,15 +317,7 @@ def _candidates(a: argparse.Namespace) -> dict[str, list[Any]]:
     cand = parse_assign(a.candidate, True, "--candidate")
     if not cand:
         raise BadInput("no --candidate given", "give --candidate KNOB=V1,V2 (or --preset NAME)")
-    out: dict[str, list[Any]] = {}
-    for k, vals in cand.items():
-        try:
-            out[get_knob(k).name] = vals
-        except KnobError as exc:
-            raise BadInput(
-                f"--candidate: {exc}", "name a knob from `python -m course_utils knobs`"
-            ) from None
-    return out
+    return {_knob_name(k, "--candidate"): vals for k, vals in cand.items()}
 
 
 def _cmd_tune(a: argparse.Namespace) -> int:
@@ -372,7 +344,7 @@ def _cmd_tune(a: argparse.Namespace) -> int:
 
 
 def add_cli(subparsers: Any) -> None:
-    """Register `sweep`, `tune` and `preflight` (each sets `func(args) -> int`)."""
+    """Register `sweep`, `tune`, `preflight` and `knee` (each sets `func(args) -> int`)."""
     p = subparsers.add_parser("sweep", help="sweep one vLLM knob against an SLO")
     _common_cli(p)
     p.add_argument("--knob", required=True, help="e.g. max_num_seqs")
@@ -424,7 +396,20 @@ def add_cli(subparsers: Any) -> None:
     f.add_argument("--min-disk-gib", type=v.non_negative_float, default=MIN_FREE_DISK_GIB)
     f.add_argument("--lang", choices=("en", "zh"), default="en")
     f.set_defaults(func=_cmd_preflight)
-    add_knee_cli(subparsers)
+
+    k = subparsers.add_parser("knee", help="offered-rate scan on one server: where the SLO breaks")
+    _common_cli(k)
+    k.add_argument("--rates", required=True, help="offered req/s, comma-separated, e.g. 2,4,6,8")
+    k.add_argument(
+        "--batch1-prompts", type=v.non_negative_int, default=0, help="one-at-a-time requests"
+    )
+    k.add_argument(
+        "--bracket-repeats",
+        type=v.non_negative_int,
+        default=1,
+        help="more windows at the two rates around the knee",
+    )
+    k.set_defaults(func=_cmd_knee, cmd="knee")
 
 
 def _cmd_knee(a: argparse.Namespace) -> int:
@@ -443,33 +428,12 @@ def _cmd_knee(a: argparse.Namespace) -> int:
     recs = knee_scan(
         a.model,
         [float(r) for r in rates],
-        workload=kw["workload"],
-        slo=kw["slo"],
-        out_dir=a.out,
-        base_knobs=kw["base_knobs"],
+        **{k: kw[k] for k in ("workload", "slo", "out_dir", "base_knobs", "gpu_memory_gib")},
         server_kwargs=kw["server_kwargs"],
         bench_kwargs=kw["bench_kwargs"],
-        gpu_memory_gib=a.gpu_memory_gib,
         batch1_prompts=a.batch1_prompts,
         bracket_repeats=a.bracket_repeats,
         progress=None if a.no_progress else (lambda m: print(m, file=sys.stderr)),
     )
     print(json.dumps(pick_knee(recs), indent=2, default=str))
     return 0
-
-
-def add_knee_cli(subparsers: Any) -> None:
-    """Register `knee`: the offered-rate scan on one server (lab 02 step 0)."""
-    k = subparsers.add_parser("knee", help="offered-rate scan on one server: where the SLO breaks")
-    _common_cli(k)
-    k.add_argument("--rates", required=True, help="offered req/s, comma-separated, e.g. 2,4,6,8")
-    k.add_argument(
-        "--batch1-prompts", type=v.non_negative_int, default=0, help="one-at-a-time requests"
-    )
-    k.add_argument(
-        "--bracket-repeats",
-        type=v.non_negative_int,
-        default=1,
-        help="more windows at the two rates around the knee",
-    )
-    k.set_defaults(func=_cmd_knee, cmd="knee")

@@ -1,19 +1,12 @@
 """``measure()``: the one place a load is measured on a running `vllm serve`.
 
-1. **Warm-up that covers the load**: `vllm bench serve` with the load's shape and rate (a
-   share of its prompts, its own seed), /metrics sampled, so the engine runs the batch
-   sizes the load will run before anything is measured. (A fixed handful of requests did
-   not: vLLM's JIT monitor then logged a Triton compile inside the measured window.)
-2. **Windows**: `vllm bench serve` with the workload (window 0 uses the workload's seed, so
-   every point of a sweep sends the same prompts), /metrics sampled while it runs, both
-   goodputs scored, the binding constraint diagnosed.
-3. **The validity gate** on every window: failed requests, achieved vs offered rate, output
-   length, prefix-cache hits from replayed prompts, a vLLM JIT compile logged inside the
-   window (the server log's bytes written during it), and a warm-up whose engine peak
-   fell short of the window's. An invalid window is re-measured on the same, now warm,
-   server with fresh prompts (``remeasure`` times); both windows are recorded.
-4. **Repeats** (``repeats``): more valid windows with fresh prompts, for the run-to-run
-   spread that a keep decision must beat.
+1. Warm-up at the load's shape and rate (a share of its prompts, its own seed), so the
+   engine runs the load's batch sizes before anything is measured.
+2. Windows: `vllm bench serve` with the workload (window 0: the workload's seed), /metrics
+   sampled, both goodputs scored, the binding constraint diagnosed.
+3. The validity gate on every window (core.validity, plus a JIT compile logged inside the
+   window); an invalid window is re-measured with fresh prompts (``remeasure`` times).
+4. ``repeats`` more valid windows with fresh prompts: the run-to-run spread.
 """
 
 from __future__ import annotations
@@ -36,7 +29,7 @@ from course_utils.core.records import (
     Workload,
     bench_summary,
 )
-from course_utils.core.slo import SLO, score
+from course_utils.core.slo import SLO, Score, score
 from course_utils.core.validity import (
     jit_issue,
     prefix_cache_hit_rate,
@@ -51,10 +44,11 @@ from course_utils.lab.server import VllmServer
 
 __all__ = [
     "MeasureConfig",
-    "WARMUP_SEED_OFFSET",
     "WINDOW_SEED_STRIDE",
+    "diag_dict",
     "jit_in_log_span",
     "measure",
+    "window_scores",
 ]
 
 # prompts of the warm-up and of window i come from seeds no other window uses
@@ -80,10 +74,6 @@ class MeasureConfig:
             raise ValueError("warmup_share must be in [0, 1]")
         if self.repeats < 0 or self.remeasure < 0:
             raise ValueError("repeats and remeasure must be >= 0")
-
-    def bench(self) -> dict[str, Any]:
-        """The keyword arguments of each lab.bench.run_bench call."""
-        return dict(self.bench_kwargs)
 
     def warmup_workload(self, w: Workload) -> Workload | None:
         if self.warmup_share <= 0:
@@ -137,7 +127,7 @@ def _warm_up(
                 paths.dir,
                 paths.warmup_json.name,
                 log_path=paths.warmup_log,
-                **cfg.bench(),
+                **cfg.bench_kwargs,
             )
     except BenchError as exc:
         return Warmup(
@@ -187,7 +177,7 @@ def _window(
                 paths.dir,
                 paths.bench_json(index).name,
                 log_path=paths.bench_log(index),
-                **cfg.bench(),
+                **cfg.bench_kwargs,
             )
     except BenchError as exc:
         win.reason = f"bench failed: {exc.reason}"
@@ -211,32 +201,32 @@ def _window(
     if cover:
         issues.append(cover)
     if slo is not None:
-        sc = score(res, slo)
-        win.score = Scores(
-            gate_goodput=sc.gate_goodput,
-            request_goodput=sc.request_goodput,
-            request_throughput=sc.request_throughput,
-            meets_slo=sc.meets_slo,
-            violations=list(sc.violations),
-        )
+        win.score = window_scores(score(res, slo))
         mns, mnbt = max_num_seqs, max_num_batched_tokens
         diag = diagnose(samples, res, slo, max_num_seqs=mns, max_num_batched_tokens=mnbt)
         per = diagnose_engines(samples, res, slo, max_num_seqs=mns, max_num_batched_tokens=mnbt)
         if per:  # several engines (data parallel): each one's own view; the busiest decides
             series = engine_series(samples)
             win.engines = {
-                e: EngineWindow(summarize(series[e]).as_dict(), _diag_dict(d))
+                e: EngineWindow(summarize(series[e]).as_dict(), diag_dict(d))
                 for e, d in per.items()
             }
             diag = per[busiest_engine(per) or next(iter(per))]
-        win.diagnosis = _diag_dict(diag)
+        win.diagnosis = diag_dict(diag)
     win.status, win.valid, win.validity_issues = "ok", not issues, issues
     win.prefix_cache_hit_rate, win.bench, win.load = hit, bench_summary(res.raw), load.as_dict()
     return win
 
 
-def _diag_dict(d: Diagnosis) -> dict[str, Any]:
+def diag_dict(d: Diagnosis) -> dict[str, Any]:
+    """A diagnosis as a record stores it: its fields and its reason in both languages."""
     return {**d.as_dict(), "why_en": d.why("en"), "why_zh": d.why("zh")}
+
+
+def window_scores(sc: Score) -> Scores:
+    """A window's stored scores from ``core.slo.score``."""
+    v = list(sc.violations)
+    return Scores(sc.gate_goodput, sc.request_goodput, sc.request_throughput, sc.meets_slo, v)
 
 
 def _close(

@@ -7,7 +7,7 @@ not needed: a byte-level BPE trained here on local text (the Python standard lib
 source and the installed packages' by default) to exactly ``vocab_size`` ids, with the ChatML special tokens at their
 real Qwen2.5 ids so ``eos_token_id`` in the config means ``<|im_end|>``.
 
-    python -m course_utils.lab.modelfolder OUT [--model qwen2.5-7b-instruct] [--vocab-size N]
+    python -m course_utils modelfolder OUT [--model qwen2.5-7b-instruct] [--vocab-size N]
 
 Speed, memory, KV-cache size and scheduling are those of the real architecture; the text
 is noise, so quality (lab 01's accuracy) is not measured on such a folder.
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import sysconfig
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -34,7 +33,6 @@ __all__ = [
     "tokenizer_ids",
     "uncovered_ids",
     "stdlib_corpus",
-    "main",
 ]
 
 # Qwen2.5's own ids for these (tokenizer_config.json of Qwen/Qwen2.5-7B-Instruct);
@@ -315,7 +313,7 @@ def make_dummy_model_folder(
         f'Weight-free model folder for vLLM `load_format="dummy"` ({name} config).\n'
         "The tokenizer is a byte-level BPE trained on local text, not the model's own:\n"
         "speed, memory and KV-cache size are real, generated text and accuracy are not.\n"
-        "Made by `python -m course_utils.lab.modelfolder`.\n"
+        "Made by `python -m course_utils modelfolder`.\n"
     )
     return out
 
@@ -440,15 +438,3 @@ def add_cli(subparsers: Any) -> None:
         help="stop reading the Python-source corpus after this many MB",
     )
     ap.set_defaults(func=_cmd)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m course_utils.lab.modelfolder``: the same as ``python -m course_utils
-    modelfolder``."""
-    from course_utils.__main__ import main as course_main
-
-    return course_main(["modelfolder", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,18 +1,11 @@
-"""One-knob sweeps: for each value, a fresh `vllm serve`, ``measure()`` on it, one record.
+"""One-knob sweeps: for each value, a fresh `vllm serve`, ``measure()`` on it, one record
+appended to ``out_dir/points.jsonl`` at once, so an interrupted sweep resumes.
 
-Each point is appended to ``out_dir/points.jsonl`` at once (fsync), so an interrupted sweep
-resumes without losing or repeating a point. Points of one sweep run on fresh servers with
-the same workload seed (window 0 sends the same prompts at every value).
-
-Coupling (``couple=True``): vLLM 0.26.0 rejects max_num_batched_tokens < max_num_seqs
-(vllm/config/scheduler.py). A point whose effective max_num_batched_tokens (set, or the
-0.26.0 default for this GPU) is below max_num_seqs gets it raised to max_num_seqs; when the
-swept knob is max_num_batched_tokens itself, max_num_seqs is lowered to it instead.
-
-Pre-validation (``prevalidate=True``): every value is checked with ``knobs.validate``
-(names, types, ranges, cross-knob rules) before any server starts, so a bad combination
-costs no GPU time. With ``prevalidate=False`` only each knob on its own is checked and vLLM
-judges the combination: the point fails with vLLM's own reason.
+``couple=True``: vLLM 0.26.0 rejects max_num_batched_tokens < max_num_seqs, so a point's
+effective max_num_batched_tokens is raised to max_num_seqs (when max_num_batched_tokens is
+swept, max_num_seqs is lowered to it). ``prevalidate=True``: every value passes
+``knobs.validate`` (cross-knob rules included) before any server starts; False: each knob
+alone, and vLLM judges the combination.
 """
 
 from __future__ import annotations
@@ -21,7 +14,7 @@ import json
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +24,6 @@ from course_utils.core.keep import early_stop_reason, objective_label
 from course_utils.core.metrics import load_series
 from course_utils.core.records import (
     PointPaths,
-    Scores,
     ServedPoint,
     Workload,
     append_jsonl,
@@ -47,7 +39,7 @@ from course_utils.core.store import (
     read_text,
     set_aside,
 )
-from course_utils.lab.measure import MeasureConfig, measure
+from course_utils.lab.measure import MeasureConfig, diag_dict, measure, window_scores
 from course_utils.lab.server import ServerStartError, VllmServer, gpu_memory_gib
 
 __all__ = [
@@ -69,8 +61,8 @@ BASELINE = "baseline"
 
 @dataclass
 class SweepConfig:
-    """Everything a served point needs besides its knobs (one object instead of 20
-    keyword arguments). ``SweepConfig.make(**kw)`` takes the keyword names the labs use."""
+    """Everything a served point needs besides its knobs; ``SweepConfig.make(**kw)`` takes
+    the keyword names the labs use."""
 
     workload: Workload
     slo: SLO | None
@@ -100,23 +92,25 @@ class SweepConfig:
         unknown = sorted(set(kw) - names)
         if unknown:
             raise TypeError(f"unknown sweep option(s): {', '.join(unknown)}")
-        m: dict[str, Any] = {"bench_kwargs": dict(bench_kwargs or {})}
-        for k, v in (
-            ("warmup_min_prompts", warmup_prompts),
-            ("warmup_share", warmup_share),
-            ("repeats", repeats),
-            ("remeasure", remeasure),
-            ("metrics_interval_s", metrics_interval_s),
-        ):
-            if v is not None:
-                m[k] = v
+        m = {
+            "warmup_min_prompts": warmup_prompts,
+            "warmup_share": warmup_share,
+            "repeats": repeats,
+            "remeasure": remeasure,
+            "metrics_interval_s": metrics_interval_s,
+        }
+        m = {k: v for k, v in m.items() if v is not None}
+        m["bench_kwargs"] = dict(bench_kwargs or {})
         kw["out_dir"] = Path(kw["out_dir"])
         kw["server_kwargs"] = dict(kw.get("server_kwargs") or {})
         kw.setdefault("measure", MeasureConfig(**m))
         return cls(**kw)
 
     def gpu_gib(self) -> float:
-        return _gpu_gib(self.gpu_memory_gib)
+        """The GPU's memory: as given, else this host's GPU, else 24 GiB."""
+        if self.gpu_memory_gib is not None:
+            return float(self.gpu_memory_gib)
+        return gpu_memory_gib() or 24.0
 
     def server_extra(self) -> dict[str, Any]:
         return {
@@ -132,11 +126,6 @@ def load_points(path: str | Path) -> list[dict[str, Any]]:
     return read_records(
         p / POINTS_FILE if p.is_dir() else p, need="key", check=RUN_CHECKS[POINTS_FILE]
     )
-
-
-def load_served(path: str | Path) -> list[ServedPoint]:
-    """The points of a points.jsonl as records (runs recorded before windows included)."""
-    return [ServedPoint.from_json(r) for r in load_points(path)]
 
 
 def effective(name: str, values: Mapping[str, Any], gpu_gib: float) -> Any:
@@ -161,13 +150,6 @@ def couple_knobs(
         return out, {"max_num_seqs": tokens}
     out["max_num_batched_tokens"] = seqs
     return out, {"max_num_batched_tokens": seqs}
-
-
-def _gpu_gib(gpu_memory_gib_: float | None) -> float:
-    if gpu_memory_gib_ is not None:
-        return float(gpu_memory_gib_)
-    found = gpu_memory_gib()
-    return found if found is not None else 24.0
 
 
 def progress_bar(total: int, desc: str, enabled: bool) -> Any:
@@ -201,21 +183,17 @@ def check_values(
     name = knobs_mod.get(knob).name if knob != BASELINE else BASELINE
     out = []
     for v in values:
-        merged = dict(base)
-        if name != BASELINE:
-            merged[name] = v
+        merged = {**base, name: v} if name != BASELINE else dict(base)
         coupled: dict[str, Any] = {}
         try:
-            if not prevalidate:
+            if prevalidate:
+                checked = knobs_mod.validate(merged, entry="serve")
+            else:
                 checked = validate_each(merged)
-                if couple:
-                    checked, coupled = couple_knobs(checked, name, gpu_gib)
-                out.append((checked.get(name, v) if name != BASELINE else None, checked, coupled))
-                continue
-            checked = knobs_mod.validate(merged, entry="serve")
             if couple:
                 checked, coupled = couple_knobs(checked, name, gpu_gib)
-            checked = knobs_mod.validate(checked, gpu_memory_gib=gpu_gib, entry="serve")
+            if prevalidate:
+                checked = knobs_mod.validate(checked, gpu_memory_gib=gpu_gib, entry="serve")
         except knobs_mod.KnobError as exc:
             label = f"{name}={v!r}" if name != BASELINE else "base knobs"
             hint = (
@@ -229,11 +207,6 @@ def check_values(
     return out
 
 
-# --------------------------------------------------------------------------------------
-# one point
-# --------------------------------------------------------------------------------------
-
-
 def run_point(
     model: str, point: ServedPoint, cfg: SweepConfig, on_window: Callable[[Any], None] | None = None
 ) -> ServedPoint:
@@ -243,21 +216,12 @@ def run_point(
     paths = PointPaths.of(cfg.out_dir, point.key)
     paths.dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    srv = VllmServer(
-        model,
-        point.knobs,
-        log_path=paths.server_log,
-        check_knobs=cfg.prevalidate,
-        **cfg.server_kwargs,
-    )
+    kw = dict(log_path=paths.server_log, check_knobs=cfg.prevalidate, **cfg.server_kwargs)
+    srv = VllmServer(model, point.knobs, **kw)
     point.serve_cmd = shlex.join(srv.argv)
-    mns = int(effective("max_num_seqs", point.knobs, cfg.gpu_gib()))
-    mnbt = int(effective("max_num_batched_tokens", point.knobs, cfg.gpu_gib()))
-    bench_kw = {
-        "vllm_cmd": cfg.server_kwargs.get("vllm_cmd", ("vllm",)),
-        **dict(cfg.measure.bench_kwargs),
-    }
-    mcfg = MeasureConfig(**{**cfg.measure.__dict__, "bench_kwargs": bench_kw})
+    mns, mnbt = limits(point.knobs, cfg.gpu_gib())
+    bench_kw = {"vllm_cmd": srv.vllm_cmd, **dict(cfg.measure.bench_kwargs)}
+    mcfg = replace(cfg.measure, bench_kwargs=bench_kw)
     try:
         with srv:
             point.startup_s = round(srv.startup_s or 0.0, 2)
@@ -274,22 +238,20 @@ def run_point(
             )
     except ServerStartError as exc:
         point.status, point.reason = "failed", exc.reason
-        point.elapsed_s = round(time.monotonic() - t0, 2)
-        return point
-    point.elapsed_s = round(time.monotonic() - t0, 2)
-    done = [w for w in point.windows if w.ok]
-    if done:
-        point.status, point.reason = "ok", None
     else:
-        point.status = "failed"
+        ok = any(w.ok for w in point.windows)
         last = point.windows[-1].reason if point.windows else None
-        point.reason = last or (point.warmup.reason if point.warmup else None) or "no window"
+        warm = point.warmup.reason if point.warmup else None
+        point.status = "ok" if ok else "failed"
+        point.reason = None if ok else last or warm or "no window"
+    point.elapsed_s = round(time.monotonic() - t0, 2)
     return point
 
 
-# --------------------------------------------------------------------------------------
-# sweep
-# --------------------------------------------------------------------------------------
+def limits(knobs: Mapping[str, Any], gpu_gib: float) -> tuple[int, int]:
+    """max_num_seqs and max_num_batched_tokens as served (set, else vLLM's default)."""
+    mns = int(effective("max_num_seqs", knobs, gpu_gib))
+    return mns, int(effective("max_num_batched_tokens", knobs, gpu_gib))
 
 
 def _done_points(
@@ -319,8 +281,7 @@ def rescore(rec: Mapping[str, Any], cfg: SweepConfig) -> dict[str, Any] | None:
         return None
     p = ServedPoint.from_json(rec)
     paths = PointPaths.of(cfg.out_dir, p.key)
-    mns = int(effective("max_num_seqs", p.knobs, cfg.gpu_gib()))
-    mnbt = int(effective("max_num_batched_tokens", p.knobs, cfg.gpu_gib()))
+    mns, mnbt = limits(p.knobs, cfg.gpu_gib())
     sources = set()
     for w in p.windows:
         if w.status != "ok":
@@ -336,18 +297,12 @@ def rescore(rec: Mapping[str, Any], cfg: SweepConfig) -> dict[str, Any] | None:
         if sc.request_goodput is None:
             return None
         sources.add(sc.request_goodput_source)
-        w.score = Scores(
-            gate_goodput=sc.gate_goodput,
-            request_goodput=sc.request_goodput,
-            request_throughput=sc.request_throughput,
-            meets_slo=sc.meets_slo,
-            violations=list(sc.violations),
-        )
+        w.score = window_scores(sc)
         series = paths.metrics(w.index)
         samples = load_series(series) if is_present(series) else []
         if samples:
             d = diagnose(samples, res, cfg.slo, max_num_seqs=mns, max_num_batched_tokens=mnbt)
-            w.diagnosis = {**d.as_dict(), "why_en": d.why("en"), "why_zh": d.why("zh")}
+            w.diagnosis = diag_dict(d)
     p.slo = str(cfg.slo)
     out = p.to_json()
     out["rescored"] = {

@@ -1,12 +1,8 @@
-"""The closed tuning loop: baseline -> diagnose -> sweep the knob the diagnosis names ->
-keep the best value only if it lies further from the current score than the plateau and the
-measured run-to-run spread, both as (max - min) / mean ->
-diagnose again -> next knob, until a plateau, a "not a tuning problem" diagnosis, or the
-GPU-minute budget. One line per step in ``out_dir/tune.jsonl``, a summary last.
-
-Objectives: "request_goodput" (default), vLLM's per-request goodput (requests that met
-every target, per second); "gate", the p99 gate (throughput if every p99 target holds,
-else 0). Every step records both. Decisions use valid windows only (lab.measure).
+"""The closed tuning loop: baseline -> diagnose -> sweep the knob the diagnosis names -> keep
+the best value only beyond the plateau and the run-to-run spread (core.keep.decide) ->
+diagnose again, until a plateau, a "not a tuning problem" diagnosis, or the GPU-minute
+budget. One line per step in ``out_dir/tune.jsonl``, a summary last. Objectives:
+"request_goodput" (vLLM's per-request goodput) or "gate" (the p99 gate); both recorded.
 """
 
 from __future__ import annotations
@@ -128,18 +124,13 @@ class _Budget:
         on_point: Callable[[dict[str, Any]], None] | None,
         bar: Any,
     ) -> None:
-        self.gpu_minutes, self.est, self.on_point, self.bar = (
-            gpu_minutes,
-            est_point_minutes,
-            on_point,
-            bar,
-        )
+        self.gpu_minutes, self.est = gpu_minutes, est_point_minutes
+        self.on_point, self.bar = on_point, bar
         self.spent_s = 0.0
         self.measured: list[float] = []
+        recs = read_jsonl(out / POINTS_FILE)
         self.earlier = [
-            float(r["elapsed_s"])
-            for r in read_jsonl(out / POINTS_FILE)
-            if r.get("status") == "ok" and r.get("elapsed_s")
+            float(r["elapsed_s"]) for r in recs if r.get("status") == "ok" and r.get("elapsed_s")
         ]
         self.hit: list[str] = []
 
@@ -157,10 +148,8 @@ class _Budget:
         if self.bar is not None:
             left = self.left_min()
             label = "baseline" if rec.get("knob") == BASELINE else f"{rec['knob']}={rec['value']}"
-            self.bar.set_postfix_str(
-                f"{label}: {rec.get('status')}"
-                + (f" | GPU min left ~{left:.1f}" if left is not None else "")
-            )
+            budget = f" | GPU min left ~{left:.1f}" if left is not None else ""
+            self.bar.set_postfix_str(f"{label}: {rec.get('status')}{budget}")
             self.bar.update(1)
         if self.on_point is not None:
             self.on_point(rec)
@@ -209,17 +198,13 @@ def tune(
     config: SweepConfig | None = None,
     **kw: Any,
 ) -> dict[str, Any]:
-    """The loop. Returns its summary (with the `vllm serve` command to ship).
+    """The loop; returns its summary (with the `vllm serve` command to ship).
 
-    ``candidates``: values to try per knob, e.g. {"max_num_seqs": [64, 128, 256]}; the knob
-    swept next is the first one the diagnosis names that has candidates left. Served-point
-    options go in ``config`` or as keywords (``SweepConfig.make``). A step keeps the best
-    valid value only if it lies further from the current score than ``plateau`` and the
-    run-to-run spread of both points (``repeats`` windows each), both as (max - min) / mean
-    (core.keep.decide); a difference inside the spread is a tie and the current value stays. The loop stops when the diagnosis names no engine
-    knob, when no named knob helps (plateau), after ``max_steps``, or when the GPU-minute
-    budget would be overspent by a point that still has to run (a normal end: the summary
-    says so; rerun to resume from points.jsonl).
+    ``candidates``: values to try per knob, e.g. {"max_num_seqs": [64, 128, 256]}; the next
+    knob is the first the diagnosis names with candidates left. Served-point options go in
+    ``config`` or as keywords (``SweepConfig.make``). It stops when the diagnosis names no
+    engine knob, no named knob helps, after ``max_steps``, or before a point the GPU-minute
+    budget cannot pay for (rerun to resume from points.jsonl).
     """
     cfg = config or SweepConfig.make(couple=couple, **kw)
     check_objective(cfg.objective)
@@ -282,15 +267,8 @@ def _baseline(
     if not recs:
         raise _Stop(budget.hit[-1] if budget.hit else "baseline not run")
     p = as_point(recs[0])
-    step = TuneStep(
-        step=0,
-        kind="baseline",
-        objective=cfg.objective,
-        knobs=knobs,
-        point=p.key,
-        status=p.status,
-        reason=p.reason,
-    )
+    step = TuneStep(0, "baseline", cfg.objective, knobs=knobs, point=p.key, status=p.status)
+    step.reason = p.reason
     if p.status != "ok":
         append_jsonl(tune_path, budget.stamp(step))
         raise _Stop(f"baseline failed: {p.reason}")
@@ -344,18 +322,9 @@ def _sweep_step(
     if cur is None:
         cur = knobs_mod.default(knob, gpu_memory_gib=cfg.gpu_gib(), entry="serve")
     move = (state.diag.get("moves") or {}).get(knob)
-    step = TuneStep(
-        step=n,
-        kind="sweep",
-        objective=obj,
-        knob=knob,
-        move=move,
-        from_value=cur,
-        score_before=state.score,
-        spread_before=state.kept.spread(obj),
-        diagnosis_before=state.diag,
-        knobs_after=dict(state.knobs),
-    )
+    step = TuneStep(n, "sweep", obj, knob=knob, move=move, from_value=cur)
+    step.score_before, step.spread_before = state.score, state.kept.spread(obj)
+    step.diagnosis_before, step.knobs_after = state.diag, dict(state.knobs)
     todo = order_candidates(values, cur, move)
     if not todo:
         step.kind, step.reason = "skip", f"no candidate to {move} {knob} from {cur}"
@@ -433,16 +402,14 @@ def _summary(
         "serve_command": shlex.join(ship.ship_argv()),
         "label": objective_label(cfg.objective),
     }
-    meets = state.kept.meets_slo if state else None
-    tried = swept_knobs(read_jsonl(tune_path))
-    summary["meets_slo"] = meets
+    meets = summary["meets_slo"] = state.kept.meets_slo if state else None
     diag = state.diag if state else {}
     summary["outcome"] = loop_outcome(
         stop_reason,
         meets,
-        sc.request_goodput if sc else None,
+        summary["request_goodput"],
         cfg.workload.request_rate,
-        tried,
+        swept_knobs(read_jsonl(tune_path)),
         list(diag.get("knobs") or []),
         moves=diag.get("moves") or {},
         kept_knobs=state.knobs if state else None,

@@ -60,11 +60,11 @@ def cmd_knobs(a: argparse.Namespace) -> None:
         _print([k.name for k in ks], a.format, lambda: "\n".join(k.flag for k in ks))
         return
     data = []
-    for k in knobs.KNOBS.values():
-        d = {c: getattr(k, c) for c in ("name", "flag", "kwarg", "config", "source", "group")}
-        d["default"] = knobs.default(k.name, gpu_memory_gib=a.gpu_memory_gib, entry=a.entry)
-        d |= {c: getattr(k, c) for c in ("throughput", "ttft", "itl", "relieves")}
-        data.append(d | {"move": k.move[a.lang], "trade": k.trade[a.lang]})
+    for kn in knobs.KNOBS.values():
+        d = {c: getattr(kn, c) for c in ("name", "flag", "kwarg", "config", "source", "group")}
+        d["default"] = knobs.default(kn.name, gpu_memory_gib=a.gpu_memory_gib, entry=a.entry)
+        d |= {c: getattr(kn, c) for c in ("throughput", "ttft", "itl", "relieves")}
+        data.append(d | {"move": kn.move[a.lang], "trade": kn.trade[a.lang]})
     _print(data, a.format, lambda: _table(knobs.table(a.lang, a.gpu_memory_gib, a.entry)))
 
 
@@ -282,26 +282,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="any GPU: the total CUDA reports (torch.cuda.mem_get_info()[1] / 2**30)",
     )
     c.add_argument("--entry", choices=("serve", "llm"), default="serve", help="whose defaults")
-    c.add_argument(
-        "--max-num-seqs", type=v.knob_arg("max_num_seqs"), default=None, help="default: the GPU's"
-    )
-    c.add_argument(
-        "--max-num-batched-tokens",
-        type=v.knob_arg("max_num_batched_tokens"),
-        default=None,
-        help="default: the GPU's",
-    )
-    c.add_argument(
-        "--gpu-memory-utilization", type=v.knob_arg("gpu_memory_utilization"), default=0.92
-    )
+    for knob, default in (
+        ("max_num_seqs", None),
+        ("max_num_batched_tokens", None),
+        ("gpu_memory_utilization", 0.92),
+    ):
+        what = "default: the GPU's" if default is None else None
+        c.add_argument(
+            "--" + knob.replace("_", "-"), type=v.knob_arg(knob), default=default, help=what
+        )
     c.add_argument("--max-model-len", type=v.knob_arg("max_model_len", auto=False), default=4096)
     c.add_argument("--kv-dtype", default="auto", help=", ".join(capacity.DTYPE_BYTES))
-    c.add_argument(
-        "--overhead-gib",
-        type=v.non_negative_float,
-        default=None,
-        help="replace activation + non-torch",
-    )
+    c.add_argument("--overhead-gib", type=v.non_negative_float, help="activation + non-torch")
     c.set_defaults(func=cmd_capacity)
 
     g = sub.add_parser("goodput", help="both goodput scores of a vllm bench serve result")
@@ -322,26 +314,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("replicas", help="replicas a target rate needs, from one replica's knee")
     common(r)
+    rate = v.positive_float
     r.add_argument(
-        "--knee-low",
-        type=v.positive_float,
-        required=True,
-        help="highest rate that met the SLO (req/s)",
+        "--knee-low", type=rate, required=True, help="the highest req/s that met the SLO"
     )
+    r.add_argument("--knee-high", type=rate, help="lowest rate above it that missed (req/s)")
+    r.add_argument("--target", type=rate, required=True, help="the rate to serve (req/s)")
     r.add_argument(
-        "--knee-high",
-        type=v.positive_float,
-        default=None,
-        help="lowest rate above it that missed (req/s)",
-    )
-    r.add_argument(
-        "--target", type=v.positive_float, required=True, help="the rate to serve (req/s)"
-    )
-    r.add_argument(
-        "--headroom",
-        type=v.share_below_one,
-        default=0.2,
-        help="share of each replica's knee kept free",
+        "--headroom", type=v.share_below_one, default=0.2, help="share of each knee kept free"
     )
     r.set_defaults(func=cmd_replicas)
 

@@ -24,77 +24,62 @@ GPU_HELP = "the GPU the run is for (a name from core.capacity; the preset's size
 gpu_name = v.gpu  # --gpu / --rehearse-gpu: core.validate.gpu_key
 
 
+# the run flags of sweep, tune and knee that take a value: (flag, type, default, help)
+_RUN_FLAGS: tuple[tuple[str, Any, Any, str | None], ...] = (
+    ("--gpu", gpu_name, None, GPU_HELP),
+    ("--slo", str, None, 'e.g. "ttft:300 tpot:50" (ms, p99)'),
+    ("--rate", v.rate, None, "offered request rate (req/s)"),
+    ("--input-len", v.positive_int, None, "512"),
+    ("--output-len", v.positive_int, None, "128"),
+    ("--num-prompts", v.positive_int, None, "200"),
+    ("--prefix-len", v.non_negative_int, None, "0"),
+    ("--max-concurrency", v.positive_int, None, None),
+    ("--seed", v.non_negative_int, 0, "the sampling seed of window 0's prompts"),
+    ("--load-format", str, None, "e.g. dummy (random weights)"),
+    ("--tokenizer", str, None, None),
+    ("--gpu-memory-gib", v.positive_float, None, None),
+    ("--rehearse-gpu", gpu_name, None, "run at that GPU's memory budget and batch defaults"),
+    ("--startup-timeout", v.positive_float, 900.0, None),
+    ("--bench-timeout", v.positive_float, 1800.0, None),
+    ("--vllm-cmd", str, "vllm", "the vllm executable (split like a shell)"),
+    ("--port", v.port, None, "the servers' port (none: a free one)"),
+    ("--patience", v.positive_int, 2, None),
+    ("--repeats", v.non_negative_int, 1, "extra windows per point with fresh prompts"),
+    ("--remeasure", v.non_negative_int, 1, "re-measure an invalid window at most N times"),
+    ("--warmup-share", v.share, None, "warm-up prompts as a share of --num-prompts"),
+)
+
+
 def _common_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model path or HF id for `vllm serve`")
+    p.add_argument("--out", required=True, help="output folder (points.jsonl, tune.jsonl)")
     p.add_argument(
         "--preset",
-        help="a named workload (core.presets: prefill, decode, kv, knee, prefix): its workload, "
-        "SLO, base knobs (and tune's candidates) unless given here",
+        help="a named workload (core.presets): its workload, SLO, base knobs (and tune's "
+        "candidates) unless given here",
     )
-    p.add_argument("--gpu", type=gpu_name, default=None, help=GPU_HELP)
-    p.add_argument("--slo", default=None, help='e.g. "ttft:300 tpot:50" (ms, p99)')
-    p.add_argument("--rate", type=v.rate, default=None, help="offered request rate (req/s)")
-    p.add_argument("--out", required=True, help="output folder (points.jsonl, tune.jsonl)")
+    for flag, typ, default, what in _RUN_FLAGS:
+        p.add_argument(flag, type=typ, default=default, help=what)
     p.add_argument("--base", action="append", metavar="KNOB=VALUE", help="fixed knob values")
     p.add_argument(
         "--workload",
-        default=None,
         metavar="TRACE.jsonl",
         help="replay a trace (python -m course_utils workload): --num-prompts of its "
         "requests, its time scaled so its mean rate is --rate (default: as recorded); "
         "its lengths and shared prefixes replace --input-len, --output-len, --prefix-len",
     )
-    p.add_argument("--input-len", type=v.positive_int, default=None, help="512")
-    p.add_argument("--output-len", type=v.positive_int, default=None, help="128")
-    p.add_argument("--num-prompts", type=v.positive_int, default=None, help="200")
-    p.add_argument("--prefix-len", type=v.non_negative_int, default=None, help="0")
-    p.add_argument("--max-concurrency", type=v.positive_int, default=None)
-    p.add_argument("--seed", type=v.non_negative_int, default=0)
     p.add_argument("--ignore-eos", action="store_true")
-    p.add_argument("--load-format", default=None, help="e.g. dummy (random weights)")
-    p.add_argument("--tokenizer", default=None)
-    p.add_argument("--gpu-memory-gib", type=v.positive_float, default=None)
-    p.add_argument(
-        "--rehearse-gpu",
-        type=gpu_name,
-        default=None,
-        help="run at that GPU's memory budget and batch defaults (memory, not speed)",
-    )
-    p.add_argument("--startup-timeout", type=v.positive_float, default=900.0)
-    p.add_argument("--bench-timeout", type=v.positive_float, default=1800.0)
-    p.add_argument("--vllm-cmd", default="vllm", help="the vllm executable (split like a shell)")
-    p.add_argument("--port", type=v.port, default=None, help="the servers' port (none: a free one)")
     p.add_argument(
         "--resume",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="--no-resume refuses a folder with finished points (nothing recorded is overwritten)",
     )
-    p.add_argument("--patience", type=v.positive_int, default=2)
     p.add_argument(
         "--objective",
         choices=OBJECTIVES,
         default="request_goodput",
         help="request_goodput: vLLM's per-request goodput; gate: the p99 gate",
-    )
-    p.add_argument(
-        "--repeats",
-        type=v.non_negative_int,
-        default=1,
-        help="extra windows per point with fresh prompts (the run-to-run spread)",
-    )
-    p.add_argument(
-        "--remeasure",
-        type=v.non_negative_int,
-        default=1,
-        help="re-measure an invalid window (JIT compile, replay, ...) at most N times",
-    )
-    p.add_argument(
-        "--warmup-share",
-        type=v.share,
-        default=None,
-        help="warm-up prompts at the load's rate, as a share of --num-prompts "
-        "(default: the preset's, else 0.5)",
     )
     p.add_argument("--no-progress", action="store_true")
 
@@ -123,13 +108,8 @@ def _rehearse(
     return base, sweeps
 
 
-_DEFAULTS = {
-    "input_len": 512,
-    "output_len": 128,
-    "num_prompts": 200,
-    "prefix_len": 0,
-    "rate": math.inf,
-}
+# the load's flags: not given, they come from --preset, else from Workload's defaults
+_LOAD = ("input_len", "output_len", "num_prompts", "prefix_len", "rate")
 
 
 def _apply_preset(a: argparse.Namespace, *, tune: bool) -> None:
@@ -141,7 +121,7 @@ def _apply_preset(a: argparse.Namespace, *, tune: bool) -> None:
             pre = presets.get(a.preset, a.gpu or "rtx4090")
         except KeyError as exc:
             raise BadInput(f"--preset: {exc.args[0]}", "pick a preset and --gpu it has") from None
-        for k in _DEFAULTS:  # the preset's workload where not given
+        for k in _LOAD:
             if getattr(a, k) is None:
                 setattr(a, k, float(pre.rate) if k == "rate" else getattr(pre, k))
         a.slo = a.slo or pre.slo
@@ -155,9 +135,9 @@ def _apply_preset(a: argparse.Namespace, *, tune: bool) -> None:
             a.candidate = [
                 f"{k}={','.join(str(x) for x in vs)}" for k, vs in pre.candidates.items()
             ]
-    for k, val in _DEFAULTS.items():
+    for k in _LOAD:
         if getattr(a, k) is None:
-            setattr(a, k, val)
+            setattr(a, k, getattr(Workload(), "request_rate" if k == "rate" else k))
     if hasattr(a, "warmup_share") and a.warmup_share is None:
         from course_utils.lab.measure import MeasureConfig
 

@@ -259,27 +259,22 @@ class VllmServer:
         self._old_sigterm: Any = None
         self._gpu_used_before: float | None = None
 
-    def knob_args(self) -> list[str]:
-        from course_utils.core import knobs as knobs_mod
+    def ship_argv(self) -> list[str]:
+        """The command to deploy these knobs (no host/port/load-format/seed of the lab)."""
+        from course_utils.core.knobs import to_cli_args
 
-        if not self.knobs:
-            return []
-        return [str(a) for a in knobs_mod.to_cli_args(self.knobs, check=self.check_knobs)]
+        knobs = to_cli_args(self.knobs, check=self.check_knobs) if self.knobs else []
+        return [*self.vllm_cmd, "serve", self.model, *(str(a) for a in knobs)]
 
     @property
     def argv(self) -> list[str]:
         """The exact argv started (a list; never a shell string)."""
-        argv = [*self.vllm_cmd, "serve", self.model, *self.knob_args()]
-        argv += ["--host", self.host, "--port", str(self.port)]
+        argv = [*self.ship_argv(), "--host", self.host, "--port", str(self.port)]
         if self.load_format:
             argv += ["--load-format", self.load_format]
         if self.seed is not None:
             argv += ["--seed", str(self.seed)]
         return argv + self.extra_args
-
-    def ship_argv(self) -> list[str]:
-        """The command to deploy these knobs (no host/port/load-format/seed of the lab)."""
-        return [*self.vllm_cmd, "serve", self.model, *self.knob_args()]
 
     @property
     def devices(self) -> list[str] | None:

@@ -92,7 +92,7 @@ class SweepConfig:
         unknown = sorted(set(kw) - names)
         if unknown:
             raise TypeError(f"unknown sweep option(s): {', '.join(unknown)}")
-        m = {
+        m: dict[str, Any] = {
             "warmup_min_prompts": warmup_prompts,
             "warmup_share": warmup_share,
             "repeats": repeats,
@@ -330,17 +330,12 @@ def sweep(
     config: SweepConfig | None = None,
     **kw: Any,
 ) -> list[dict[str, Any]]:
-    """Sweep one knob; return the point records (``ServedPoint.to_json()``) in value order,
-    resumed ones included.
+    """Sweep one knob; return the point records in value order, resumed ones included.
 
-    Options of the served points go in ``config`` or as keywords (``SweepConfig.make``:
-    workload, slo, out_dir, server_kwargs, bench_kwargs, couple, resume, retry_failed,
-    objective, gpu_memory_gib, prevalidate, warmup_prompts, warmup_share, repeats,
-    remeasure, metrics_interval_s). Every value is validated before any server starts (a bad
-    value raises knobs.KnobError). ``early_stop``: stop after ``patience`` points without an
-    objective gain > ``min_gain`` (gate: also when the SLO breaks after it held).
-    ``on_point(record)`` runs after each new record is written; ``stop_if()`` is asked before
-    each new point (a reason stops the sweep)."""
+    Served-point options go in ``config`` or as keywords (``SweepConfig.make``). Every value
+    is validated before any server starts (knobs.KnobError). ``early_stop``: stop after
+    ``patience`` points without an objective gain > ``min_gain``. ``on_point(record)`` runs
+    after each new record; ``stop_if()`` is asked before each new point (a reason stops)."""
     cfg = config or SweepConfig.make(**kw)
     if isinstance(values, str | bytes) or not values:
         raise knobs_mod.KnobError(f"{knob}: give a non-empty list of values")
@@ -349,11 +344,8 @@ def sweep(
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     gpu_gib = cfg.gpu_gib()
     name = knobs_mod.get(knob).name if knob != BASELINE else BASELINE
-    base = (
-        knobs_mod.validate(dict(base_knobs or {}), entry="serve")
-        if cfg.prevalidate
-        else validate_each(dict(base_knobs or {}))
-    )
+    given = dict(base_knobs or {})
+    base = knobs_mod.validate(given, entry="serve") if cfg.prevalidate else validate_each(given)
     planned = check_values(name, values, base, cfg.couple, gpu_gib, cfg.prevalidate)
     points_path = cfg.out_dir / POINTS_FILE
     check_run_folder(cfg.out_dir, resume=cfg.resume)
@@ -382,11 +374,7 @@ def sweep(
                     on_point(rec)
             records.append(done[key])
             _tick(bar, name, value, ServedPoint.from_json(done[key]), cfg.objective)
-            why = (
-                early_stop_reason(records, patience, min_gain, cfg.objective)
-                if early_stop
-                else None
-            )
+            why = early_stop and early_stop_reason(records, patience, min_gain, cfg.objective)
             if why:
                 if bar is not None:
                     bar.set_postfix_str(f"early stop: {why}")
@@ -408,31 +396,21 @@ def _new_point(
     tag: str | None,
 ) -> ServedPoint:
     """A point to measure; its key hashes everything that changes what is measured."""
+    w = cfg.workload.to_dict()
     key = point_key(
         {
             "model": model,
             "knob": name,
             "value": value,
             "base": {k: v for k, v in sorted(base.items()) if k != name},
-            "workload": cfg.workload.to_dict(),
+            "workload": w,
             "server": cfg.server_extra(),
             "effective": dict(sorted(checked.items())),
         }
     )
-    return ServedPoint(
-        key=key,
-        tag=tag,
-        model=model,
-        knob=name,
-        value=value,
-        knobs=checked,
-        base_knobs=base,
-        coupled=coupled,
-        workload=cfg.workload.to_dict(),
-        slo=str(cfg.slo),
-        status="running",
-        time=time.strftime("%Y-%m-%dT%H:%M:%S"),
-    )
+    p = ServedPoint(key, name, value, checked, w, str(cfg.slo), "running", tag=tag, model=model)
+    p.base_knobs, p.coupled, p.time = base, coupled, time.strftime("%Y-%m-%dT%H:%M:%S")
+    return p
 
 
 def _tick(bar: Any, name: str, value: Any, p: ServedPoint, objective: str) -> None:

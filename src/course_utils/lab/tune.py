@@ -99,18 +99,14 @@ def _result(p: ServedPoint, objective: str) -> dict[str, Any]:
         "score": objective_value(p, objective),
         "spread": p.spread(objective),
         "valid": p.valid,
-        "windows": [
-            {
-                "index": w.index,
-                "purpose": w.purpose,
-                "valid": w.valid,
-                "validity_issues": w.validity_issues,
-                "score": w.score.objective(objective) if w.score else None,
-            }
-            for w in p.windows
-        ],
+        "windows": [_window_result(w, objective) for w in p.windows],
         "validity_issues": p.validity_issues,
     }
+
+
+def _window_result(w: Any, objective: str) -> dict[str, Any]:
+    d = {k: getattr(w, k) for k in ("index", "purpose", "valid", "validity_issues")}
+    return d | {"score": w.score.objective(objective) if w.score else None}
 
 
 class _Budget:
@@ -161,6 +157,10 @@ class _Budget:
             self.hit.append(why)
             return why
         return None
+
+    def hooks(self, cfg: SweepConfig) -> dict[str, Any]:
+        """The sweep() keywords that count its points against this budget."""
+        return {"on_point": self.count, "stop_if": self.stop, "progress": False, "config": cfg}
 
     def stamp(self, step: TuneStep) -> TuneStep:
         left = self.left_min()
@@ -253,17 +253,7 @@ def tune(
 def _baseline(
     model: str, knobs: dict[str, Any], cfg: SweepConfig, budget: _Budget, tune_path: Path
 ) -> _State:
-    recs = sweep(
-        model,
-        BASELINE,
-        [None],
-        base_knobs=knobs,
-        on_point=budget.count,
-        stop_if=budget.stop,
-        early_stop=False,
-        progress=False,
-        config=cfg,
-    )
+    recs = sweep(model, BASELINE, [None], base_knobs=knobs, early_stop=False, **budget.hooks(cfg))
     if not recs:
         raise _Stop(budget.hit[-1] if budget.hit else "baseline not run")
     p = as_point(recs[0])
@@ -272,12 +262,10 @@ def _baseline(
     if p.status != "ok":
         append_jsonl(tune_path, budget.stamp(step))
         raise _Stop(f"baseline failed: {p.reason}")
-    sc = p.scores()
-    step.score = objective_value(p, cfg.objective)
-    step.spread_before = p.spread(cfg.objective)
+    r = _result(p, cfg.objective)
+    step.score, step.spread_before = r["score"], r["spread"]
     step.valid, step.validity_issues, step.diagnosis = p.valid, p.validity_issues, p.diagnosis
-    step.gate_goodput = sc.gate_goodput if sc else None
-    step.request_goodput = sc.request_goodput if sc else None
+    step.gate_goodput, step.request_goodput = r["gate_goodput"], r["request_goodput"]
     step.meets_slo = p.meets_slo
     append_jsonl(tune_path, budget.stamp(step))
     if not p.valid:
@@ -288,14 +276,10 @@ def _baseline(
 def _next(state: _State, cand: Mapping[str, Any], tried: set[str]) -> str:
     diag = state.diag
     if not diag.get("knobs"):
+        queue = diag.get("constraint") == "queue"
+        why = "add replicas / lower the rate, not a tuning problem" if queue else "at the limit"
         raise _Stop(
-            f"diagnosis '{diag.get('leaf')}' ({diag.get('constraint')}) names no engine "
-            "knob: "
-            + (
-                "add replicas / lower the rate, not a tuning problem"
-                if diag.get("constraint") == "queue"
-                else "at the limit"
-            )
+            f"diagnosis '{diag.get('leaf')}' ({diag.get('constraint')}) names no engine knob: {why}"
         )
     named = [k for k in diag["knobs"] if k in cand and k not in tried]
     if not named:
@@ -330,18 +314,9 @@ def _sweep_step(
         step.kind, step.reason = "skip", f"no candidate to {move} {knob} from {cur}"
         return step
     try:
-        recs = sweep(
-            model,
-            knob,
-            todo,
-            base_knobs=state.knobs,
-            on_point=budget.count,
-            stop_if=budget.stop,
-            patience=patience,
-            tag=f"tune-step-{n}",
-            progress=False,
-            config=cfg,
-        )
+        tag = f"tune-step-{n}"
+        kw = {"base_knobs": state.knobs, "patience": patience, "tag": tag, **budget.hooks(cfg)}
+        recs = sweep(model, knob, todo, **kw)
     except knobs_mod.KnobError as exc:
         step.kind, step.reason = "skip", str(exc)
         return step
@@ -383,7 +358,7 @@ def _summary(
     knobs = state.knobs if state else {}
     ship = VllmServer(model, knobs, vllm_cmd=cfg.server_kwargs.get("vllm_cmd", ("vllm",)), port=0)
     sc = state.kept.scores() if state else None
-    summary = {
+    summary: dict[str, Any] = {
         "kind": "summary",
         "model": model,
         "objective": cfg.objective,

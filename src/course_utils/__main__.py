@@ -69,7 +69,7 @@ def cmd_knobs(a: argparse.Namespace) -> None:
 
 
 def _capacity_knobs(a: argparse.Namespace, gpu: Any) -> None:
-    """The knob flags of ``capacity`` by vLLM's rules, the pair rule with the GPU's defaults."""
+    """The knob flags of ``capacity`` by vLLM's rules (the pair rule with the GPU's defaults)."""
     given = {
         k: getattr(a, k)
         for k in ("max_num_seqs", "max_num_batched_tokens")
@@ -78,18 +78,8 @@ def _capacity_knobs(a: argparse.Namespace, gpu: Any) -> None:
     if gpu is not None and given:
         total = gpu if isinstance(gpu, float) else capacity.get_gpu(gpu).memory_gib
         name = "" if isinstance(gpu, float) else gpu
-        v.check_knobs(
-            given,
-            "--max-num-seqs/--max-num-batched-tokens",
-            gpu_memory_gib=total,
-            entry=a.entry,
-            gpu_name=name,
-        )
-    if a.kv_dtype not in capacity.DTYPE_BYTES:
-        raise BadInput(
-            f"--kv-dtype {a.kv_dtype!r} not known",
-            f"use one of {', '.join(capacity.DTYPE_BYTES)}",
-        )
+        flag = "--max-num-seqs/--max-num-batched-tokens"
+        v.check_knobs(given, flag, gpu_memory_gib=total, entry=a.entry, gpu_name=name)
 
 
 def cmd_capacity(a: argparse.Namespace) -> None:
@@ -150,9 +140,8 @@ def _bench(path: str, flag: str = "--bench") -> slo.BenchResult:
     try:
         r = slo.BenchResult.from_json(path)
     except (slo.BenchResultError, OSError, UnicodeDecodeError) as exc:
-        raise BadInput(
-            f"{flag}: {exc}", "give the JSON `vllm bench serve --save-result` wrote"
-        ) from None
+        fix = "give the JSON `vllm bench serve --save-result` wrote"
+        raise BadInput(f"{flag}: {exc}", fix) from None
     try:
         slo.check_complete(r)
     except slo.BenchResultError as exc:
@@ -164,16 +153,9 @@ def cmd_goodput(a: argparse.Namespace) -> None:
     s = _slo(a.slo)
     r = _bench(a.bench)
     sc = slo.score(r, s)
-    data = {
-        "slo": str(s),
-        "request_throughput": sc.request_throughput,
-        "gate_goodput": sc.gate_goodput,
-        "request_goodput": sc.request_goodput,
-        "request_goodput_source": sc.request_goodput_source,
-        "meets_slo": sc.meets_slo,
-        "violations": sc.violations,
-        "why_they_differ": sc.why_they_differ(a.lang),
-    }
+    keys = ("request_throughput", "gate_goodput", "request_goodput", "request_goodput_source")
+    data = {"slo": str(s), **{k: getattr(sc, k) for k in (*keys, "meets_slo", "violations")}}
+    data["why_they_differ"] = sc.why_they_differ(a.lang)
 
     def text() -> str:
         rg = "n/a" if sc.request_goodput is None else f"{sc.request_goodput:.2f}"
@@ -196,9 +178,7 @@ def cmd_diagnose(a: argparse.Namespace) -> None:
         print(diagnose.mermaid(a.lang))
         return
     if not a.metrics:
-        raise BadInput(
-            "no --metrics given", "give --metrics SERIES.jsonl (samples taken under load)"
-        )
+        raise BadInput("no --metrics given", "give --metrics SERIES.jsonl (sampled under load)")
     s = _slo(a.slo)
     th = _thresholds(a.threshold)
     samples = _series(a.metrics)
@@ -233,18 +213,13 @@ def _series(path: str) -> list[Any]:
     recs = read_records(p)
     if not recs:
         raise BadInput(f"--metrics {path}: no samples", "give a series sampled under load")
+    fix = "give --metrics the metrics*.jsonl and --bench the bench JSON"
     if not all("t" in r and isinstance(r.get("values"), dict) for r in recs):
-        raise BadInput(
-            f"--metrics {path}: not a /metrics series (is it the bench JSON?)",
-            "give --metrics the metrics*.jsonl and --bench the bench JSON",
-        )
+        raise BadInput(f"--metrics {path}: not a /metrics series (is it the bench JSON?)", fix)
     try:
         return metrics.load_series(path)
     except (KeyError, TypeError, ValueError) as exc:
-        raise BadInput(
-            f"--metrics {path}: not a /metrics series ({exc})",
-            "give --metrics the metrics*.jsonl and --bench the bench JSON",
-        ) from None
+        raise BadInput(f"--metrics {path}: not a /metrics series ({exc})", fix) from None
 
 
 def cmd_replicas(a: argparse.Namespace) -> None:
@@ -292,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--" + knob.replace("_", "-"), type=v.knob_arg(knob), default=default, help=what
         )
     c.add_argument("--max-model-len", type=v.knob_arg("max_model_len", auto=False), default=4096)
-    c.add_argument("--kv-dtype", default="auto", help=", ".join(capacity.DTYPE_BYTES))
+    c.add_argument("--kv-dtype", default="auto", choices=capacity.DTYPE_BYTES)
     c.add_argument("--overhead-gib", type=v.non_negative_float, help="activation + non-torch")
     c.set_defaults(func=cmd_capacity)
 

@@ -339,12 +339,7 @@ def add_cli(subparsers: Any) -> None:
 
     t = subparsers.add_parser("tune", help="the SLO-driven closed loop: diagnose, sweep, keep")
     _common_cli(t)
-    t.add_argument(
-        "--candidate",
-        action="append",
-        metavar="KNOB=V1,V2,...",
-        help="values to try for a knob (repeat per knob)",
-    )
+    t.add_argument("--candidate", action="append", metavar="KNOB=V1,V2", help="repeat per knob")
     t.add_argument(
         "--plateau", type=v.non_negative_float, default=0.02, help="min relative goodput gain"
     )
@@ -355,12 +350,7 @@ def add_cli(subparsers: Any) -> None:
 
     f = subparsers.add_parser("preflight", help="check what a GPU run needs before it starts")
     f.add_argument("--model", required=True, help="model folder or hub id")
-    f.add_argument(
-        "--entry",
-        choices=("serve", "llm"),
-        default="serve",
-        help="serve: vllm serve subprocesses (lab 02, sweep, tune); llm: LLM(...) (lab 01)",
-    )
+    f.add_argument("--entry", choices=("serve", "llm"), default="serve", help="llm: lab 01's LLM")
     f.add_argument("--out", default=None, help="output folder (writable, disk space)")
     f.add_argument("--port", type=v.port, default=None, help="the server's port (none: a free one)")
     f.add_argument("--host", default="127.0.0.1")
@@ -380,15 +370,8 @@ def add_cli(subparsers: Any) -> None:
     k = subparsers.add_parser("knee", help="offered-rate scan on one server: where the SLO breaks")
     _common_cli(k)
     k.add_argument("--rates", required=True, help="offered req/s, comma-separated, e.g. 2,4,6,8")
-    k.add_argument(
-        "--batch1-prompts", type=v.non_negative_int, default=0, help="one-at-a-time requests"
-    )
-    k.add_argument(
-        "--bracket-repeats",
-        type=v.non_negative_int,
-        default=1,
-        help="more windows at the two rates around the knee",
-    )
+    k.add_argument("--batch1-prompts", type=v.non_negative_int, default=0, help="one at a time")
+    k.add_argument("--bracket-repeats", type=v.non_negative_int, default=1, help="at the knee")
     k.set_defaults(func=_cmd_knee, cmd="knee")
 
 
@@ -405,12 +388,11 @@ def _cmd_knee(a: argparse.Namespace) -> int:
     _check_args(a, base, {})
     _preflight_first(a, base_knobs=base, candidates={})
     kw = _kwargs_from(a)
+    common = ("workload", "slo", "out_dir", "base_knobs", "gpu_memory_gib")
     recs = knee_scan(
         a.model,
         [float(r) for r in rates],
-        **{k: kw[k] for k in ("workload", "slo", "out_dir", "base_knobs", "gpu_memory_gib")},
-        server_kwargs=kw["server_kwargs"],
-        bench_kwargs=kw["bench_kwargs"],
+        **{k: kw[k] for k in (*common, "server_kwargs", "bench_kwargs")},
         batch1_prompts=a.batch1_prompts,
         bracket_repeats=a.bracket_repeats,
         progress=None if a.no_progress else (lambda m: print(m, file=sys.stderr)),

@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from course_utils.core import knobs as knobs_mod
 from course_utils.core.keep import as_point, latest_by_rate, pick_knee
 from course_utils.core.records import (
     KNEE_FILE,
@@ -32,6 +31,7 @@ from course_utils.core.workload import workload_from_dict
 from course_utils.lab.measure import MeasureConfig, measure
 from course_utils.lab.server import ServerStartError, VllmServer
 from course_utils.lab.server import gpu_memory_gib as detected_gpu_gib
+from course_utils.lab.sweep import limits
 
 __all__ = ["BATCH1_FILE", "KNEE_FILE", "knee_scan", "knee_seed", "latest_by_rate", "rate_key"]
 
@@ -94,11 +94,7 @@ def knee_scan(
     need_b1 = batch1_prompts > 0 and not read_jsonl(out / BATCH1_FILE)
     knobs = dict(base_knobs or {})
     gib = gpu_memory_gib if gpu_memory_gib is not None else (detected_gpu_gib() or 24.0)
-    mns = int(knobs.get("max_num_seqs") or knobs_mod.default("max_num_seqs", gpu_memory_gib=gib))
-    mnbt = int(
-        knobs.get("max_num_batched_tokens")
-        or knobs_mod.default("max_num_batched_tokens", gpu_memory_gib=gib)
-    )
+    mns, mnbt = limits(knobs, gib)
     warm: dict[str, Any] = {} if warmup_prompts is None else {"warmup_min_prompts": warmup_prompts}
     cfg = measure_config or MeasureConfig(
         repeats=0,
@@ -164,8 +160,7 @@ class _Scan:
 def _scan_todo(
     c: _Scan, todo: Sequence[float], deadline: float | None, cost: float, window_s: float | None
 ) -> float | None:
-    """Measure the rates not on disk; returns a rate's cost (the longest one measured), or
-    None when the deadline stopped the scan."""
+    """Measure the rates not on disk; a rate's cost (the longest so far), None at the deadline."""
     longest = 0.0
     for rate in todo:
         if _no_time(deadline, cost):

@@ -47,9 +47,7 @@ class ServerStartError(RuntimeError):
 
     def __init__(self, reason: str, *, log_path: Path | None = None, returncode: int | None = None):
         super().__init__(reason)
-        self.reason = reason
-        self.log_path = log_path
-        self.returncode = returncode
+        self.reason, self.log_path, self.returncode = reason, log_path, returncode
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -148,8 +146,7 @@ def gpu_pids(timeout_s: float = 10.0) -> set[int] | None:
 
 
 def visible_devices(env: Mapping[str, str] | None = None) -> list[str] | None:
-    """The GPUs a CUDA process started with ``env`` (over this process's environment) may
-    use: the CUDA_VISIBLE_DEVICES entries (indices or UUIDs), or None when it is unset (all)."""
+    """CUDA_VISIBLE_DEVICES of ``env`` over this process's environment; None: unset (all)."""
     cvd = (env or {}).get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
     if cvd is None:
         return None
@@ -157,8 +154,7 @@ def visible_devices(env: Mapping[str, str] | None = None) -> list[str] | None:
 
 
 def is_device(token: str, index: int, uuid: str) -> bool:
-    """Whether a CUDA_VISIBLE_DEVICES entry names the GPU ``index``/``uuid`` (an index, or a
-    UUID or its unique prefix, as CUDA accepts)."""
+    """Whether a CUDA_VISIBLE_DEVICES entry (an index, a UUID or its prefix) names this GPU."""
     token = token.strip()
     return token == str(index) or (token.startswith(("GPU-", "MIG-")) and uuid.startswith(token))
 
@@ -321,6 +317,9 @@ class VllmServer:
         self._log_fh.write(f"$ {self.argv}\n".encode())
         self._log_fh.flush()
         env = None if self.env is None else {**os.environ, **self.env}
+        # PDEATHSIG fires when the forking *thread* exits: only from the main thread
+        main = threading.current_thread() is threading.main_thread()
+        linux_main = sys.platform.startswith("linux") and main
         self._gpu_used_before = gpu_memory_used_mib(self.devices)
         t0 = time.monotonic()
         self.proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
@@ -330,13 +329,7 @@ class VllmServer:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env=env,
-            # PDEATHSIG fires when the forking *thread* exits: only from the main thread
-            preexec_fn=_die_with_parent
-            if (
-                sys.platform.startswith("linux")
-                and threading.current_thread() is threading.main_thread()
-            )
-            else None,
+            preexec_fn=_die_with_parent if linux_main else None,
         )
         _LIVE.add(self)
         try:
@@ -396,9 +389,8 @@ class VllmServer:
                     break
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
-        self._wait_gpu_released(
-            self.gpu_release_timeout_s if gpu_release_timeout_s is None else gpu_release_timeout_s
-        )
+        release = gpu_release_timeout_s
+        self._wait_gpu_released(self.gpu_release_timeout_s if release is None else release)
         if self._log_fh is not None:
             with contextlib.suppress(OSError):
                 self._log_fh.close()
@@ -406,18 +398,14 @@ class VllmServer:
         _LIVE.discard(self)
 
     def _wait_gpu_released(self, timeout_s: float, margin_mib: float = 1024.0) -> None:
-        """Until nvidia-smi lists none of our pids and memory use on this server's GPUs
-        (``devices``) is back near its start."""
+        """Until nvidia-smi lists none of our pids and our GPUs' memory use is back."""
         deadline = time.monotonic() + timeout_s
         while True:
             on_gpu = gpu_pids()
             ours = on_gpu is not None and bool(on_gpu & self._seen_pids)
             used = gpu_memory_used_mib(self.devices) if on_gpu is not None else None
-            high = (
-                used is not None
-                and self._gpu_used_before is not None
-                and used > self._gpu_used_before + margin_mib
-            )
+            before = self._gpu_used_before
+            high = used is not None and before is not None and used > before + margin_mib
             if not ours and (not high or time.monotonic() > deadline):
                 return
             if time.monotonic() > deadline:

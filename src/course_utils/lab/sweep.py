@@ -48,7 +48,7 @@ __all__ = [
     "SweepConfig",
     "check_values",
     "couple_knobs",
-    "effective",
+    "limits",
     "load_points",
     "progress_bar",
     "rescore",
@@ -57,6 +57,7 @@ __all__ = [
 ]
 
 BASELINE = "baseline"
+_LIMITS = ("max_num_seqs", "max_num_batched_tokens")
 
 
 @dataclass
@@ -120,18 +121,18 @@ class SweepConfig:
 
 
 def load_points(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a points.jsonl (or of the folder that holds one), as written; a bad or
-    torn line raises BadInput naming the file and line."""
+    """Records of a points.jsonl (or its folder); a bad line raises BadInput naming it."""
     p = Path(path)
     return read_records(
         p / POINTS_FILE if p.is_dir() else p, need="key", check=RUN_CHECKS[POINTS_FILE]
     )
 
 
-def effective(name: str, values: Mapping[str, Any], gpu_gib: float) -> Any:
-    """A knob's value as served: the one set, else vLLM 0.26.0's `vllm serve` default."""
-    v = values.get(name)
-    return v if v is not None else knobs_mod.default(name, gpu_memory_gib=gpu_gib, entry="serve")
+def limits(knobs: Mapping[str, Any], gpu_gib: float) -> tuple[int, int]:
+    """max_num_seqs and max_num_batched_tokens as served (set, else vLLM's `serve` default)."""
+    given = {k: v for k, v in knobs.items() if v is not None}
+    eff = knobs_mod.effective(given, _LIMITS, gpu_memory_gib=gpu_gib)
+    return int(eff["max_num_seqs"]), int(eff["max_num_batched_tokens"])
 
 
 def couple_knobs(
@@ -141,8 +142,7 @@ def couple_knobs(
     out = dict(values)
     if "max_num_seqs" not in out and "max_num_batched_tokens" not in out:
         return out, {}
-    seqs = int(effective("max_num_seqs", out, gpu_gib))
-    tokens = int(effective("max_num_batched_tokens", out, gpu_gib))
+    seqs, tokens = limits(out, gpu_gib)
     if tokens >= seqs:
         return out, {}
     if swept == "max_num_batched_tokens":
@@ -178,8 +178,7 @@ def check_values(
     gpu_gib: float,
     prevalidate: bool = True,
 ) -> list[tuple[Any, dict[str, Any], dict[str, Any]]]:
-    """knobs.validate every point before any server starts; raise KnobError (one line).
-    prevalidate=False: each knob on its own only (see the module docstring)."""
+    """knobs.validate every point before any server starts; raise KnobError (one line)."""
     name = knobs_mod.get(knob).name if knob != BASELINE else BASELINE
     out = []
     for v in values:
@@ -248,12 +247,6 @@ def run_point(
     return point
 
 
-def limits(knobs: Mapping[str, Any], gpu_gib: float) -> tuple[int, int]:
-    """max_num_seqs and max_num_batched_tokens as served (set, else vLLM's default)."""
-    mns = int(effective("max_num_seqs", knobs, gpu_gib))
-    return mns, int(effective("max_num_batched_tokens", knobs, gpu_gib))
-
-
 def _done_points(
     points_path: Path, cfg: SweepConfig
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
@@ -273,10 +266,8 @@ def _done_points(
 
 
 def rescore(rec: Mapping[str, Any], cfg: SweepConfig) -> dict[str, Any] | None:
-    """A finished point scored under another SLO, scored again under ``cfg.slo`` from what
-    its windows saved: each bench JSON's percentiles (the p99 gate) and per-request lists
-    (vLLM's per-request goodput), and the /metrics series (the diagnosis). None when a
-    window's data cannot give the score (then the point is measured again)."""
+    """A point scored under another SLO, scored under ``cfg.slo`` from its saved bench JSONs
+    and /metrics series; None when they cannot give the score (then it is measured again)."""
     if rec.get("status") != "ok" or cfg.slo is None:
         return None
     p = ServedPoint.from_json(rec)

@@ -1,8 +1,7 @@
 """The closed tuning loop: baseline -> diagnose -> sweep the knob the diagnosis names -> keep
 the best value only beyond the plateau and the run-to-run spread (core.keep.decide) ->
-diagnose again, until a plateau, a "not a tuning problem" diagnosis, or the GPU-minute
-budget. One line per step in ``out_dir/tune.jsonl``, a summary last. Objectives:
-"request_goodput" (vLLM's per-request goodput) or "gate" (the p99 gate); both recorded.
+diagnose again, until a plateau, a "not a tuning problem" diagnosis or the GPU-minute budget.
+One line per step in ``out_dir/tune.jsonl``, a summary last; both objectives recorded.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ from typing import Any
 from course_utils import quiz
 from course_utils.core import capacity, diagnose, knobs, metrics, replicas, slo
 from course_utils.core import validate as v
+from course_utils.core.records import KNEE_FILE
+from course_utils.core.store import POINTS_FILE
 from course_utils.core.validate import EXIT_BAD_INPUT, BadInput, error_line
 from course_utils.lab import cli as lab_cli
 from course_utils.lab import modelfolder, replay, scaleout
@@ -335,8 +337,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         report(e)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:  # Ctrl-C, or `timeout --signal=INT` around a GPU call
-        out = getattr(a, "out", None)
-        where = f" in {out}/points.jsonl" if out else ""
+        out, cmd = getattr(a, "out", None), getattr(a, "cmd", "")
+        knee = f"{getattr(a, 'config', '')}/{KNEE_FILE}"
+        file = {"sweep": POINTS_FILE, "tune": POINTS_FILE, "knee": KNEE_FILE, "scaleout": knee}
+        where = f" in {out}/{file[cmd]}" if out and cmd in file else ""
         print(
             f"interrupted: finished points stay{where}; the same command resumes from them "
             "(the point in progress is measured again)",

@@ -15,7 +15,9 @@ from course_utils.core.knobs import KnobError
 from course_utils.core.knobs import get as get_knob
 from course_utils.core.records import Workload
 from course_utils.core.validate import BadInput, parse_assign, parse_values, process_kwargs
+from course_utils.lab.measure import MeasureConfig
 from course_utils.lab.preflight import MIN_FREE_DISK_GIB, preflight, requested_gmu
+from course_utils.lab.server import gpu_gib
 
 __all__ = ["add_cli", "process_kwargs", "workload_from_args"]
 
@@ -44,8 +46,8 @@ _RUN_FLAGS: tuple[tuple[str, Any, Any, str | None], ...] = (
     ("--vllm-cmd", str, "vllm", "the vllm executable (split like a shell)"),
     ("--port", v.port, None, "the servers' port (none: a free one)"),
     ("--patience", v.positive_int, 2, None),
-    ("--repeats", v.non_negative_int, 1, "extra windows per point with fresh prompts"),
-    ("--remeasure", v.non_negative_int, 1, "re-measure an invalid window at most N times"),
+    ("--repeats", v.non_negative_int, MeasureConfig.repeats, "extra windows: the spread"),
+    ("--remeasure", v.non_negative_int, MeasureConfig.remeasure, "re-measures of invalid ones"),
     ("--warmup-share", v.share, None, "warm-up prompts as a share of --num-prompts"),
 )
 
@@ -139,8 +141,6 @@ def _apply_preset(a: argparse.Namespace, *, tune: bool) -> None:
         if getattr(a, k) is None:
             setattr(a, k, getattr(Workload(), "request_rate" if k == "rate" else k))
     if hasattr(a, "warmup_share") and a.warmup_share is None:
-        from course_utils.lab.measure import MeasureConfig
-
         a.warmup_share = MeasureConfig.warmup_share
     if not a.slo:
         raise BadInput("no SLO given", 'give --slo "ttft:300 tpot:50" (or --preset NAME)')
@@ -202,11 +202,7 @@ def _check_args(a: argparse.Namespace, base: dict[str, Any], cand: dict[str, lis
         raise BadInput(f"--slo {a.slo!r}: {exc}", 'write e.g. --slo "ttft:300 tpot:50"') from None
     workload_from_args(a)
     process_kwargs(a)
-    gib = a.gpu_memory_gib or (GPUS[a.gpu].memory_gib if a.gpu else None)
-    if gib is None:  # as sweep() reads it: this host's GPU, else a 24 GiB one
-        from course_utils.lab.server import gpu_memory_gib
-
-        gib = gpu_memory_gib() or 24.0
+    gib = gpu_gib(a.gpu_memory_gib or (GPUS[a.gpu].memory_gib if a.gpu else None))
     v.check_knobs(base, "--base", entry="serve")
     flag = "--values" if a.cmd == "sweep" else "--candidate"
     couple = a.couple if a.cmd == "sweep" else not getattr(a, "no_couple", False)

@@ -29,8 +29,7 @@ from course_utils.core.slo import SLO
 from course_utils.core.store import read_records, set_aside
 from course_utils.core.workload import workload_from_dict
 from course_utils.lab.measure import MeasureConfig, measure
-from course_utils.lab.server import ServerStartError, VllmServer
-from course_utils.lab.server import gpu_memory_gib as detected_gpu_gib
+from course_utils.lab.server import ServerStartError, VllmServer, gpu_gib
 from course_utils.lab.sweep import limits
 
 __all__ = ["BATCH1_FILE", "KNEE_FILE", "knee_scan", "knee_seed", "latest_by_rate", "rate_key"]
@@ -93,7 +92,7 @@ def knee_scan(
     todo = [r for r in rates if rate_key(r) not in done]
     need_b1 = batch1_prompts > 0 and not read_jsonl(out / BATCH1_FILE)
     knobs = dict(base_knobs or {})
-    gib = gpu_memory_gib if gpu_memory_gib is not None else (detected_gpu_gib() or 24.0)
+    gib = gpu_gib(gpu_memory_gib)
     mns, mnbt = limits(knobs, gib)
     warm: dict[str, Any] = {} if warmup_prompts is None else {"warmup_min_prompts": warmup_prompts}
     cfg = measure_config or MeasureConfig(

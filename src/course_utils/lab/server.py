@@ -33,6 +33,7 @@ __all__ = [
     "VllmServer",
     "classify_failure",
     "free_port",
+    "gpu_gib",
     "gpu_inventory",
     "gpu_memory_gib",
     "group_pids",
@@ -187,6 +188,11 @@ def gpu_memory_gib(index: int = 0) -> float | None:
         return float(out[index]) / 1024.0 if out else None
     except (ValueError, IndexError):
         return None
+
+
+def gpu_gib(given: float | None = None) -> float:
+    """A GPU's memory (GiB): as given, else this host's first visible GPU, else 24 GiB."""
+    return float(given) if given is not None else gpu_memory_gib() or 24.0
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec

@@ -40,7 +40,7 @@ from course_utils.core.store import (
     set_aside,
 )
 from course_utils.lab.measure import MeasureConfig, diag_dict, measure, window_scores
-from course_utils.lab.server import ServerStartError, VllmServer, gpu_memory_gib
+from course_utils.lab.server import ServerStartError, VllmServer, gpu_gib
 
 __all__ = [
     "BASELINE",
@@ -89,8 +89,7 @@ class SweepConfig:
         metrics_interval_s: float | None = None,
         **kw: Any,
     ) -> SweepConfig:
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(kw) - names)
+        unknown = sorted(set(kw) - {f.name for f in fields(cls)})
         if unknown:
             raise TypeError(f"unknown sweep option(s): {', '.join(unknown)}")
         m: dict[str, Any] = {
@@ -108,16 +107,7 @@ class SweepConfig:
         return cls(**kw)
 
     def gpu_gib(self) -> float:
-        """The GPU's memory: as given, else this host's GPU, else 24 GiB."""
-        if self.gpu_memory_gib is not None:
-            return float(self.gpu_memory_gib)
-        return gpu_memory_gib() or 24.0
-
-    def server_extra(self) -> dict[str, Any]:
-        return {
-            "load_format": self.server_kwargs.get("load_format"),
-            "extra_args": list(self.server_kwargs.get("extra_args", ())),
-        }
+        return gpu_gib(self.gpu_memory_gib)
 
 
 def load_points(path: str | Path) -> list[dict[str, Any]]:
@@ -395,7 +385,10 @@ def _new_point(
             "value": value,
             "base": {k: v for k, v in sorted(base.items()) if k != name},
             "workload": w,
-            "server": cfg.server_extra(),
+            "server": {
+                "load_format": cfg.server_kwargs.get("load_format"),
+                "extra_args": list(cfg.server_kwargs.get("extra_args", ())),
+            },
             "effective": dict(sorted(checked.items())),
         }
     )

@@ -139,7 +139,8 @@ class _Scan:
     done: dict[str, dict[str, Any]]
     say: Callable[[str], None]
 
-    def measure(self, w: Workload, name: str, first: int = 0, warm: bool = False) -> Any:
+    def measure_at(self, w: Workload, name: str, first: int = 0, warm: bool = False) -> Any:
+        """``measure()`` on the scan's server into ``knee/<name>`` (``warm``: with warm-up)."""
         cfg = self.cfg if warm else replace(self.cfg, warmup_share=0.0, repeats=0)
         mns, mnbt = self.limits
         paths = PointPaths(self.kdir / name)
@@ -185,7 +186,7 @@ def _repeat_brackets(c: _Scan, repeats: int, deadline: float | None, cost: float
             return None
         p = as_point(c.done[rk])
         t0 = time.monotonic()
-        _, more = c.measure(workload_from_dict(p.workload), f"rate-{rk}", first=len(p.windows))
+        _, more = c.measure_at(workload_from_dict(p.workload), f"rate-{rk}", first=len(p.windows))
         for x in more:
             x.purpose = "repeat" if x.purpose == "measure" else x.purpose
         p.windows += more
@@ -224,7 +225,7 @@ def _scan_rate(c: _Scan, rate: float, workload: Workload) -> dict[str, Any]:
     t0 = time.monotonic()
     argv, up = shlex.join(c.srv.argv), round(c.srv.startup_s or 0.0, 2)
     p = _rate_point(c, rk, w, "running", serve_cmd=argv, startup_s=up)
-    p.warmup, p.windows = c.measure(w, f"rate-{rk}", warm=True)
+    p.warmup, p.windows = c.measure_at(w, f"rate-{rk}", warm=True)
     p.status = "ok" if any(x.ok for x in p.windows) else "failed"
     p.reason = None if p.status == "ok" else (p.windows[-1].reason if p.windows else "no window")
     p.elapsed_s = round(time.monotonic() - t0, 2)
@@ -251,7 +252,7 @@ def _batch1(c: _Scan, out: Path, n: int) -> None:
     w1 = replace(
         w, num_prompts=n, request_rate=math.inf, max_concurrency=1, seed=w.seed + len(c.rates)
     )
-    _, wins = c.measure(w1, "batch1")
+    _, wins = c.measure_at(w1, "batch1")
     rec: dict[str, Any] = {
         "workload": w1.to_dict(),
         "knobs": c.srv.knobs,

@@ -170,22 +170,16 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
     workload = workload_from_args(a)
     server_kwargs, bench_kwargs = process_kwargs(a)
     slo = SLO.parse(a.slo, rate=None if math.isinf(a.rate) else a.rate)
-    return dict(
+    same = ("resume", "patience", "gpu_memory_gib", "objective", "repeats", "remeasure")
+    return {k: getattr(a, k) for k in (*same, "warmup_share")} | dict(
         workload=workload,
         slo=slo,
         out_dir=a.out,
         # the rehearsed knobs when --rehearse-gpu set them, else --base as given
         base_knobs=getattr(a, "base_knobs", None) or _base(a),
-        resume=a.resume,
-        patience=a.patience,
         server_kwargs=server_kwargs,
         bench_kwargs=bench_kwargs,
-        gpu_memory_gib=a.gpu_memory_gib,
         progress=not a.no_progress,
-        objective=a.objective,
-        repeats=a.repeats,
-        remeasure=a.remeasure,
-        warmup_share=a.warmup_share,
     )
 
 

@@ -143,13 +143,9 @@ def couple_knobs(
 
 
 def progress_bar(total: int, desc: str, enabled: bool) -> Any:
-    if not enabled:
-        return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a dependency
-        return None
-    return tqdm(total=total, desc=desc, leave=True)
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, leave=True) if enabled else None
 
 
 def validate_each(values: Mapping[str, Any]) -> dict[str, Any]:

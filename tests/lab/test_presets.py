@@ -25,49 +25,23 @@ def _parse(*argv: str) -> argparse.Namespace:
 
 
 def test_tune_preset_fills_what_was_not_given() -> None:
-    a = _parse(
-        "tune",
-        "--model",
-        "m",
-        "--out",
-        "o",
-        "--preset",
-        "decode",
-        "--gpu",
-        "h200",
-        "--rate",
-        "6",
-        "--base",
-        "max_num_seqs=512",
-    )
+    a = _parse("tune", "--model", "m", "--out", "o", "--preset", "decode", "--gpu", "h200",
+               "--rate", "6", "--base", "max_num_seqs=512")
     cli._apply_preset(a, tune=True)
     assert (a.input_len, a.output_len, a.num_prompts, a.prefix_len) == (3072, 256, 150, 0)
     assert a.rate == 6 and a.slo == "ttft:2000 tpot:15" and a.ignore_eos
     # base: the preset's, then the explicit one (which wins on a clash)
     assert cli.parse_assign(a.base, False) == {"max_model_len": 4096, "max_num_seqs": 512}
     assert cli.parse_assign(a.candidate, True) == {
-        "max_num_batched_tokens": [2048, 4096],
-        "max_num_seqs": [128, 256],
-    }
+        "max_num_batched_tokens": [2048, 4096], "max_num_seqs": [128, 256]}
     # the recorded decode run's command line, from the preset alone
     kw = cli._kwargs_from(a)
     assert kw["workload"].request_rate == 6 and str(kw["slo"]) == "ttft:2000 tpot:15 @ 6 req/s"
 
 
 def test_without_a_preset_the_old_defaults_hold_and_slo_is_required() -> None:
-    a = _parse(
-        "sweep",
-        "--model",
-        "m",
-        "--out",
-        "o",
-        "--knob",
-        "max_num_seqs",
-        "--values",
-        "8",
-        "--slo",
-        "ttft:300",
-    )
+    a = _parse("sweep", "--model", "m", "--out", "o", "--knob", "max_num_seqs", "--values", "8",
+               "--slo", "ttft:300")
     cli._apply_preset(a, tune=False)
     assert (a.input_len, a.output_len, a.num_prompts, a.prefix_len) == (512, 128, 200, 0)
     assert a.rate == float("inf")
@@ -116,7 +90,7 @@ def test_lab02_preset_cell_sets_the_parameters() -> None:
     assert "preset = None" in params and "if preset:" in preflight
     start = preflight.index("if preset:")
     assert start < preflight.index("preflight.lab_check(")
-    preset_cell = preflight[start : preflight.index("_preflight = ")]
+    preset_cell = preflight[start:preflight.index("_preflight = ")]
     ns: dict[str, Any] = {}
     exec(params, ns)  # noqa: S102 - the notebook's own cells
     ns.update(preset="kv", gpu="h200")
@@ -132,8 +106,7 @@ def test_lab02_preset_cell_sets_the_parameters() -> None:
     before = dict(untouched)
     exec(preset_cell, untouched)  # noqa: S102 - preset None: nothing changes
     assert {k: untouched[k] for k in before if k != "__builtins__"} == {
-        k: v for k, v in before.items() if k != "__builtins__"
-    }
+        k: v for k, v in before.items() if k != "__builtins__"}
 
 
 def test_a_presets_warm_up_share_reaches_the_loop_and_its_grid(tmp_path: Path) -> None:
@@ -144,19 +117,8 @@ def test_a_presets_warm_up_share_reaches_the_loop_and_its_grid(tmp_path: Path) -
     cli._apply_preset(a, tune=True)
     assert a.warmup_share == 1.0
     assert cli._kwargs_from(a)["warmup_share"] == 1.0
-    b = _parse(
-        "tune",
-        "--model",
-        "m",
-        "--out",
-        "o",
-        "--preset",
-        "knee",
-        "--gpu",
-        "h200",
-        "--warmup-share",
-        "0.3",
-    )
+    b = _parse("tune", "--model", "m", "--out", "o", "--preset", "knee", "--gpu", "h200",
+               "--warmup-share", "0.3")
     cli._apply_preset(b, tune=True)
     assert b.warmup_share == 0.3
     c = _parse("tune", "--model", "m", "--out", "o", "--preset", "knee")  # the 4090's
@@ -164,24 +126,8 @@ def test_a_presets_warm_up_share_reaches_the_loop_and_its_grid(tmp_path: Path) -
     assert presets.get("knee", "4090").warmup_share is None and c.warmup_share == 0.5
     for args, share in (([], 1.0), (["--warmup-share", "0.5"], 0.5)):
         out = tmp_path / f"grid{share}"
-        assert (
-            gridrun.main(
-                [
-                    "prepare",
-                    str(out),
-                    "--model",
-                    "m",
-                    "--port",
-                    "1",
-                    "--preset",
-                    "knee",
-                    "--gpu",
-                    "h200",
-                    *args,
-                ]
-            )
-            == 0
-        )
+        assert gridrun.main(["prepare", str(out), "--model", "m", "--port", "1", "--preset",
+                             "knee", "--gpu", "h200", *args]) == 0
         bench = (out / "bench_cmd.txt").read_text()
         assert f"--warmup-share {share:g} " in bench
         assert json.loads((out / "grid.json").read_text())["warmup"]["share"] == share

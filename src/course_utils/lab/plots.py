@@ -91,6 +91,13 @@ def save_figure(fig: Any, path: str | Path | None) -> Any:
     return fig
 
 
+def finish(fig: Any, ax: Any, path: str | Path | None, **labels: Any) -> Any:
+    """Set ``labels`` (xlabel, ylabel, title, ...) on ``ax``, grid it, save the figure."""
+    ax.set(**labels)
+    ax.grid(alpha=0.3)
+    return save_figure(fig, path)
+
+
 def plot_knee(
     records: Sequence[Mapping[str, Any]], path: str | Path | None = None, lang: str = "en"
 ) -> Any:
@@ -110,13 +117,11 @@ def plot_knee(
     )
     if x:
         ax.plot([0, max(x)], [0, max(x)], color="grey", lw=0.8, label=_t("offered_eq", lang))
-    ax.set_xlabel(_t("offered_rate", lang))
-    ax.set_ylabel("req/s")
     ax.set_ylim(bottom=0)
-    ax.set_title(_t("knee_title", lang))
     ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return save_figure(fig, path)
+    return finish(
+        fig, ax, path, xlabel=_t("offered_rate", lang), ylabel="req/s", title=_t("knee_title", lang)
+    )
 
 
 def _effective(p: Mapping[str, Any], knob: str) -> float | None:
@@ -197,12 +202,10 @@ def plot_goodput(
     ax.set_xticks(x)
     ax.set_xticklabels([f"{v:g}" for v in x])
     ax.set_ylim(0, max([top] + [p["score"]["request_throughput"] for p in rows] + [1]) * 1.15)
-    ax.set_xlabel(knob)
-    ax.set_ylabel("req/s")
-    ax.set_title(_t("goodput_title", lang, knob=knob))
     ax.legend(fontsize=8, loc="lower right")
-    ax.grid(alpha=0.3)
-    return save_figure(fig, path)
+    return finish(
+        fig, ax, path, xlabel=knob, ylabel="req/s", title=_t("goodput_title", lang, knob=knob)
+    )
 
 
 def plot_latency_box(
@@ -251,13 +254,10 @@ def plot_latency_box(
         ys.append(slo.ttft_ms)
     ax.set_xlim(0, max(xs + [1]) * 1.25)
     ax.set_ylim(0, max(ys + [1]) * 1.15)
-    ax.set_xlabel(_t("p99_tpot", lang))
-    ax.set_ylabel(_t("p99_ttft", lang))
-    ax.set_title(_t("latency_title", lang, knob=knob))
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
-    ax.grid(alpha=0.3)
-    return save_figure(fig, path)
+    labels = {"xlabel": _t("p99_tpot", lang), "ylabel": _t("p99_ttft", lang)}
+    return finish(fig, ax, path, **labels, title=_t("latency_title", lang, knob=knob))
 
 
 def plot_series(
@@ -289,12 +289,10 @@ def plot_series(
     )
     ax2.set_ylim(0, 105)
     ax2.set_ylabel(_t("kv_pct", lang))
-    ax.set_title(title or _t("series_title", lang))
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="upper left")
-    ax.grid(alpha=0.3)
-    return save_figure(fig, path)
+    return finish(fig, ax, path, title=title or _t("series_title", lang))
 
 
 def plot_engine_stats(
@@ -313,14 +311,10 @@ def plot_engine_stats(
         t = [r.t_s for r in rows]
         ax.plot(t, [r.gen_tok_s for r in rows], "o-", color=color, ms=3, label=f"{knob}={value}")
         ax2.plot(t, [100 * r.kv_usage for r in rows], "--", color=color, lw=0.9)
-    ax.set_xlabel(_t("stats_x", lang))
-    ax.set_ylabel(_t("gen_tok_s", lang))
-    ax2.set_ylabel(_t("kv_pct_dashed", lang))
-    ax2.set_ylim(0, 105)
-    ax.set_title(_t("stats_title", lang))
+    ax2.set(ylabel=_t("kv_pct_dashed", lang), ylim=(0, 105))
     ax.legend(fontsize=8, loc="lower left")
-    ax.grid(alpha=0.3)
-    return save_figure(fig, path)
+    labels = {"xlabel": _t("stats_x", lang), "ylabel": _t("gen_tok_s", lang)}
+    return finish(fig, ax, path, **labels, title=_t("stats_title", lang))
 
 
 def plot_triple(

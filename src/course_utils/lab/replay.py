@@ -196,23 +196,10 @@ def replay_tune(
         for s in read_records(d / TUNE_FILE, need="kind")
         if s.get("kind") in ("baseline", "sweep")
     ]
-    if not steps or steps[0]["kind"] != "baseline":
-        raise BadInput(
-            f"{d / TUNE_FILE}: no baseline step (the loop stopped before it, or the file is cut)",
-            "replay a folder whose loop measured its baseline",
-        )
-    base = next((p for p in points if p.key == steps[0].get("point")), None)
-    if base is None or base.status != "ok":
-        raise BadInput(
-            f"{d / POINTS_FILE}: the baseline point {steps[0].get('point')} is "
-            + ("missing" if base is None else f"failed ({base.reason})"),
-            "replay a folder whose baseline was measured",
-        )
-    kept = base
+    kept = _baseline(d, points, steps)
     trail = [{"step": 0, **_state(kept, objective)}]
     diverged = None
     for s in steps[1:]:
-        knob = s["knob"]
         recs = _step_points(points, s)
         diverged = _divergence(s, kept, recs)
         if diverged:
@@ -226,17 +213,16 @@ def replay_tune(
         )
         if dec.kept and dec.best is not None:
             kept = dec.best
+        gain = str(dec.gain) if dec.gain is not None and math.isinf(dec.gain) else dec.gain
         trail.append(
             {
                 "step": s["step"],
-                "knob": knob,
+                "knob": s["knob"],
                 "kept": dec.kept,
                 "decision": dec.decision,
                 "why": dec.why,
                 "best_value": dec.best.value if dec.best else None,
-                "gain": str(dec.gain)
-                if dec.gain is not None and math.isinf(dec.gain)
-                else dec.gain,
+                "gain": gain,
                 "results": [_result_row(p, objective) for p in recs],
                 **_state(kept, objective),
             }
@@ -269,6 +255,23 @@ def replay_tune(
         "outcome": outcome,
         "steps": trail,
     }
+
+
+def _baseline(d: Path, points: list[ServedPoint], steps: list[dict[str, Any]]) -> ServedPoint:
+    """The loop's measured baseline point (BadInput when the run has none)."""
+    if not steps or steps[0]["kind"] != "baseline":
+        raise BadInput(
+            f"{d / TUNE_FILE}: no baseline step (the loop stopped before it, or the file is cut)",
+            "replay a folder whose loop measured its baseline",
+        )
+    base = next((p for p in points if p.key == steps[0].get("point")), None)
+    if base is None or base.status != "ok":
+        raise BadInput(
+            f"{d / POINTS_FILE}: the baseline point {steps[0].get('point')} is "
+            + ("missing" if base is None else f"failed ({base.reason})"),
+            "replay a folder whose baseline was measured",
+        )
+    return base
 
 
 def _step_points(points: list[ServedPoint], step: dict[str, Any]) -> list[ServedPoint]:

@@ -176,16 +176,11 @@ def plot_goodput(
     req = [p["score"].get("request_goodput") or 0 for p in rows]
     ax.plot(x, req, "^:", label=_t("req_goodput", lang))
     top = max(req, default=0.0)
+    bar = top / (1.0 + plateau)  # within the plateau of the best: a tie
+    tied = sum(1 for r in req if r >= bar) > 1
     for p, xv, yv in zip(rows, x, req, strict=True):
-        notes = []
-        if _is_base(p):
-            notes.append(_t("baseline", lang))
-        if (
-            top > 0
-            and yv > 0
-            and yv >= top / (1.0 + plateau)
-            and sum(1 for r in req if r >= top / (1.0 + plateau)) > 1
-        ):
+        notes = [_t("baseline", lang)] if _is_base(p) else []
+        if tied and top > 0 and yv > 0 and yv >= bar:
             notes.append(_t("tie", lang, p=plateau))
         if notes:
             ax.annotate(

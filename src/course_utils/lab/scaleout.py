@@ -58,7 +58,6 @@ __all__ = [
     "ConfigReplay",
     "EngineCheck",
     "ScaleoutReplay",
-    "describe_run",
     "device_minutes",
     "load_config",
     "main",
@@ -193,16 +192,6 @@ def run_dir(path: str | Path) -> Path:
 
 def _root_of(folder: Path) -> Path:
     return folder.parent if folder.name == "scaleout" else folder
-
-
-def describe_run(path: str | Path, lang: str = "en") -> str:
-    """The run a page shows: a GPU run by its folder name, the fake fixture as what it is."""
-    root = _root_of(run_dir(path))
-    if root.parent.name != "fixtures":
-        return root.name
-    if lang == "zh":
-        return "假 vLLM（tests/fakes）跑出的测试数据：只演示代码路径，不代表任何 GPU"
-    return "a run of the fake vLLM (tests/fakes): code paths only, no GPU"
 
 
 def device_minutes(path: str | Path) -> float:

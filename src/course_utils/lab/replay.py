@@ -169,16 +169,10 @@ def point_files(results_dir: str | Path, rec: Mapping[str, Any]) -> dict[str, Pa
 def recorded_objective(results_dir: str | Path) -> str:
     """The objective a recorded loop ran under: the summary's, else params.json's, else
     "gate" (the only one before the parameter existed)."""
-    d = Path(results_dir)
-    s = tune_summary(d) or {}
-    if s.get("objective"):
-        return str(s["objective"])
-    params = d / "params.json"
-    if params.is_file():
-        obj = json.loads(params.read_text()).get("objective")
-        if obj:
-            return str(obj)
-    return "gate"
+    params = Path(results_dir) / "params.json"
+    recorded = json.loads(params.read_text()) if params.is_file() else {}
+    summary = tune_summary(results_dir) or {}
+    return str(summary.get("objective") or recorded.get("objective") or "gate")
 
 
 def replay_tune(

@@ -157,12 +157,12 @@ def model_shape(
 
 def point_files(results_dir: str | Path, rec: Mapping[str, Any]) -> dict[str, Path]:
     """A point's files, found by key under ``results_dir``."""
-    pdir = Path(results_dir) / "points" / str(rec.get("key"))
+    pp = PointPaths.of(results_dir, str(rec.get("key")))
     return {
-        "server_log": pdir / "serve.log",
-        "bench_json": pdir / "bench.json",
-        "bench_log": pdir / "bench.log",
-        "metrics": pdir / "metrics.jsonl",
+        "server_log": pp.server_log,
+        "bench_json": pp.bench_json(),
+        "bench_log": pp.bench_log(),
+        "metrics": pp.metrics(),
     }
 
 

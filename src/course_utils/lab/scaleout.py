@@ -51,7 +51,7 @@ from course_utils.core.validate import process_kwargs
 from course_utils.core.vllm_logs import startup_by_process
 from course_utils.lab.knee import KNEE_FILE, knee_scan, latest_by_rate, rate_key
 from course_utils.lab.measure import MeasureConfig
-from course_utils.lab.replay import recheck, repo_root
+from course_utils.lab.replay import load_knee, repo_root
 
 __all__ = [
     "DEFAULT_WINDOW_S",
@@ -300,14 +300,11 @@ def _engine_checks(name: str, recs: Sequence[dict[str, Any]], folder: Path) -> l
 def _replay_configs(folder: Path) -> dict[str, ConfigReplay]:
     configs: dict[str, ConfigReplay] = {}
     for name in CONFIGS:
-        recs, run = load_config(folder, name)
-        if recs:
-            checked = [
-                recheck(r, folder / name / "knee" / f"rate-{r.get('rate_key')}") for r in recs
-            ]
-            configs[name] = ConfigReplay(
-                name, checked, run, pick_knee(checked), _engine_checks(name, checked, folder)
-            )
+        checked = load_knee(folder / name)  # validity re-checked from the recorded series
+        if checked:
+            run = load_config(folder, name)[1]
+            engines = _engine_checks(name, checked, folder)
+            configs[name] = ConfigReplay(name, checked, run, pick_knee(checked), engines)
     return configs
 
 

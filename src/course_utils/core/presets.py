@@ -7,7 +7,7 @@ the rates come from the labs' measurements where one exists (``recorded``: the r
 measured it) and are otherwise placed by lab 02's knee scan.
 
 Used by lab 02 (``preset="decode"``), ``python -m course_utils tune --preset decode``,
-``python -m course_utils.lab.gridrun prepare --preset decode`` and tools/gpu scripts.
+``python tools/gpu/gridrun.py prepare --preset decode`` and the other tools/gpu scripts.
 """
 
 from __future__ import annotations

@@ -483,6 +483,7 @@ _CT: dict[str, dict[str, Any]] = {
             "tie": "tie",
             "grid_better": "the grid is better",
             "undecided": "undecided",
+            "loop_unfinished": "none yet: the loop is unfinished",
         },
         "outcome": {
             "meets_slo": "meets the SLO",
@@ -509,6 +510,7 @@ _CT: dict[str, dict[str, Any]] = {
             "tie": "打平",
             "grid_better": "网格更好",
             "undecided": "无法判断",
+            "loop_unfinished": "暂无：闭环没跑完",
         },
         "outcome": {
             "meets_slo": "满足 SLO",

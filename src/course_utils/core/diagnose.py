@@ -1,21 +1,11 @@
 """The decision tree of the SLO lesson, as data: which constraint binds, and which knob moves it.
 
-Input: ``/metrics`` samples taken *during* a load (``metrics.MetricsSampler``), the
-``vllm bench serve`` result of that load, and the SLO. Output: a ``Diagnosis`` with the
-binding constraint (queue, prefill, decode, kv, or none), the numbers that decided it, and
-the knobs to try (read from ``knobs``, never restated here).
-
-A deep queue has four causes that need different answers: the KV pool is full or a step
-preempted (a KV problem), the running batch is pinned at ``max_num_seqs`` (a batch-width
-cap), the step's token budget is spent (the v1 scheduler admits waiting requests only
-``while ... token_budget > 0``, after the running ones, in ``vllm/v1/core/sched/scheduler.py``:
-a ``max_num_batched_tokens`` limit), or none of these: no engine limit holds the waiting
-requests back, so a queue that stays means the offered rate is at or past what one replica
-completes (add replicas; no engine knob fixes it). A request can also wait one step before the
-scheduler admits it; the ``waiting`` threshold is there so that such waits do not count.
-
-The Mermaid diagram in the book is generated from ``TREE`` by ``mermaid()``, so the
-picture and the code cannot drift apart.
+Input: ``/metrics`` samples taken during a load, the ``vllm bench serve`` result of that load
+and the SLO. Output: a ``Diagnosis``: the binding constraint, the numbers that decided it and
+the knobs to try (read from ``knobs``). A deep queue has four causes: a full KV pool, the
+``max_num_seqs`` cap, a spent step token budget (the v1 scheduler admits waiting requests only
+while ``token_budget > 0``, vllm/v1/core/sched/scheduler.py), or no engine limit at all (the
+rate is past what one replica completes). The book's Mermaid diagram is drawn from ``TREE``.
 """
 
 from __future__ import annotations
@@ -43,19 +33,14 @@ class Thresholds:
     """Named, overridable cut-offs of the tree (all read from samples taken under load)."""
 
     waiting_mean_min: float = 1.0
-    """Mean ``vllm:num_requests_waiting`` at or above which the queue counts as deep."""
     kv_full: float = 0.90
-    """Peak ``vllm:kv_cache_usage_perc`` (0..1) at or above which the KV pool counts as full."""
     cap_fraction: float = 0.95
-    """Peak running requests >= this fraction of ``max_num_seqs`` means the batch is capped."""
     preemptions_min: float = 1.0
-    """Preemptions during the load at or above which KV pressure counts as binding."""
     budget_fraction: float = 0.90
-    """Mean tokens per engine step (``vllm:iteration_tokens_total``) >= this fraction of
-    ``max_num_batched_tokens`` means the step's token budget is spent."""
 
     @staticmethod
     def describe(lang: str = "en") -> list[dict[str, str]]:
+        """Each cut-off: name, default and meaning (the samples are taken under load)."""
         docs = {
             "waiting_mean_min": (
                 "平均排队请求数达到它即算队列深",
@@ -277,11 +262,7 @@ class Diagnosis:
     def why(self, lang: str = "en") -> str:
         leaf = TREE[self.leaf]
         assert isinstance(leaf, Leaf)
-        steps = []
-        for qid, ans in self.path:
-            q = TREE[qid]
-            yes_no = ("是" if ans else "否") if lang == "zh" else ("yes" if ans else "no")
-            steps.append(f"{q.text[lang]} {yes_no}")
+        steps = [f"{TREE[q].text[lang]} {_yes_no(ans, lang)}" for q, ans in self.path]
         ev = ", ".join(f"{k}={_fmt(v)}" for k, v in self.evidence.items() if v is not None)
         if self.knobs:
             todo = ", ".join(
@@ -298,22 +279,17 @@ class Diagnosis:
 
     def rows(self, lang: str = "en") -> list[dict[str, str]]:
         """The evidence as table rows: each question asked, its answer and the numbers behind it."""
-        zh = lang == "zh"
-        cols = ("问题", "回答", "依据") if zh else ("question", "answer", "evidence")
+        cols = ("问题", "回答", "依据") if lang == "zh" else ("question", "answer", "evidence")
         out = []
         for qid, ans in self.path:
-            q = TREE[qid]
             nums = ", ".join(f"{k}={_fmt(self.evidence.get(k))}" for k in EVIDENCE_KEYS[qid])
-            word = ("是" if ans else "否") if zh else ("yes" if ans else "no")
-            out.append(dict(zip(cols, (q.text[lang], word, nums), strict=True)))
+            out.append(
+                dict(zip(cols, (TREE[qid].text[lang], _yes_no(ans, lang), nums), strict=True))
+            )
         return out
 
     def rows_markdown(self, lang: str = "en") -> str:
-        rows = self.rows(lang)
-        head = list(rows[0]) if rows else []
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(r[c].replace("|", "\\|") for c in head) + " |" for r in rows]
-        return "\n".join(lines)
+        return knobs_mod.markdown_table(self.rows(lang))
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -331,8 +307,8 @@ BUDGET_IN_USE = 0.5
 
 
 def budget_caveat(d: Diagnosis, lang: str = "en") -> str:
-    """For a diagnosis that names max_num_batched_tokens outside the budget leaf: a warning
-    when the steps carried well under the budget, so a larger one has little to add; else ""."""
+    """A warning when a diagnosis (not the budget leaf) says raise max_num_batched_tokens but
+    the steps carried well under the budget; else ""."""
     tps = d.evidence.get("tokens_per_step")
     budget = d.evidence.get("max_num_batched_tokens")
     if d.leaf == "queue_budget" or "max_num_batched_tokens" not in d.knobs:
@@ -350,6 +326,10 @@ def budget_caveat(d: Diagnosis, lang: str = "en") -> str:
         f"but a step carried {_fmt(tps)} tokens on average against a budget of "
         f"{_fmt(budget)}: the budget is not in use, so a larger one has little to add"
     )
+
+
+def _yes_no(ans: bool, lang: str) -> str:
+    return ("是" if ans else "否") if lang == "zh" else ("yes" if ans else "no")
 
 
 def _fmt(v: float | None) -> str:
@@ -467,10 +447,8 @@ def diagnose_engines(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
 ) -> dict[str, Diagnosis]:
-    """The tree walked on each engine's own series, for a server with several engines (vLLM
-    data parallelism: one scheduler, queue, KV pool and ``max_num_seqs`` per engine); {} for
-    one engine. The queue, KV, batch-cap and token-budget questions read the engine's own
-    gauges; the latency percentiles are the client's (one bench for all engines)."""
+    """The tree walked on each engine's own series (data parallelism: one scheduler, queue and
+    KV pool per engine); {} for one engine. Latency percentiles are the client's, shared."""
     return {
         e: diagnose(
             s,
@@ -502,7 +480,7 @@ def _ms(x: float | None) -> float | None:
 def mermaid(lang: str = "en", with_knobs: bool = True) -> str:
     """Mermaid flowchart source of ``TREE``, labels in ``lang`` (knob flags stay as written)."""
     lines = ["flowchart TB"]
-    yes, no = ("是", "否") if lang == "zh" else ("yes", "no")
+    yes, no = _yes_no(True, lang), _yes_no(False, lang)
     for node in TREE.values():
         label = node.text[lang]
         if isinstance(node, Question):

@@ -1,16 +1,13 @@
-"""The knob records of the direction map (data): one ``Knob`` per vLLM 0.26.0 tuning knob,
-with its flag, ``LLM(...)`` kwarg, config field, defaults source and the direction each move
-pushes throughput, TTFT and ITL/TPOT. ``course_utils.core.knobs`` reads them (validation,
-defaults, the table, ``recommend``); the sources are cited there and in each record."""
+"""The knob records of the direction map (data): one ``Knob`` per vLLM 0.26.0 tuning knob and
+the direction each move pushes throughput, TTFT and ITL/TPOT. ``core.knobs`` reads them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 Effect = Literal["better", "worse", "neutral", "depends"]
 Group = Literal["capacity", "batch_shape", "reuse_latency", "scale"]
-Constraint = Literal["queue", "prefill", "decode", "kv", "none"]
 Entry = Literal["serve", "llm"]
 Lang = Literal["zh", "en"]
 
@@ -25,9 +22,7 @@ METRIC_ATTR: dict[str, str] = {
 @dataclass(frozen=True)
 class Knob:
     name: str  # the LLM(...) kwarg, also our key
-    flag: str  # the `vllm serve` flag
     config: str  # config dataclass.field as named in 0.26.0
-    source: str  # file in the 0.26.0 wheel that declares it
     group: Group
     value_type: str  # float | int | bool | str | json
     move: dict[str, str]  # the move the effects describe, zh/en
@@ -49,6 +44,17 @@ class Knob:
     def kwarg(self) -> str:
         return self.name
 
+    @property
+    def flag(self) -> str:
+        """The `vllm serve` flag."""
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def source(self) -> str:
+        """The file in the 0.26.0 wheel that declares it (vllm/config/<class>.py)."""
+        cls = self.config.split(".")[0].split(" ")[0]
+        return f"vllm/config/{cls.removesuffix('Config').lower()}.py"
+
     def text(self, what: str, lang: Lang = "en") -> str:
         return getattr(self, what)[lang]
 
@@ -61,81 +67,41 @@ class Knob:
 
 
 # `CacheDType` in vllm/config/cache.py (0.26.0)
-CACHE_DTYPES: tuple[str, ...] = (
-    "auto",
-    "float16",
-    "bfloat16",
-    "fp8",
-    "fp8_e4m3",
-    "fp8_e5m2",
-    "fp8_inc",
-    "fp8_ds_mla",
-    "turboquant_k8v4",
-    "turboquant_4bit_nc",
-    "turboquant_k3v4_nc",
-    "turboquant_3bit_nc",
-    "int4_per_token_head",
-    "int8_per_token_head",
-    "fp8_per_token_head",
-    "nvfp4",
+CACHE_DTYPES: tuple[str, ...] = tuple(
+    "auto float16 bfloat16 fp8 fp8_e4m3 fp8_e5m2 fp8_inc fp8_ds_mla turboquant_k8v4 "
+    "turboquant_4bit_nc turboquant_k3v4_nc turboquant_3bit_nc int4_per_token_head "
+    "int8_per_token_head fp8_per_token_head nvfp4".split()
 )
 
 
 # `QuantizationMethods` in vllm/model_executor/layers/quantization/__init__.py (0.26.0)
-QUANTIZATION_METHODS: tuple[str, ...] = (
-    "awq",
-    "auto_awq",
-    "fp8",
-    "fbgemm_fp8",
-    "fp_quant",
-    "modelopt",
-    "modelopt_fp4",
-    "modelopt_mxfp8",
-    "modelopt_mixed",
-    "auto_gptq",
-    "gptq",
-    "gptq_marlin",
-    "awq_marlin",
-    "humming",
-    "compressed-tensors",
-    "bitsandbytes",
-    "experts_int8",
-    "quark",
-    "moe_wna16",
-    "torchao",
-    "inc",
-    "mxfp4",
-    "gpt_oss_mxfp4",
-    "deepseek_v4_fp8",
-    "online",
-    "fp8_per_tensor",
-    "fp8_per_block",
-    "fp8_per_channel",
-    "int8_per_channel_weight_only",
-    "nvfp4_per_token",
-    "mxfp8",
+QUANTIZATION_METHODS: tuple[str, ...] = tuple(
+    "awq auto_awq fp8 fbgemm_fp8 fp_quant modelopt modelopt_fp4 modelopt_mxfp8 "
+    "modelopt_mixed auto_gptq gptq gptq_marlin awq_marlin humming compressed-tensors "
+    "bitsandbytes experts_int8 quark moe_wna16 torchao inc mxfp4 gpt_oss_mxfp4 "
+    "deepseek_v4_fp8 online fp8_per_tensor fp8_per_block fp8_per_channel "
+    "int8_per_channel_weight_only nvfp4_per_token mxfp8".split()
 )
 
 
+# The words of ``relieves`` moves (the records' moves, the tree's Mermaid and ``why``).
+RELIEF_WORD: dict[str, dict[str, str]] = {
+    "raise": {"en": "raise", "zh": "调高"},
+    "lower": {"en": "lower", "zh": "调低"},
+    "enable": {"en": "enable", "zh": "开启"},
+    "fp8": {"en": "fp8", "zh": "改成 fp8"},
+}
 KV_WAIT = {"en": "only when requests wait for KV space", "zh": "仅当请求在等 KV 空间时"}
-
-
 KV_BOUND = {"en": "only while the KV cache limits the batch", "zh": "仅当 KV cache 限制了批大小时"}
 
 
-def _k(**kw: Any) -> Knob:
-    return Knob(**kw)
-
-
 KNOB_LIST: list[Knob] = [
-    _k(
+    Knob(
         name="gpu_memory_utilization",
-        flag="--gpu-memory-utilization",
         config="CacheConfig.gpu_memory_utilization",
-        source="vllm/config/cache.py",
         group="capacity",
         value_type="float",
-        move={"en": "raise", "zh": "调高"},
+        move=RELIEF_WORD["raise"],
         throughput="better",
         ttft="better",
         itl="neutral",
@@ -153,11 +119,9 @@ KNOB_LIST: list[Knob] = [
         },
         when={"throughput": KV_BOUND, "ttft": KV_WAIT},
     ),
-    _k(
+    Knob(
         name="quantization",
-        flag="--quantization",
         config="ModelConfig.quantization",
-        source="vllm/config/model.py",
         group="capacity",
         value_type="str",
         move={"en": "4-bit weights (AWQ/GPTQ) or fp8", "zh": "4 bit 权重（AWQ/GPTQ）或 fp8"},
@@ -190,14 +154,12 @@ KNOB_LIST: list[Knob] = [
             },
         },
     ),
-    _k(
+    Knob(
         name="kv_cache_dtype",
-        flag="--kv-cache-dtype",
         config="CacheConfig.cache_dtype",
-        source="vllm/config/cache.py",
         group="capacity",
         value_type="str",
-        move={"en": "fp8", "zh": "改成 fp8"},
+        move=RELIEF_WORD["fp8"],
         throughput="better",
         ttft="better",
         itl="neutral",
@@ -213,14 +175,12 @@ KNOB_LIST: list[Knob] = [
         choices=CACHE_DTYPES,
         when={"throughput": KV_BOUND, "ttft": KV_WAIT},
     ),
-    _k(
+    Knob(
         name="max_model_len",
-        flag="--max-model-len",
         config="ModelConfig.max_model_len",
-        source="vllm/config/model.py",
         group="capacity",
         value_type="int",
-        move={"en": "lower", "zh": "调低"},
+        move=RELIEF_WORD["lower"],
         throughput="neutral",
         ttft="neutral",
         itl="neutral",
@@ -239,14 +199,12 @@ KNOB_LIST: list[Knob] = [
             "若一个满长度请求都放不下，启动就失败。-1 或 'auto' 让 vLLM 选能装下的最长长度。",
         },
     ),
-    _k(
+    Knob(
         name="max_num_seqs",
-        flag="--max-num-seqs",
         config="SchedulerConfig.max_num_seqs",
-        source="vllm/config/scheduler.py",
         group="batch_shape",
         value_type="int",
-        move={"en": "raise", "zh": "调高"},
+        move=RELIEF_WORD["raise"],
         throughput="better",
         ttft="better",
         itl="worse",
@@ -268,16 +226,14 @@ KNOB_LIST: list[Knob] = [
             },
             "ttft": {"en": "only when requests queue for a slot", "zh": "仅当请求在排队等名额时"},
         },
-        reverse={"en": "lower", "zh": "调低"},
+        reverse=RELIEF_WORD["lower"],
     ),
-    _k(
+    Knob(
         name="max_num_batched_tokens",
-        flag="--max-num-batched-tokens",
         config="SchedulerConfig.max_num_batched_tokens",
-        source="vllm/config/scheduler.py",
         group="batch_shape",
         value_type="int",
-        move={"en": "raise", "zh": "调高"},
+        move=RELIEF_WORD["raise"],
         throughput="better",
         ttft="better",
         itl="worse",
@@ -299,13 +255,11 @@ KNOB_LIST: list[Knob] = [
                 "zh": "仅当 prefill 或每步预算在拖住请求时",
             }
         },
-        reverse={"en": "lower", "zh": "调低"},
+        reverse=RELIEF_WORD["lower"],
     ),
-    _k(
+    Knob(
         name="enable_chunked_prefill",
-        flag="--enable-chunked-prefill",
         config="SchedulerConfig.enable_chunked_prefill",
-        source="vllm/config/scheduler.py",
         group="batch_shape",
         value_type="bool",
         move={"en": "keep on (default)", "zh": "保持开启（默认）"},
@@ -324,11 +278,9 @@ KNOB_LIST: list[Knob] = [
             "zh": "生成模型默认开启；关掉会打印 'This model does not officially support disabling chunked prefill'（engine/arg_utils.py）。",
         },
     ),
-    _k(
+    Knob(
         name="enable_prefix_caching",
-        flag="--enable-prefix-caching",
         config="CacheConfig.enable_prefix_caching",
-        source="vllm/config/cache.py",
         group="reuse_latency",
         value_type="bool",
         move={"en": "keep on (default)", "zh": "保持开启（默认）"},
@@ -350,11 +302,9 @@ KNOB_LIST: list[Knob] = [
             "ttft": {"en": "only when prompts share a prefix", "zh": "仅当 prompt 有共享前缀时"},
         },
     ),
-    _k(
+    Knob(
         name="speculative_config",
-        flag="--speculative-config",
         config="SpeculativeConfig (vllm/config/speculative.py)",
-        source="vllm/config/speculative.py",
         group="reuse_latency",
         value_type="json",
         move={"en": "enable (e.g. ngram or a draft model)", "zh": "开启（如 ngram 或草稿模型）"},
@@ -374,11 +324,9 @@ KNOB_LIST: list[Knob] = [
             "zh": "低批量时改善 TPOT；高批量时验证开销会吃掉吞吐",
         },
     ),
-    _k(
+    Knob(
         name="enforce_eager",
-        flag="--enforce-eager",
         config="ModelConfig.enforce_eager",
-        source="vllm/config/model.py",
         group="reuse_latency",
         value_type="bool",
         move={"en": "set True (turn CUDA graphs off)", "zh": "设为 True（关闭 CUDA graphs）"},
@@ -393,11 +341,9 @@ KNOB_LIST: list[Knob] = [
         },
         reverse={"en": "keep False (CUDA graphs on)", "zh": "保持 False（开启 CUDA graphs）"},
     ),
-    _k(
+    Knob(
         name="tensor_parallel_size",
-        flag="--tensor-parallel-size",
         config="ParallelConfig.tensor_parallel_size",
-        source="vllm/config/parallel.py",
         group="scale",
         value_type="int",
         move={"en": "raise (more GPUs)", "zh": "调高（更多 GPU）"},

@@ -1,26 +1,9 @@
-"""The direction map: every tuning knob of vLLM 0.26.0, written once.
+"""The direction map: every tuning knob of vLLM 0.26.0 (records in ``core.knob_table``), the
+defaults a user really gets, vLLM's checks on the values, and the book's tables.
 
-Each record says which flag, ``LLM(...)`` kwarg and config field a knob is, the default
-a user really gets, and which way the move pushes throughput, TTFT and ITL/TPOT.
-Directions are facts about the mechanism; magnitudes are for your own sweep.
-
-Sources (vLLM 0.26.0 wheel):
-- defaults by GPU memory and entry point: ``EngineArgs.get_batch_defaults`` in
-  ``vllm/engine/arg_utils.py`` (>= 70 GiB and not A100: 1024 seqs, 8192 / 16384 tokens
-  for serve / LLM; otherwise 256 seqs, 2048 / 8192 tokens).
-- ``CacheConfig`` (``vllm/config/cache.py``): ``gpu_memory_utilization = Field(0.92, gt=0,
-  le=1)``, ``cache_dtype`` (flag ``--kv-cache-dtype``), ``enable_prefix_caching``.
-- ``SchedulerConfig`` (``vllm/config/scheduler.py``): ``max_num_seqs``,
-  ``max_num_batched_tokens``, ``enable_chunked_prefill``; it raises
-  ``max_num_batched_tokens (X) must be greater than or equal to max_num_seqs (Y).``
-- ``ModelConfig`` (``vllm/config/model.py``): ``max_model_len`` (``Field(None, ge=-1)``;
-  ``-1``/``auto`` fit the longest context memory allows, parsed by
-  ``human_readable_int_or_auto`` in ``vllm/utils/argparse_utils.py``), ``quantization``
-  (``None`` reads the checkpoint's ``quantization_config``), ``enforce_eager``;
-  ``ParallelConfig.tensor_parallel_size``; ``SpeculativeConfig``.
-
-An effect that holds only under a condition carries it in ``Knob.when``; the book's table and
-``recommend`` both read it, so they cannot disagree.
+Directions are facts about the mechanism; magnitudes are for your own sweep. An effect that
+holds only under a condition carries it in ``Knob.when``; the table and ``recommend`` both
+read it, so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -31,29 +14,16 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from course_utils.core.knob_table import (
-    KNOB_LIST,
-    Effect,
-    Entry,
-    Knob,
-    Lang,
-)
+from course_utils.core.knob_table import KNOB_LIST, Entry, Knob, Lang
 from course_utils.core.knob_table import METRIC_ATTR as METRIC_ATTR
+from course_utils.core.knob_table import RELIEF_WORD as RELIEF_WORD
 
 GIB = 1024**3
-LARGE_GPU_GIB = 70  # get_batch_defaults: device_memory >= 70 * GiB_bytes and not A100
+LARGE_GPU_GIB = 70  # EngineArgs.get_batch_defaults: >= 70 GiB and not an A100
 
 
 class KnobError(ValueError):
     """A knob name, value or combination that vLLM 0.26.0 would reject."""
-
-
-INVERSE: dict[str, Effect] = {
-    "better": "worse",
-    "worse": "better",
-    "neutral": "neutral",
-    "depends": "depends",
-}
 
 
 KNOBS: dict[str, Knob] = {k.name: k for k in KNOB_LIST}
@@ -240,20 +210,15 @@ def validate(
         # EngineArgs._set_default_max_num_seqs_and_batched_tokens_args: an unset
         # max_num_seqs is clamped to the token budget; an unset token budget is not raised
         # to meet an explicit max_num_seqs (SchedulerConfig then rejects the pair).
+        gpu: dict[str, Any] = {
+            "gpu_memory_gib": gpu_memory_gib,
+            "entry": entry,
+            "gpu_name": gpu_name,
+        }
         if tokens is None:
-            tokens = default(
-                "max_num_batched_tokens",
-                gpu_memory_gib=gpu_memory_gib,
-                entry=entry,
-                gpu_name=gpu_name,
-            )
+            tokens = default("max_num_batched_tokens", **gpu)
         if seqs is None:
-            seqs = min(
-                default(
-                    "max_num_seqs", gpu_memory_gib=gpu_memory_gib, entry=entry, gpu_name=gpu_name
-                ),
-                tokens,
-            )
+            seqs = min(default("max_num_seqs", **gpu), tokens)
     if seqs is not None and tokens is not None and tokens < seqs:
         # SchedulerConfig.verify_max_model_len in vllm/config/scheduler.py
         raise KnobError(
@@ -321,40 +286,9 @@ def moves(goal: str, lang: Lang = "en") -> list[tuple[Knob, str, str]]:
     if goal not in METRIC_ATTR:
         raise KnobError(f"goal must be throughput, ttft, itl or tpot, not {goal!r}")
     out = [(k, k.move[lang], k.condition(goal, lang)) for k in recommend(goal)]
-    out += [
-        (k, k.reverse[lang], "")
-        for k in KNOB_LIST
-        if k.reverse and INVERSE[k.effect(goal)] == "better"
-    ]
+    # the reverse move helps where the move hurts
+    out += [(k, k.reverse[lang], "") for k in KNOB_LIST if k.reverse and k.effect(goal) == "worse"]
     return out
-
-
-def spectrum(lang: Lang = "en") -> list[dict[str, str]]:
-    """The knob spectrum as three columns: toward throughput, toward low ITL, nearly free.
-
-    Read from the same records as ``table``: a move sits in a column when its effect on that
-    end is ✓ (conditions in brackets); free wins sit in the third column only.
-    """
-    zh = lang == "zh"
-    cols = (
-        ("推向吞吐端", "推向低延迟端（ITL/TPOT）", "两端都几乎免费")
-        if zh
-        else ("toward throughput", "toward low latency (ITL/TPOT)", "close to free on both ends")
-    )
-
-    def cell(k: Knob, move: str, cond: str) -> str:
-        return f"`{k.flag}` {move}" + _paren(cond, lang)
-
-    free = [cell(k, k.move[lang], k.trade[lang]) for k in free_wins()]
-    thr = [cell(k, m, c) for k, m, c in moves("throughput", lang) if not k.free_win]
-    lat = [cell(k, m, c) for k, m, c in moves("itl", lang) if not k.free_win]
-    n = max(len(free), len(thr), len(lat))
-    pad = [c + [""] * (n - len(c)) for c in (thr, lat, free)]
-    return [dict(zip(cols, row, strict=True)) for row in zip(*pad, strict=True)]
-
-
-def spectrum_markdown(lang: Lang = "en") -> str:
-    return _markdown(spectrum(lang))
 
 
 def display_width(text: str) -> int:
@@ -456,15 +390,6 @@ PRIORITY: dict[str, tuple[str, ...]] = {
 }
 
 
-# The words of ``relieves`` moves, per language (the tree's Mermaid and ``why`` use them).
-RELIEF_WORD: dict[str, dict[str, str]] = {
-    "raise": {"en": "raise", "zh": "调高"},
-    "lower": {"en": "lower", "zh": "调低"},
-    "enable": {"en": "enable", "zh": "开启"},
-    "fp8": {"en": "fp8", "zh": "改成 fp8"},
-}
-
-
 def in_effect(name: str, move: str, value: Any = None) -> bool:
     """Whether a relieving move is already the knob's state: ``enable`` on a knob that is on
     (``value``, or vLLM's default when None), ``fp8`` on an fp8 KV cache. A ``raise`` or
@@ -514,11 +439,12 @@ def table(
 def table_markdown(
     lang: Lang = "en", gpu_memory_gib: float = 24.0, entry: Entry = "serve", gpu_name: str = ""
 ) -> str:
-    return _markdown(table(lang, gpu_memory_gib, entry, gpu_name))
+    return markdown_table(table(lang, gpu_memory_gib, entry, gpu_name))
 
 
-def _markdown(rows: list[dict[str, str]]) -> str:
-    head = list(rows[0])
+def markdown_table(rows: list[dict[str, str]]) -> str:
+    """Rows of equal keys as a Markdown table (the keys are the header)."""
+    head = list(rows[0]) if rows else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r[c].replace("|", "\\|") for c in head) + " |" for r in rows]
     return "\n".join(lines)

@@ -1,17 +1,8 @@
 """Memory arithmetic from a Hugging Face ``config.json``: weights, KV per token, KV tokens,
 max concurrency, the decode roofline (TPOT floor), and vLLM 0.26.0's KV cache predicted term
 by term before you rent a GPU (``predict``; ``rehearse`` runs another GPU's budget here).
-
-KV tokens follow vLLM 0.26.0 exactly (``vllm/v1/core/kv_cache_utils.py``):
-``num_blocks = available_memory // page_size // num_layers`` with
-``page_size = 2 * block_size * num_kv_heads * head_size * dtype_bytes`` (K and V, one
-layer), and ``GPU KV cache size = int(num_blocks / ceil(max_model_len / block_size) *
-max_model_len)`` tokens. Block size 16 is the CUDA default for these models.
-
-What vLLM leaves for the KV cache (``predict``): CUDA's total x utilisation, minus the
-weights as loaded, the activation peak of its profile run and the non-torch memory that grew.
-Shapes come from ``config.json``; the few terms that must be measured live in
-``core.capacity_terms`` with how and where they were measured.
+KV blocks and tokens follow ``vllm/v1/core/kv_cache_utils.py``; the terms that must be
+measured live in ``core.capacity_terms``.
 """
 
 from __future__ import annotations
@@ -27,16 +18,9 @@ from typing import Any
 from course_utils.core.capacity_terms import CONTEXT_GIB, CUDAGRAPH_GIB_BY_MAX_NUM_SEQS, TERMS
 
 GIB = 1024**3
-BLOCK_SIZE = 16
-DTYPE_BYTES = {
-    "float32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "auto": None,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-}
+BLOCK_SIZE = 16  # the CUDA default for these models
+DTYPE_BYTES: dict[str, int | None] = {"float32": 4, "float16": 2, "bfloat16": 2, "auto": None}
+DTYPE_BYTES |= dict.fromkeys(("fp8", "fp8_e4m3", "fp8_e5m2"), 1)
 MODELS = ("qwen2.5-7b-instruct", "qwen2.5-7b-instruct-awq")
 
 
@@ -46,9 +30,8 @@ class GPU:
     memory_gib: float  # as nvidia-smi reports total memory, in GiB
     hbm_gbps: float  # vendor peak memory bandwidth, GB/s
     source: str
-    # What CUDA reports as total (cudaMemGetInfo, torch.accelerator.get_memory_info): the
-    # total vLLM multiplies by gpu_memory_utilization (v1/worker/utils.py request_memory).
-    # A little less than nvidia-smi's; None where not known (then nvidia-smi's is used).
+    # CUDA's total (cudaMemGetInfo), which vLLM multiplies by gpu_memory_utilization; a little
+    # less than nvidia-smi's, used where this is None
     cuda_total_gib: float | None = None
     cuda_total_source: str = ""
 
@@ -58,10 +41,8 @@ class GPU:
         return self.memory_gib if self.cuda_total_gib is None else self.cuda_total_gib
 
 
+# memory_gib: nvidia-smi's total in MiB / 1024; hbm_gbps: the vendor's peak
 GPUS: dict[str, GPU] = {
-    # NVIDIA GeForce RTX 4090 spec: 24 GB GDDR6X, 1,008 GB/s; nvidia-smi shows 24,564 MiB
-    # (23.99 GiB). CUDA reports less: PyTorch's out-of-memory message on RTX 4090 hosts says
-    # "a total capacity of 23.64 GiB" (23.65 on some drivers).
     "rtx4090": GPU(
         "RTX 4090",
         24564 / 1024,
@@ -70,14 +51,8 @@ GPUS: dict[str, GPU] = {
         23.64,
         "PyTorch's CUDA out-of-memory message on RTX 4090 hosts (cudaMemGetInfo total)",
     ),
-    # NVIDIA A100 datasheet: 80GB SXM, 2,039 GB/s; nvidia-smi shows 81,920 MiB.
     "a100-80gb": GPU("A100 80GB SXM", 81920 / 1024, 2039, "NVIDIA A100 datasheet"),
-    # NVIDIA H100 datasheet: H100 SXM 80 GB HBM3, 3.35 TB/s; nvidia-smi shows 81,559 MiB.
     "h100": GPU("H100 SXM", 81559 / 1024, 3350, "NVIDIA H100 datasheet"),
-    # NVIDIA H200 datasheet: 141 GB HBM3e, 4.8 TB/s; nvidia-smi here showed 143,771 MiB.
-    # CUDA total 150,109,880,320 bytes: solved from the exact `--kv-cache-memory` byte counts
-    # vLLM logged at utilisation 0.80, 0.92 and 0.94 (labs/results/h200-2026-11-29b knobs);
-    # vLLM prints it as "139.8 GiB".
     "h200": GPU(
         "H200",
         143771 / 1024,
@@ -336,18 +311,14 @@ def activation_gib(
     *,
     compile_cached: bool = False,
 ) -> float:
-    """The torch peak of vLLM's profile run: the larger of the forward pass over the token
-    budget and the profile floor (v1/worker/gpu/model_runner.py profile_run ->
-    _dummy_run(max_num_tokens) then _dummy_sampler_run; measured terms in
-    core.capacity_terms). The floor is a cold start's (torch.compile compiling): a start that
-    loads the compiled graphs from the cache peaks at the forward pass. ``max_num_seqs``
-    does not move it: 256 and 1024 requests gave the same peak on the H200."""
+    """The torch peak of vLLM's profile run (model_runner.py profile_run): the forward pass
+    over the token budget, or on a cold start the larger of that and the profile floor."""
     del max_num_seqs  # measured not to matter (capacity_terms "profile_floor_gib")
     act = DTYPE_BYTES.get(shape.dtype) or 2
     per_token = (3 * shape.intermediate + 3 * shape.hidden) * act * TERMS["forward_factor"].value
     forward = max_num_batched_tokens * per_token / GIB
-    # the floor, plus two hidden-state copies of the token budget still held (the forward's
-    # output and the rows gathered for the sampler)
+    # the floor holds two hidden-state copies of the token budget (the forward's output and
+    # the rows gathered for the sampler)
     if compile_cached:
         return forward
     floor = TERMS["profile_floor_gib"].value + 2 * max_num_batched_tokens * shape.hidden * act / GIB
@@ -355,8 +326,7 @@ def activation_gib(
 
 
 def cudagraph_gib(max_num_seqs: int) -> float:
-    """CUDA graph memory vLLM captures after the KV cache (measured on the H200 by
-    max_num_seqs; interpolated, the nearest measured value outside the table)."""
+    """CUDA graph memory vLLM captures after the KV cache, interpolated by max_num_seqs."""
     pts = sorted(CUDAGRAPH_GIB_BY_MAX_NUM_SEQS.items())
     if max_num_seqs <= pts[0][0]:
         return pts[0][1]
@@ -379,39 +349,22 @@ def predict(
     overhead_gib: float | None = None,
     compile_cached: bool = False,
 ) -> Fit:
-    """vLLM 0.26.0's KV cache for a model on a GPU, before you rent it.
+    """vLLM 0.26.0's KV cache for a model on a GPU, before you rent it: the budget
+    ``ceil(CUDA total x utilisation)`` (v1/worker/utils.py request_memory) minus the weights as
+    loaded, the activation peak and the non-torch growth (gpu_worker.py
+    determine_available_memory; the V2 runner subtracts no CUDA graph estimate), then blocks,
+    tokens and max concurrency as kv_cache_utils.py counts them.
 
-    - budget: ``requested_memory = ceil(total x gpu_memory_utilization)`` with CUDA's total
-      (v1/worker/utils.py request_memory);
-    - ``available = requested - weights - torch peak increase - non-torch increase``
-      (v1/worker/gpu_worker.py determine_available_memory, vllm/utils/mem_utils.py
-      memory_profiling). The CUDA graph estimate is subtracted only when the runner returns
-      one: the V2 model runner (the default for dense decoder models, config/vllm.py
-      use_v2_model_runner) returns 0 from profile_cudagraph_memory, so
-      VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (default 1, envs.py) changes nothing here;
-    - ``blocks = available // page_size // layers`` (v1/core/kv_cache_utils.py
-      get_num_blocks), ``tokens = int(blocks / ceil(max_model_len / 16) x max_model_len)``
-      and ``max concurrency = blocks / ceil(max_model_len / 16)`` (get_kv_cache_capacity).
-
-    Unset batch knobs take the defaults this GPU gets for ``entry`` (knobs.default).
-    ``overhead_gib`` replaces activation + non-torch with one number (the old guess).
-    ``compile_cached``: a restart that loads torch.compile's graphs from vLLM's cache peaks
-    at the forward pass alone (``activation_gib``); the first start of a configuration is cold.
+    Unset batch knobs take this GPU's defaults for ``entry``. ``overhead_gib`` replaces
+    activation + non-torch with one number. ``compile_cached``: a restart that loads
+    torch.compile's graphs from vLLM's cache (the first start of a configuration is cold).
     """
     from course_utils.core import knobs as knobs_mod
 
-    # vLLM's own rules on the knobs (knobs.validate); a length is needed here, not auto
+    # vLLM's own rules on the knobs; a length is needed here, not auto
     given = {"gpu_memory_utilization": gpu_memory_utilization, "max_model_len": max_model_len}
-    given.update(
-        {
-            k: x
-            for k, x in (
-                ("max_num_seqs", max_num_seqs),
-                ("max_num_batched_tokens", max_num_batched_tokens),
-            )
-            if x is not None
-        }
-    )
+    given |= {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
+    given = {k: x for k, x in given.items() if x is not None}
     knobs_mod.validate(given, entry="serve" if entry == "serve" else "llm")
     if max_model_len < 1:
         raise ValueError(f"max_model_len must be a length >= 1 here, got {max_model_len}")
@@ -431,8 +384,7 @@ def predict(
     blocks = shape.kv_blocks(max(kv_mem, 0.0), kv_dtype)
     per_req = math.ceil(max_model_len / BLOCK_SIZE)
     graphs = cudagraph_gib(seqs)
-    # v1/worker/gpu/sample/penalties.py: output_bin_counts, max_num_seqs x vocab int32,
-    # allocated after the first snapshot and outside every profiled term
+    # sample/penalties.py output_bin_counts (max_num_seqs x vocab int32), outside the profile
     penalties = seqs * shape.vocab * 4 / GIB
     return Fit(
         model=shape.name,
@@ -476,17 +428,11 @@ def tpot_floor_ms(
     return step_bytes / bw * 1000
 
 
-# --------------------------------------------------------------------------------------
-# rehearsal: another GPU's memory budget and defaults on the GPU at hand
-# --------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Rehearsal:
-    """Run as if on ``target``: vLLM's requested memory (total x utilisation, v1/worker/
-    utils.py request_memory) made equal to the target's, and the batch defaults the target
-    gets (EngineArgs.get_batch_defaults) passed explicitly, since this GPU would get its own.
-    Reproduces memory, KV capacity, max concurrency and the start-up fit; not speed."""
+    """Run as if on ``target``: vLLM's requested memory made equal to the target's and the
+    target's batch defaults passed explicitly. Reproduces memory, KV capacity, max concurrency
+    and the start-up fit; not speed."""
 
     target: str
     target_total_gib: float
@@ -598,9 +544,8 @@ def predict_case(
     name: str = "model",
     compile_cached: bool = False,
 ) -> Fit:
-    """``predict`` for one start: a config.json dict, the GPU's CUDA total in bytes and the
-    knobs passed (unset ones take that GPU's defaults for ``entry``): what a probe record or
-    a recorded log holds, and nothing vLLM logged about memory."""
+    """``predict`` for one recorded start: a config.json dict, the GPU's CUDA total in bytes
+    and the knobs passed (unset ones take that GPU's defaults for ``entry``)."""
     shape = ModelShape.from_config(config, name)
     return predict(
         shape,

@@ -27,13 +27,11 @@ MODELS = ("qwen2.5-7b-instruct", "qwen2.5-7b-instruct-awq")
 @dataclass(frozen=True)
 class GPU:
     name: str
-    memory_gib: float  # as nvidia-smi reports total memory, in GiB
+    memory_gib: float  # nvidia-smi's total (MiB / 1024)
     hbm_gbps: float  # vendor peak memory bandwidth, GB/s
-    source: str
     # CUDA's total (cudaMemGetInfo), which vLLM multiplies by gpu_memory_utilization; a little
     # less than nvidia-smi's, used where this is None
     cuda_total_gib: float | None = None
-    cuda_total_source: str = ""
 
     @property
     def total_gib(self) -> float:
@@ -41,26 +39,13 @@ class GPU:
         return self.memory_gib if self.cuda_total_gib is None else self.cuda_total_gib
 
 
-# memory_gib: nvidia-smi's total in MiB / 1024; hbm_gbps: the vendor's peak
+# NVIDIA's spec sheets; CUDA totals from PyTorch's out-of-memory message on RTX 4090 hosts and
+# solved from the --kv-cache-memory bytes vLLM logged on the H200 lab host
 GPUS: dict[str, GPU] = {
-    "rtx4090": GPU(
-        "RTX 4090",
-        24564 / 1024,
-        1008,
-        "NVIDIA RTX 4090 specifications",
-        23.64,
-        "PyTorch's CUDA out-of-memory message on RTX 4090 hosts (cudaMemGetInfo total)",
-    ),
-    "a100-80gb": GPU("A100 80GB SXM", 81920 / 1024, 2039, "NVIDIA A100 datasheet"),
-    "h100": GPU("H100 SXM", 81559 / 1024, 3350, "NVIDIA H100 datasheet"),
-    "h200": GPU(
-        "H200",
-        143771 / 1024,
-        4800,
-        "NVIDIA H200 datasheet; nvidia-smi on the lab host",
-        150_109_880_320 / 1024**3,
-        "solved from vLLM's logged --kv-cache-memory byte counts on the lab host",
-    ),
+    "rtx4090": GPU("RTX 4090", 24564 / 1024, 1008, 23.64),
+    "a100-80gb": GPU("A100 80GB SXM", 81920 / 1024, 2039),
+    "h100": GPU("H100 SXM", 81559 / 1024, 3350),
+    "h200": GPU("H200", 143771 / 1024, 4800, 150_109_880_320 / 1024**3),
 }
 
 
@@ -301,7 +286,7 @@ def custom_gpu(total_gib: float, name: str | None = None) -> GPU:
     if total_gib <= 0:
         raise ValueError(f"GPU total must be > 0 GiB, not {total_gib}")
     label = name or f"{total_gib:g} GiB GPU"
-    return GPU(label, total_gib, 0.0, "--gpu-total-gib", total_gib, "given")
+    return GPU(label, total_gib, 0.0, total_gib)
 
 
 def activation_gib(
@@ -533,28 +518,4 @@ def rehearse(
         util_here=here,
         max_num_seqs=int(knobs_mod.default("max_num_seqs", **kw)),
         max_num_batched_tokens=int(knobs_mod.default("max_num_batched_tokens", **kw)),
-    )
-
-
-def predict_case(
-    config: dict[str, Any],
-    total_bytes: int,
-    knobs: dict[str, Any],
-    entry: str = "serve",
-    name: str = "model",
-    compile_cached: bool = False,
-) -> Fit:
-    """``predict`` for one recorded start: a config.json dict, the GPU's CUDA total in bytes
-    and the knobs passed (unset ones take that GPU's defaults for ``entry``)."""
-    shape = ModelShape.from_config(config, name)
-    return predict(
-        shape,
-        custom_gpu(total_bytes / GIB),
-        float(knobs.get("gpu_memory_utilization") or 0.92),
-        int(knobs.get("max_model_len") or shape.max_position),
-        str(knobs.get("kv_cache_dtype") or "auto"),
-        entry=entry,
-        max_num_seqs=knobs.get("max_num_seqs"),
-        max_num_batched_tokens=knobs.get("max_num_batched_tokens"),
-        compile_cached=compile_cached,
     )

@@ -1,16 +1,7 @@
-"""What the labs print, in the page's language ("en" or "zh").
-
-- ``verdict``: lab 01's keep / revert / recheck (the dict of ``keep.verdict``, or ``keep.judge``'s
-  result, which holds it under "verdict");
-- ``knee``: the knee of an offered-rate scan (the dict of ``keep.pick_knee``);
-- ``stop_reason``: why ``sweep.tune`` stopped (its summary, or the ``stop_reason`` string);
-- ``loop_outcome``: what the finished loop concluded (``keep.loop_outcome``);
-- ``constraint_table``: the loop against vLLM's grid, one row per constraint
-  (``lab.grid``);
-- ``issue``: one validity issue (``validity``), used by the two above.
-
-English reuses the ``why`` the rules wrote; Chinese is built from the structured fields (and
-from the numbers inside ``why`` where the dict has no field for them).
+"""What the labs print, in the page's language ("en" or "zh"): verdicts, knees, why the loop
+stopped and what it concluded, validity issues, and the loop against vLLM's grid. English
+reuses the ``why`` the rules wrote; Chinese is built from the structured fields (and from the
+numbers inside ``why`` where the dict has no field for them).
 """
 
 from __future__ import annotations
@@ -20,18 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from course_utils.core import diagnose
-
-__all__ = [
-    "LANGS",
-    "decision_word",
-    "issue",
-    "knee",
-    "constraint_table",
-    "loop_outcome",
-    "loop_vs_grid",
-    "stop_reason",
-    "verdict",
-]
 
 LANGS = ("en", "zh")
 DECISIONS = {
@@ -474,7 +453,6 @@ _CT: dict[str, dict[str, Any]] = {
         "cross": " (one config {x} apart on two servers)",
         "wl": "{i}→{o} tokens{pre}, {r} req/s; {slo}",
         "pre": " ({p} shared)",
-        "unit": "{v} req/s",
         "note": "**{case}**: {note}",
         "sep": "; ",
         "label": " (`{x}`)",
@@ -500,7 +478,6 @@ _CT: dict[str, dict[str, Any]] = {
         "cross": "（同一配置在两台服务器上差 {x}）",
         "wl": "输入 {i} / 输出 {o} token{pre}，{r} req/s；{slo}",
         "pre": "（其中 {p} 共享）",
-        "unit": "{v} req/s",
         "note": "**{case}**：{note}",
         "sep": "；",
         "label": "（`{x}`）",
@@ -521,8 +498,8 @@ _CT: dict[str, dict[str, Any]] = {
 }
 
 
-def _gp(x: Any, t: Mapping[str, Any]) -> str:
-    return "—" if x is None else str(t["unit"]).format(v=f"{float(x):.2f}")
+def _gp(x: Any) -> str:
+    return "—" if x is None else f"{float(x):.2f} req/s"
 
 
 def _ct_row(r: Mapping[str, Any], lang: str) -> list[str]:
@@ -551,7 +528,7 @@ def _ct_row(r: Mapping[str, Any], lang: str) -> list[str]:
             str(t["no_loop"]) if r.get("loop") is None else f"{t['sep']}{verdict}"
         )
     ratio = r.get("loop_over_grid_best")
-    best = _gp(r.get("grid_best"), t)
+    best = _gp(r.get("grid_best"))
     if r.get("grid_best_label"):
         best += str(t["label"]).format(x=r["grid_best_label"])
     starts = "—"
@@ -561,8 +538,8 @@ def _ct_row(r: Mapping[str, Any], lang: str) -> list[str]:
     return [
         case,
         wl,
-        _gp(r.get("defaults"), t),
-        _gp(r.get("loop"), t),
+        _gp(r.get("defaults")),
+        _gp(r.get("loop")),
         best,
         "—" if ratio is None else f"{float(ratio):.2f}",
         starts,

@@ -130,39 +130,33 @@ class ModelShape:
             b = 2 if self.dtype in ("float16", "bfloat16") else (DTYPE_BYTES.get(self.dtype) or 2)
         return 2 * self.layers * self.kv_heads * self.head_dim * b
 
-    def page_size_bytes(self, kv_dtype: str = "auto", block_size: int = BLOCK_SIZE) -> int:
+    def page_size_bytes(self, kv_dtype: str = "auto") -> int:
         """One block of one layer (vLLM's ``page_size_bytes``)."""
-        return self.kv_bytes_per_token(kv_dtype) // self.layers * block_size
+        return self.kv_bytes_per_token(kv_dtype) // self.layers * BLOCK_SIZE
 
-    def kv_blocks(
-        self, kv_memory_gib: float, kv_dtype: str = "auto", block_size: int = BLOCK_SIZE
-    ) -> int:
+    def kv_blocks(self, kv_memory_gib: float, kv_dtype: str = "auto") -> int:
         avail = int(kv_memory_gib * GIB)
-        return max(avail // self.page_size_bytes(kv_dtype, block_size) // self.layers, 0)
+        return max(avail // self.page_size_bytes(kv_dtype) // self.layers, 0)
 
-    def kv_tokens(
-        self, kv_memory_gib: float, kv_dtype: str = "auto", block_size: int = BLOCK_SIZE
-    ) -> int:
-        return self.kv_blocks(kv_memory_gib, kv_dtype, block_size) * block_size
+    def kv_tokens(self, kv_memory_gib: float, kv_dtype: str = "auto") -> int:
+        return self.kv_blocks(kv_memory_gib, kv_dtype) * BLOCK_SIZE
 
     def max_concurrency(
-        self,
-        kv_memory_gib: float,
-        max_model_len: int,
-        kv_dtype: str = "auto",
-        block_size: int = BLOCK_SIZE,
+        self, kv_memory_gib: float, max_model_len: int, kv_dtype: str = "auto"
     ) -> float:
-        blocks = self.kv_blocks(kv_memory_gib, kv_dtype, block_size)
-        return blocks / math.ceil(max_model_len / block_size)
+        return self.kv_blocks(kv_memory_gib, kv_dtype) / math.ceil(max_model_len / BLOCK_SIZE)
+
+
+def config_dir(name: str = "qwen2.5-7b-instruct") -> Path:
+    """Folder of a shipped model config (config.json, generation_config.json)."""
+    return Path(str(resources.files("course_utils") / "data" / "models" / name))
 
 
 def load_model(name_or_path: str = "qwen2.5-7b-instruct") -> ModelShape:
     """A shipped config (``qwen2.5-7b-instruct``, ``...-awq``) or a path to config.json/dir."""
     key = name_or_path.lower().split("/")[-1]
     if key in MODELS:
-        text = (
-            resources.files("course_utils") / "data" / "models" / key / "config.json"
-        ).read_text()
+        text = (config_dir(key) / "config.json").read_text()
         return ModelShape.from_config(json.loads(text), key)
     p = Path(name_or_path)
     if p.is_dir():
@@ -173,11 +167,6 @@ def load_model(name_or_path: str = "qwen2.5-7b-instruct") -> ModelShape:
             "or a path to a config.json"
         )
     return ModelShape.from_config(json.loads(p.read_text()), p.parent.name)
-
-
-def config_dir(name: str = "qwen2.5-7b-instruct") -> Path:
-    """Folder of a shipped model config (config.json, generation_config.json)."""
-    return Path(str(resources.files("course_utils") / "data" / "models" / name))
 
 
 def gpu_key(name: str) -> str:

@@ -85,16 +85,10 @@ class Facts:
     p99_itl_ms: float | None
 
     def ttft_over(self) -> bool:
-        t = self.slo.ttft_ms
-        return t is not None and self.p99_ttft_ms is not None and self.p99_ttft_ms > t
+        return _over(self.p99_ttft_ms, self.slo.ttft_ms)
 
     def tpot_over(self) -> bool:
-        over = False
-        if self.slo.tpot_ms is not None and self.p99_tpot_ms is not None:
-            over |= self.p99_tpot_ms > self.slo.tpot_ms
-        if self.slo.itl_ms is not None and self.p99_itl_ms is not None:
-            over |= self.p99_itl_ms > self.slo.itl_ms
-        return over
+        return _over(self.p99_tpot_ms, self.slo.tpot_ms) or _over(self.p99_itl_ms, self.slo.itl_ms)
 
     def kv_full(self, th: Thresholds) -> bool:
         return (
@@ -114,6 +108,10 @@ class Facts:
             and self.tokens_per_step is not None
             and self.tokens_per_step >= th.budget_fraction * self.max_num_batched_tokens
         )
+
+
+def _over(p99: float | None, target: float | None) -> bool:
+    return p99 is not None and target is not None and p99 > target
 
 
 @dataclass(frozen=True)
@@ -274,7 +272,7 @@ class Diagnosis:
         if caveat := budget_caveat(self, lang):
             todo += sep + caveat
         head = f"{leaf.text[lang]}{sep}" + " → ".join(steps)
-        label = ("证据" if lang == "zh" else "evidence", "试试" if lang == "zh" else "try")
+        label = ("证据", "试试") if lang == "zh" else ("evidence", "try")
         return f"{head}{sep}{label[0]}: {ev}{sep}{label[1]}: {todo}"
 
     def rows(self, lang: str = "en") -> list[dict[str, str]]:
@@ -395,10 +393,8 @@ def diagnose(
     or ``knobs.default``); without the token budget the budget question answers no.
     """
     th = thresholds or Thresholds()
-    for name, v in (
-        ("max_num_seqs", max_num_seqs),
-        ("max_num_batched_tokens", max_num_batched_tokens),
-    ):
+    settings = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
+    for name, v in settings.items():
         if v is not None and v < 1:  # vLLM refuses both below 1
             raise ValueError(f"{name} must be >= 1, got {v!r}")
     f = gather(samples, bench, slo, max_num_seqs, max_num_batched_tokens)
@@ -414,10 +410,10 @@ def diagnose(
         "waiting_mean": round(s.waiting_mean, 3),
         "waiting_max": s.waiting_max,
         "running_max": s.running_max,
-        "max_num_seqs": float(max_num_seqs) if max_num_seqs is not None else None,
+        "max_num_seqs": None if max_num_seqs is None else float(max_num_seqs),
         "tokens_per_step": None if f.tokens_per_step is None else round(f.tokens_per_step, 1),
         "max_num_batched_tokens": (
-            float(max_num_batched_tokens) if max_num_batched_tokens is not None else None
+            None if max_num_batched_tokens is None else float(max_num_batched_tokens)
         ),
         "kv_usage_max": round(s.kv_usage_max, 4),
         "preemptions": s.preemptions,

@@ -71,145 +71,99 @@ def _p(**kw: Any) -> Preset:
     return Preset(**kw)
 
 
-PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType(
-    {
-        (p.name, p.gpu): p
-        for p in (
-            # ---- prefill: long prompts, a tight TTFT target ----------------------------
-            _p(
-                name="prefill",
-                gpu="4090",
-                constraint="prefill",
-                input_len=3072,
-                output_len=64,
-                num_prompts=60,
-                rate=1.5,
-                slo="ttft:1000 tpot:100",
-                candidates={"max_num_batched_tokens": (4096, 8192)},
-                expect="prefill binds (TTFT); a larger max_num_batched_tokens may keep",
-            ),
-            _p(
-                name="prefill",
-                gpu="h200",
-                constraint="prefill",
-                input_len=3072,
-                output_len=64,
-                num_prompts=200,
-                rate=10,
-                slo="ttft:300 tpot:50",
-                candidates={"max_num_batched_tokens": (16384, 32768)},
-                expect="prefill binds (TTFT); a larger max_num_batched_tokens may keep",
-            ),
-            # ---- decode: the recorded H200 run (3072 in / 256 out, TPOT 15 ms) -----------
-            _p(
-                name="decode",
-                gpu="4090",
-                constraint="decode",
-                input_len=3072,
-                output_len=256,
-                num_prompts=60,
-                rate=2,
-                slo="ttft:2000 tpot:40",
-                candidates={"max_num_batched_tokens": (1024,), "max_num_seqs": (32, 64)},
-                expect="decode binds (TPOT); candidates tie or lose: a plateau",
-            ),
-            _p(
-                name="decode",
-                gpu="h200",
-                constraint="decode",
-                input_len=3072,
-                output_len=256,
-                num_prompts=150,
-                rate=12,
-                slo="ttft:2000 tpot:15",
-                candidates={"max_num_batched_tokens": (2048, 4096), "max_num_seqs": (128, 256)},
-                expect="decode binds (TPOT); every candidate ties: a plateau at the defaults",
-                recorded="h200-2026-11-30/decode12",
-            ),
-            # ---- kv: long outputs at a high rate, a smaller memory share -----------------
-            _p(
-                name="kv",
-                gpu="4090",
-                constraint="kv",
-                input_len=512,
-                output_len=1024,
-                num_prompts=120,
-                rate=4,
-                slo="ttft:1000 tpot:60",
-                candidates={"kv_cache_dtype": ("fp8",), "max_num_seqs": (64, 128)},
-                expect="the KV pool binds (preemptions); fp8 KV or fewer sequences may keep",
-            ),
-            # an H200's own pool cannot fill, so the case rehearses a 4090's (field notes)
-            _p(
-                name="kv",
-                gpu="h200",
-                constraint="kv",
-                input_len=512,
-                output_len=1024,
-                num_prompts=300,
-                rate=20,
-                slo="ttft:1000 tpot:30",
-                candidates={"gpu_memory_utilization": (0.95,), "kv_cache_dtype": ("fp8",)},
-                expect="the 4090's KV pool binds (a queue with the pool full); a larger pool "
-                "or fp8 KV keeps",
-                rehearse="rtx4090",
-            ),
-            # ---- knee: a rate past the knee: not a tuning problem ------------------------
-            _p(
-                name="knee",
-                gpu="4090",
-                constraint="queue",
-                input_len=512,
-                output_len=128,
-                num_prompts=200,
-                rate=20,
-                slo="ttft:300 tpot:50",
-                candidates={"max_num_seqs": (128, 384)},
-                expect="past the knee: no knob meets the SLO; the loop ends 'past the knee'",
-            ),
-            _p(
-                # past one H200's knee every request is admitted, so the overload shows as TTFT
-                name="knee",
-                gpu="h200",
-                constraint="queue",
-                input_len=512,
-                output_len=128,
-                num_prompts=600,
-                rate=80,
-                slo="ttft:300 tpot:50",
-                candidates={"max_num_batched_tokens": (16384, 32768)},
-                expect="past the knee: no knob meets the SLO; the loop ends 'past the knee'",
-            ),
-            # ---- prefix: a shared prefix, prefix caching on (vLLM's default) vs off -----
-            _p(
-                name="prefix",
-                gpu="4090",
-                constraint="prefix",
-                input_len=3072,
-                output_len=128,
-                prefix_len=2048,
-                num_prompts=80,
-                rate=2,
-                slo="ttft:500 tpot:50",
-                candidates={"enable_prefix_caching": (False,)},
-                expect="prefix caching (on by default) serves the shared prefix; off loses",
-            ),
-            _p(
-                name="prefix",
-                gpu="h200",
-                constraint="prefix",
-                input_len=3072,
-                output_len=128,
-                prefix_len=2048,
-                num_prompts=300,
-                rate=15,
-                slo="ttft:300 tpot:30",
-                candidates={"enable_prefix_caching": (False,)},
-                expect="prefix caching (on by default) serves the shared prefix; off loses",
-            ),
-        )
-    }
+def _load(
+    num_prompts: int, rate: float, slo: str, candidates: dict[str, Any], **extra: Any
+) -> dict[str, Any]:
+    """One size's load, SLO and candidates (and any field it sets apart from the other)."""
+    return dict(num_prompts=num_prompts, rate=rate, slo=slo, candidates=candidates, **extra)
+
+
+def _sizes(four: dict[str, Any], h200: dict[str, Any], **shared: Any) -> tuple[Preset, ...]:
+    """One workload (``shared``) at both sizes."""
+    return _p(**{"gpu": "4090", **shared, **four}), _p(**{"gpu": "h200", **shared, **h200})
+
+
+_ALL = (
+    # prefill: long prompts, a tight TTFT target
+    *_sizes(
+        _load(60, 1.5, "ttft:1000 tpot:100", {"max_num_batched_tokens": (4096, 8192)}),
+        _load(200, 10, "ttft:300 tpot:50", {"max_num_batched_tokens": (16384, 32768)}),
+        name="prefill",
+        constraint="prefill",
+        input_len=3072,
+        output_len=64,
+        expect="prefill binds (TTFT); a larger max_num_batched_tokens may keep",
+    ),
+    # decode: the recorded H200 run
+    *_sizes(
+        _load(
+            num_prompts=60,
+            rate=2,
+            slo="ttft:2000 tpot:40",
+            candidates={"max_num_batched_tokens": (1024,), "max_num_seqs": (32, 64)},
+            expect="decode binds (TPOT); candidates tie or lose: a plateau",
+        ),
+        _load(
+            num_prompts=150,
+            rate=12,
+            slo="ttft:2000 tpot:15",
+            candidates={"max_num_batched_tokens": (2048, 4096), "max_num_seqs": (128, 256)},
+            expect="decode binds (TPOT); every candidate ties: a plateau at the defaults",
+            recorded="h200-2026-11-30/decode12",
+        ),
+        name="decode",
+        constraint="decode",
+        input_len=3072,
+        output_len=256,
+    ),
+    # kv: long outputs at a high rate; an H200's own pool cannot fill, so its case rehearses a
+    # 4090's (field notes)
+    *_sizes(
+        _load(
+            num_prompts=120,
+            rate=4,
+            slo="ttft:1000 tpot:60",
+            candidates={"kv_cache_dtype": ("fp8",), "max_num_seqs": (64, 128)},
+            expect="the KV pool binds (preemptions); fp8 KV or fewer sequences may keep",
+        ),
+        _load(
+            num_prompts=300,
+            rate=20,
+            slo="ttft:1000 tpot:30",
+            candidates={"gpu_memory_utilization": (0.95,), "kv_cache_dtype": ("fp8",)},
+            expect="the 4090's KV pool binds (a queue with the pool full); a larger pool "
+            "or fp8 KV keeps",
+            rehearse="rtx4090",
+        ),
+        name="kv",
+        constraint="kv",
+        input_len=512,
+        output_len=1024,
+    ),
+    # knee: a rate past the knee, not a tuning problem; past one H200's knee every request is
+    # admitted, so the overload shows as TTFT
+    *_sizes(
+        _load(200, 20, "ttft:300 tpot:50", {"max_num_seqs": (128, 384)}),
+        _load(600, 80, "ttft:300 tpot:50", {"max_num_batched_tokens": (16384, 32768)}),
+        name="knee",
+        constraint="queue",
+        input_len=512,
+        output_len=128,
+        expect="past the knee: no knob meets the SLO; the loop ends 'past the knee'",
+    ),
+    # prefix: a shared prefix, prefix caching on (vLLM's default) vs off
+    *_sizes(
+        _load(80, 2, "ttft:500 tpot:50", {"enable_prefix_caching": (False,)}),
+        _load(300, 15, "ttft:300 tpot:30", {"enable_prefix_caching": (False,)}),
+        name="prefix",
+        constraint="prefix",
+        input_len=3072,
+        output_len=128,
+        prefix_len=2048,
+        expect="prefix caching (on by default) serves the shared prefix; off loses",
+    ),
 )
+PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType({(p.name, p.gpu): p for p in _ALL})
 
 
 def names() -> list[str]:

@@ -56,10 +56,6 @@ def get(name: str) -> Knob:
     return KNOBS[key]
 
 
-def _is_large_gpu(gpu_memory_gib: float, gpu_name: str) -> bool:
-    return gpu_memory_gib >= LARGE_GPU_GIB and "a100" not in gpu_name.lower()
-
-
 def default(
     name: str, *, gpu_memory_gib: float = 24.0, entry: Entry = "serve", gpu_name: str = ""
 ) -> Any:
@@ -67,7 +63,7 @@ def default(
     knob = get(name)
     if entry not in ("serve", "llm"):
         raise KnobError(f"entry must be 'serve' or 'llm', not {entry!r}")
-    large = _is_large_gpu(gpu_memory_gib, gpu_name)
+    large = gpu_memory_gib >= LARGE_GPU_GIB and "a100" not in gpu_name.lower()
     if knob.name == "max_num_seqs":
         return 1024 if large else 256
     if knob.name == "max_num_batched_tokens":
@@ -296,36 +292,22 @@ def display_width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
-_SPECTRUM_WORDS: dict[str, tuple[str, ...]] = {
-    "en": (
-        "throughput",
-        "latency",
-        "(tokens/s, many requests at once)",
-        "(short steps: low ITL/TPOT)",
-        "<- toward throughput",
-        "toward low latency ->",
-        "close to free on both ends:",
-        "conditions and costs: the direction map in section 4",
-    ),
-    "zh": (
-        "吞吐",
-        "延迟",
-        "（tokens/s，同时跑很多请求）",
-        "（每步短：ITL/TPOT 低）",
-        "<- 推向吞吐",
-        "推向低延迟 ->",
-        "两端都几乎免费：",
-        "条件与代价：见第 4 节的方向图",
-    ),
-}
+_SPECTRUM_WORDS: list[tuple[str, str]] = [  # (en, zh)
+    ("throughput", "吞吐"),
+    ("latency", "延迟"),
+    ("(tokens/s, many requests at once)", "（tokens/s，同时跑很多请求）"),
+    ("(short steps: low ITL/TPOT)", "（每步短：ITL/TPOT 低）"),
+    ("<- toward throughput", "<- 推向吞吐"),
+    ("toward low latency ->", "推向低延迟 ->"),
+    ("close to free on both ends:", "两端都几乎免费："),
+    ("conditions and costs: the direction map in section 4", "条件与代价：见第 4 节的方向图"),
+]
 
 
 def spectrum_text(lang: Lang = "en") -> str:
-    """The spectrum as plain text for a monospace block: the throughput end on the left, the
-    latency (ITL/TPOT) end on the right, the near-free wins below; conditions are left to the
-    direction map. Only ASCII and wide CJK characters, so the columns line up in a CJK
-    monospace font (see ``display_width``)."""
-    words = _SPECTRUM_WORDS[lang]
+    """The knob spectrum for a monospace block: the throughput end left, the ITL/TPOT end
+    right, near-free wins below; ASCII and wide CJK only, so the columns line up."""
+    words = [w[("en", "zh").index(lang)] for w in _SPECTRUM_WORDS]
 
     def item(k: Knob, move: str) -> str:
         short = re.split(r" \(|（", move)[0]

@@ -420,30 +420,17 @@ _CASE = {
     "prefix": {"en": "shared prefix", "zh": "共享前缀"},
     "queue_cap": {"en": "queue: batch-width cap", "zh": "排队：批宽上限"},
 }
-_CT_HEAD = {
-    "en": [
-        "constraint",
-        "workload · SLO",
-        "vLLM's defaults (grid)",
-        "the loop's final",
-        "the grid's best",
-        "loop ÷ grid best",
-        "servers loop : grid",
-        "verdict",
-        "the loop ended",
-    ],
-    "zh": [
-        "约束",
-        "负载 · SLO",
-        "vLLM 默认配置（网格）",
-        "闭环最终",
-        "网格最佳",
-        "闭环 ÷ 网格最佳",
-        "服务器启动 闭环 : 网格",
-        "结论",
-        "闭环的结局",
-    ],
-}
+_CT_HEAD = [  # (en, zh)
+    ("constraint", "约束"),
+    ("workload · SLO", "负载 · SLO"),
+    ("vLLM's defaults (grid)", "vLLM 默认配置（网格）"),
+    ("the loop's final", "闭环最终"),
+    ("the grid's best", "网格最佳"),
+    ("loop ÷ grid best", "闭环 ÷ 网格最佳"),
+    ("servers loop : grid", "服务器启动 闭环 : 网格"),
+    ("verdict", "结论"),
+    ("the loop ended", "闭环的结局"),
+]
 _CT: dict[str, dict[str, Any]] = {
     "en": {
         "not_run": "not run yet",
@@ -552,7 +539,7 @@ def constraint_table(rows: list[Mapping[str, Any]], lang: str = "en") -> str:
     """The loop against vLLM's grid, one row per constraint (``lab.grid.CaseRow``
     dicts), then each row's note, in `lang`."""
     lang = _lang(lang)
-    head = _CT_HEAD[lang]
+    head = [h[LANGS.index(lang)] for h in _CT_HEAD]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += [
         "| " + " | ".join(c.replace("|", "\\|") for c in _ct_row(r, lang)) + " |" for r in rows

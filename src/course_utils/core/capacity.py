@@ -15,9 +15,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from course_utils.core import knobs as knobs_mod
 from course_utils.core.capacity_terms import CONTEXT_GIB, CUDAGRAPH_GIB_BY_MAX_NUM_SEQS, TERMS
+from course_utils.core.knobs import GIB as GIB
 
-GIB = 1024**3
 BLOCK_SIZE = 16  # the CUDA default for these models
 DTYPE_BYTES: dict[str, int | None] = {"float32": 4, "float16": 2, "bfloat16": 2, "auto": None}
 DTYPE_BYTES |= dict.fromkeys(("fp8", "fp8_e4m3", "fp8_e5m2"), 1)
@@ -207,9 +208,8 @@ class Fit:
 
     @property
     def fits(self) -> bool:
-        """vLLM starts: KV for one max_model_len request (kv_cache_utils.py
-        _check_enough_kv_cache_memory) and room outside the budget for what it allocates
-        after the profile (CUDA graphs, the sampler's penalty counts)."""
+        """vLLM starts: KV for one max_model_len request and room outside the budget for what
+        it allocates after the profile (CUDA graphs, the sampler's penalty counts)."""
         return self.kv_memory_gib > 0 and self.max_concurrency >= 1 and self.headroom_gib >= 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -333,13 +333,15 @@ def predict(
     activation + non-torch with one number. ``compile_cached``: a restart that loads
     torch.compile's graphs from vLLM's cache (the first start of a configuration is cold).
     """
-    from course_utils.core import knobs as knobs_mod
-
     # vLLM's own rules on the knobs; a length is needed here, not auto
-    given = {"gpu_memory_utilization": gpu_memory_utilization, "max_model_len": max_model_len}
-    given |= {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
-    given = {k: x for k, x in given.items() if x is not None}
-    knobs_mod.validate(given, entry="serve" if entry == "serve" else "llm")
+    given = {
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "max_model_len": max_model_len,
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+    }
+    set_ = {k: x for k, x in given.items() if x is not None}
+    knobs_mod.validate(set_, entry="serve" if entry == "serve" else "llm")
     if max_model_len < 1:
         raise ValueError(f"max_model_len must be a length >= 1 here, got {max_model_len}")
     if overhead_gib is not None and overhead_gib < 0:
@@ -390,11 +392,8 @@ def tpot_floor_ms(
     kv_dtype: str = "auto",
     bandwidth_gbps: float | None = None,
 ) -> float:
-    """Decode roofline: one step reads every weight once plus each sequence's KV.
-
-    TPOT floor = (weight bytes + batch * context_tokens * KV bytes/token) / bandwidth.
-    Pass a measured ``bandwidth_gbps`` to replace the datasheet peak.
-    """
+    """Decode roofline: one step reads every weight once plus each sequence's KV, at the
+    datasheet's bandwidth or a measured ``bandwidth_gbps``."""
     shape = model if isinstance(model, ModelShape) else load_model(model)
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
     bw = (bandwidth_gbps or g.hbm_gbps) * 1e9
@@ -485,8 +484,6 @@ def rehearse(
     util: float | None = None,
 ) -> Rehearsal:
     """The knobs that give this GPU (CUDA total ``here_total_gib``) ``target``'s budget."""
-    from course_utils.core import knobs as knobs_mod
-
     g = target if isinstance(target, GPU) else get_gpu(target)
     if entry not in ("serve", "llm"):
         raise ValueError(f"entry must be 'serve' or 'llm', not {entry!r}")

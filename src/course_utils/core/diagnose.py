@@ -387,11 +387,8 @@ def diagnose(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
 ) -> Diagnosis:
-    """Walk the tree on samples taken under load.
-
-    ``max_num_seqs`` and ``max_num_batched_tokens``: the server's settings (what it logged,
-    or ``knobs.default``); without the token budget the budget question answers no.
-    """
+    """Walk the tree on samples taken under load. ``max_num_seqs`` and
+    ``max_num_batched_tokens``: the server's settings; without a budget that question says no."""
     th = thresholds or Thresholds()
     settings = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
     for name, v in settings.items():
@@ -439,24 +436,12 @@ def diagnose_engines(
     bench: BenchResult | None,
     slo: SLO,
     thresholds: Thresholds | None = None,
-    *,
-    max_num_seqs: int | None = None,
-    max_num_batched_tokens: int | None = None,
+    **settings: int | None,
 ) -> dict[str, Diagnosis]:
-    """The tree walked on each engine's own series (data parallelism: one scheduler, queue and
+    """``diagnose`` on each engine's own series (data parallelism: one scheduler, queue and
     KV pool per engine); {} for one engine. Latency percentiles are the client's, shared."""
-    return {
-        e: diagnose(
-            s,
-            bench,
-            slo,
-            thresholds,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-        )
-        for e, s in engine_series(samples).items()
-        if s
-    }
+    series = engine_series(samples).items()
+    return {e: diagnose(s, bench, slo, thresholds, **settings) for e, s in series if s}
 
 
 def busiest_engine(diags: dict[str, Diagnosis]) -> str | None:

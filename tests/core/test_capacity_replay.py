@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.core import capacity, vllm_logs
+from course_utils.core import vllm_logs
 from course_utils.core.records import read_jsonl
 from tests.tooling import tool
 

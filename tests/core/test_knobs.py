@@ -161,4 +161,3 @@ def test_max_model_len_rejects_the_rest(value):
 def test_quantization_choices_include_mxfp8_and_auto_detect_is_none():
     knobs.validate({"quantization": "mxfp8"})
     assert knobs.default("quantization") is None
-    assert "quantization=None" in knobs.KNOBS["quantization"].note["en"]

@@ -32,7 +32,7 @@ class Knob:
     relieves: dict[str, str]  # constraint -> which way to turn it for that constraint
     label: dict[str, str]
     trade: dict[str, str]
-    note: dict[str, str] = field(default_factory=dict)
+    note: dict[str, str] = field(default_factory=dict)  # the knob-direction quiz explains with it
     choices: tuple[str, ...] = ()
     free_win: bool = False
     # metric ("throughput" | "ttft" | "itl") -> the condition its effect needs, zh/en
@@ -112,11 +112,6 @@ KNOB_LIST: list[Knob] = [
             "not free",
             "zh": "留给其他进程的显存变少；空闲显存不够这个比例时拒绝启动",
         },
-        note={
-            "en": "More KV blocks, so a larger running batch and less waiting for KV; "
-            "TTFT improves only when requests were queueing for KV.",
-            "zh": "KV block 变多，运行批更大、排队等 KV 的时间变短；只有在请求确实在等 KV 时 TTFT 才会改善。",
-        },
         when={"throughput": KV_BOUND, "ttft": KV_WAIT},
     ),
     Knob(
@@ -133,16 +128,6 @@ KNOB_LIST: list[Knob] = [
         trade={
             "en": "some output quality (measure it on the eval set)",
             "zh": "一些输出质量（在评测集上测）",
-        },
-        note={
-            "en": "Fewer weight bytes per decode step and more memory left for KV. Prefill is "
-            "compute-bound, so TTFT can get slower with dequantising kernels at large batch. "
-            "Needs a quantized checkpoint (or an online method such as fp8): with an AWQ "
-            "checkpoint, quantization=None already reads its quantization_config, so "
-            "'on/off' is a choice between checkpoints, not a flag.",
-            "zh": "每个 decode 步读的权重字节更少，也给 KV 腾出显存。prefill 受算力限制，大批量时反量化内核可能让 TTFT 变慢。"
-            "它需要量化好的 checkpoint（或 fp8 这类在线量化）：AWQ checkpoint 在 quantization=None 时"
-            "就会按其 quantization_config 自动识别，所以“开/关量化”是在两个 checkpoint 之间选，不是一个开关。",
         },
         choices=QUANTIZATION_METHODS,
         free_win=True,
@@ -190,13 +175,6 @@ KNOB_LIST: list[Knob] = [
             "en": "longer requests are rejected (not truncated, unless the request sets "
             "truncate_prompt_tokens)",
             "zh": "更长的请求会被拒绝（不会截断，除非请求设置了 truncate_prompt_tokens）",
-        },
-        note={
-            "en": "V1 allocates KV blocks per computed token, so lowering it does not let more "
-            "requests fit; it only matters at start-up, which fails if one max-length "
-            "request cannot fit. -1 or 'auto' picks the longest length that fits.",
-            "zh": "V1 按实际计算的 token 分配 KV block，调低它并不能让更多请求同时装下；它只在启动时起作用："
-            "若一个满长度请求都放不下，启动就失败。-1 或 'auto' 让 vLLM 选能装下的最长长度。",
         },
     ),
     Knob(
@@ -271,11 +249,6 @@ KNOB_LIST: list[Knob] = [
         trade={
             "en": "a long prompt's own TTFT can grow; turning it off warns in 0.26.0",
             "zh": "长 prompt 自己的 TTFT 可能变长；0.26.0 里关掉会告警",
-        },
-        note={
-            "en": "On by default for generate models; disabling it logs 'This model does not "
-            "officially support disabling chunked prefill' (engine/arg_utils.py).",
-            "zh": "生成模型默认开启；关掉会打印 'This model does not officially support disabling chunked prefill'（engine/arg_utils.py）。",
         },
     ),
     Knob(
@@ -361,17 +334,6 @@ KNOB_LIST: list[Knob] = [
                 "en": "of this deployment; per GPU often below independent replicas",
                 "zh": "指这一个部署；按每张 GPU 算常低于独立副本",
             }
-        },
-        note={
-            "en": "One scan in lab 03 on two H200s (Qwen2.5-7B, lab 02's workload and SLO, one "
-            "window per rate): TP=2's knee 80-100 req/s against 100-130 for two replicas "
-            "(--data-parallel-size 2) and 55-60 for one GPU; at 80 req/s TP=2 had the lower "
-            "p99 TPOT (12.6 vs 14.9 ms). One scan, not a rule: measure both on your workload "
-            "(book: field notes).",
-            "zh": "实验 03 在两张 H200 上的一次扫描（Qwen2.5-7B，实验 02 的负载与 SLO，每个速率一个"
-            "窗口）：TP=2 的拐点是 80-100 req/s，两个副本（--data-parallel-size 2）是 100-130，"
-            "单卡 55-60；在 80 req/s 时 TP=2 的 p99 TPOT 更低（12.6 对 14.9 ms）。一次扫描不构成"
-            "规律：请在你的负载上两种都测（书中实测笔记一页）。",
         },
     ),
 ]

@@ -76,11 +76,13 @@ _ISSUES_ZH: list[tuple[re.Pattern[str], str]] = [
 
 def issue(text: str, lang: str = "en") -> str:
     """One validity issue in `lang` (an unknown issue is returned as recorded)."""
-    if _lang(lang) == "en":
-        return text
-    for pat, zh in _ISSUES_ZH:
-        m = pat.match(text)
-        if m:
+    return text if _lang(lang) == "en" else _translate(text, _ISSUES_ZH)
+
+
+def _translate(text: str, table: list[tuple[re.Pattern[str], str]]) -> str:
+    """The first matching pattern's Chinese, filled with its groups; else ``text``."""
+    for pat, zh in table:
+        if m := pat.match(text):
             return zh.format(*m.groups())
     return text
 
@@ -195,29 +197,23 @@ def knee(k: Mapping[str, Any], lang: str = "en") -> str:
 
 # ---- why tune() stopped (sweep.tune) --------------------------------------------------------
 
-_STOPS_ZH: list[tuple[re.Pattern[str], Any]] = [
+_STOPS_ZH: list[tuple[re.Pattern[str], str]] = [
     (
         re.compile(
             r"^plateau: no knob the diagnosis names \((.*)\) has candidates left that help$"
         ),
-        lambda m, s: f"到平台了：诊断点名的旋钮（{m.group(1)}）都没有还能带来提升的候选值",
-    ),
-    (
-        re.compile(r"^diagnosis '([^']*)' \(([^)]*)\) names no engine knob: (.*)$"),
-        lambda m, s: _no_knob_zh(m.group(1), m.group(2)),
+        "到平台了：诊断点名的旋钮（{0}）都没有还能带来提升的候选值",
     ),
     (
         re.compile(r"^GPU budget: (\S+) min left < (\S+) min per point$"),
-        lambda m, s: f"GPU 预算到了：只剩 {m.group(1)} 分钟，少于每个点约 {m.group(2)} 分钟",
+        "GPU 预算到了：只剩 {0} 分钟，少于每个点约 {1} 分钟",
     ),
-    (
-        re.compile(r"^max_steps \((\d+)\) reached$"),
-        lambda m, s: f"已走满 max_steps（{m.group(1)} 步）",
-    ),
-    (re.compile(r"^baseline failed: (.*)$"), lambda m, s: f"基线没能启动：{m.group(1)}"),
-    (re.compile(r"^baseline not run$"), lambda m, s: "基线没有运行"),
-    (re.compile(r"^(\S+): no point ran$"), lambda m, s: f"{m.group(1)}：一个点也没跑"),
+    (re.compile(r"^max_steps \((\d+)\) reached$"), "已走满 max_steps（{0} 步）"),
+    (re.compile(r"^baseline failed: (.*)$"), "基线没能启动：{0}"),
+    (re.compile(r"^baseline not run$"), "基线没有运行"),
+    (re.compile(r"^(\S+): no point ran$"), "{0}：一个点也没跑"),
 ]
+_NO_KNOB_RE = re.compile(r"^diagnosis '([^']*)' \(([^)]*)\) names no engine knob: (.*)$")
 
 
 def _no_knob_zh(leaf: str, constraint: str) -> str:
@@ -232,11 +228,9 @@ def stop_reason(summary: Mapping[str, Any] | str, lang: str = "en") -> str:
     reason = summary if isinstance(summary, str) else str(summary.get("stop_reason") or "")
     if _lang(lang) == "en" or not reason:
         return reason
-    for pat, render in _STOPS_ZH:
-        m = pat.match(reason)
-        if m:
-            return render(m, summary)
-    return reason
+    if m := _NO_KNOB_RE.match(reason):
+        return _no_knob_zh(m.group(1), m.group(2))
+    return _translate(reason, _STOPS_ZH)
 
 
 def loop_outcome(o: Mapping[str, Any], lang: str = "en") -> str:

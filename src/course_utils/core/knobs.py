@@ -142,6 +142,10 @@ def _max_model_len(value: Any) -> int | None:
     return n
 
 
+_BOOL_WORDS = dict.fromkeys(("true", "1", "yes", "on"), True)
+_BOOL_WORDS |= dict.fromkeys(("false", "0", "no", "off"), False)
+
+
 def _coerce(knob: Knob, value: Any) -> Any:
     t = knob.value_type
     if knob.name == "max_model_len":
@@ -158,21 +162,14 @@ def _coerce(knob: Knob, value: Any) -> Any:
                 raise ValueError
             return int(value)
         if t == "bool":
-            if isinstance(value, bool):
-                return value
-            s = str(value).lower()
-            if s in ("true", "1", "yes", "on"):
-                return True
-            if s in ("false", "0", "no", "off"):
-                return False
-            raise ValueError
+            return value if isinstance(value, bool) else _BOOL_WORDS[str(value).lower()]
         if t == "json":
             out = value if value is None or isinstance(value, dict) else json.loads(str(value))
             if out is not None and not isinstance(out, dict):
                 raise ValueError  # vLLM reads a config object, e.g. {"method": "ngram"}
             return out
         return None if value is None else str(value)
-    except (ValueError, TypeError, json.JSONDecodeError):
+    except (ValueError, TypeError, KeyError, json.JSONDecodeError):
         raise KnobError(f"{knob.name}: {value!r} is not a valid {t}") from None
 
 
@@ -183,11 +180,8 @@ def validate(
     entry: Entry = "serve",
     gpu_name: str = "",
 ) -> dict[str, Any]:
-    """Check names, types, ranges and the cross-knob rules vLLM 0.26.0 enforces.
-
-    Returns the values coerced to their types; raises KnobError with one line.
-    Cross-knob rules use the defaults a user gets when ``gpu_memory_gib`` is given.
-    """
+    """The values coerced to their types after vLLM 0.26.0's checks of names, types, ranges
+    and cross-knob rules (with the defaults of ``gpu_memory_gib`` when given); KnobError."""
     out: dict[str, Any] = {}
     for name, value in values.items():
         knob = get(name)
@@ -206,29 +200,19 @@ def validate(
         # EngineArgs._set_default_max_num_seqs_and_batched_tokens_args: an unset
         # max_num_seqs is clamped to the token budget; an unset token budget is not raised
         # to meet an explicit max_num_seqs (SchedulerConfig then rejects the pair).
-        gpu: dict[str, Any] = {
-            "gpu_memory_gib": gpu_memory_gib,
-            "entry": entry,
-            "gpu_name": gpu_name,
-        }
+        kw: dict[str, Any] = dict(gpu_memory_gib=gpu_memory_gib, entry=entry, gpu_name=gpu_name)
         if tokens is None:
-            tokens = default("max_num_batched_tokens", **gpu)
+            tokens = default("max_num_batched_tokens", **kw)
         if seqs is None:
-            seqs = min(default("max_num_seqs", **gpu), tokens)
+            seqs = min(default("max_num_seqs", **kw), tokens)
     if seqs is not None and tokens is not None and tokens < seqs:
         # SchedulerConfig.verify_max_model_len in vllm/config/scheduler.py
         raise KnobError(
             f"max_num_batched_tokens ({tokens}) must be >= max_num_seqs ({seqs}); "
             "raise max_num_batched_tokens with max_num_seqs"
         )
-    mml = out.get("max_model_len")
-    if (
-        out.get("enable_chunked_prefill") is False
-        and tokens is not None
-        and mml is not None
-        and mml > 0
-        and tokens < mml
-    ):
+    mml = out.get("max_model_len") or 0  # -1 (auto) and unset set no bound here
+    if out.get("enable_chunked_prefill") is False and tokens is not None and tokens < mml:
         raise KnobError(
             f"with chunked prefill off, max_num_batched_tokens ({tokens}) must be "
             f">= max_model_len ({mml})"
@@ -237,11 +221,8 @@ def validate(
 
 
 def to_cli_args(values: Mapping[str, Any], *, check: bool = True) -> list[str]:
-    """``vllm serve`` arguments for validated knob values (an argv list, never a string).
-
-    ``check=False`` checks each knob on its own (name, type, range) but not the cross-knob
-    rules, so vLLM itself judges the combination (to record its own error on purpose).
-    """
+    """``vllm serve`` argv for validated knob values. ``check=False`` checks each knob alone,
+    not the cross-knob rules, so vLLM itself judges the combination."""
     if check:
         checked = validate(values)
     else:
@@ -264,11 +245,8 @@ def to_cli_args(values: Mapping[str, Any], *, check: bool = True) -> list[str]:
 
 
 def recommend(goal: str) -> list[Knob]:
-    """Knobs whose move (the table's "move" column) pushes ``goal`` the right way.
-
-    Exactly the rows whose cell for ``goal`` shows ✓ in ``table``; a conditional ✓ is
-    included, and ``Knob.condition(goal)`` says what it needs. Trades still apply.
-    """
+    """Knobs whose move pushes ``goal`` the right way: the rows that show ✓ for ``goal`` in
+    ``table``, conditional ones included (``Knob.condition`` says what they need)."""
     if goal == "capacity":
         return [k for k in KNOB_LIST if "kv" in k.relieves]
     if goal not in METRIC_ATTR:

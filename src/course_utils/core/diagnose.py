@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from course_utils.core import knobs as knobs_mod
@@ -290,14 +290,7 @@ class Diagnosis:
         return knobs_mod.markdown_table(self.rows(lang))
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "constraint": self.constraint,
-            "leaf": self.leaf,
-            "evidence": self.evidence,
-            "knobs": self.knobs,
-            "moves": self.moves,
-            "path": [[q, a] for q, a in self.path],
-        }
+        return {**asdict(self), "path": [[q, a] for q, a in self.path]}
 
 
 # A step that carries less than this share of max_num_batched_tokens leaves the budget unused.

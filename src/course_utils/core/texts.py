@@ -403,18 +403,15 @@ def loop_vs_grid(cmp: Mapping[str, Any], lang: str = "en") -> str:
 
 # ---- the loop against vLLM's grid, one row per constraint (lab.grid) ---------------------
 
-_CASE = {
-    "prefill": {
-        "en": "prefill (long prompts, tight TTFT)",
-        "zh": "prefill（长 prompt，TTFT 目标紧）",
-    },
-    "decode": {"en": "decode (tight TPOT)", "zh": "decode（TPOT 目标紧）"},
-    "kv": {"en": "KV capacity", "zh": "KV 容量"},
-    "knee": {"en": "queue past the knee", "zh": "过了拐点的排队"},
-    "prefix": {"en": "shared prefix", "zh": "共享前缀"},
-    "queue_cap": {"en": "queue: batch-width cap", "zh": "排队：批宽上限"},
+_CASE: dict[str, tuple[str, str]] = {  # (en, zh), as every table below
+    "prefill": ("prefill (long prompts, tight TTFT)", "prefill（长 prompt，TTFT 目标紧）"),
+    "decode": ("decode (tight TPOT)", "decode（TPOT 目标紧）"),
+    "kv": ("KV capacity", "KV 容量"),
+    "knee": ("queue past the knee", "过了拐点的排队"),
+    "prefix": ("shared prefix", "共享前缀"),
+    "queue_cap": ("queue: batch-width cap", "排队：批宽上限"),
 }
-_CT_HEAD = [  # (en, zh)
+_CT_HEAD = [
     ("constraint", "约束"),
     ("workload · SLO", "负载 · SLO"),
     ("vLLM's defaults (grid)", "vLLM 默认配置（网格）"),
@@ -425,57 +422,36 @@ _CT_HEAD = [  # (en, zh)
     ("verdict", "结论"),
     ("the loop ended", "闭环的结局"),
 ]
-_CT: dict[str, dict[str, Any]] = {
-    "en": {
-        "not_run": "not run yet",
-        "partial": "partial: the grid measured {m} of {n} combos",
-        "no_loop": "; the loop not recorded",
-        "handicap": " (from {start}, a handicap)",
-        "cross": " (one config {x} apart on two servers)",
-        "wl": "{i}→{o} tokens{pre}, {r} req/s; {slo}",
-        "pre": " ({p} shared)",
-        "note": "**{case}**: {note}",
-        "sep": "; ",
-        "label": " (`{x}`)",
-        "verdict": {
-            "same": "the same pick",
-            "tie": "tie",
-            "grid_better": "the grid is better",
-            "undecided": "undecided",
-        },
-        "outcome": {
-            "meets_slo": "meets the SLO",
-            "past_knee": "past the knee",
-            "untested": "nothing tried",
-            "unfinished": "unfinished",
-            "no_result": "no result",
-        },
-    },
-    "zh": {
-        "not_run": "尚未运行",
-        "partial": "不完整：网格测了 {n} 个组合中的 {m} 个",
-        "no_loop": "；闭环没有记录",
-        "handicap": "（从 {start} 起步，人为设障）",
-        "cross": "（同一配置在两台服务器上差 {x}）",
-        "wl": "输入 {i} / 输出 {o} token{pre}，{r} req/s；{slo}",
-        "pre": "（其中 {p} 共享）",
-        "note": "**{case}**：{note}",
-        "sep": "；",
-        "label": "（`{x}`）",
-        "verdict": {
-            "same": "选的相同",
-            "tie": "打平",
-            "grid_better": "网格更好",
-            "undecided": "无法判断",
-        },
-        "outcome": {
-            "meets_slo": "满足 SLO",
-            "past_knee": "已过拐点",
-            "untested": "什么也没试",
-            "unfinished": "没跑完",
-            "no_result": "无结果",
-        },
-    },
+_CT: dict[str, tuple[str, str]] = {
+    "not_run": ("not run yet", "尚未运行"),
+    "partial": (
+        "partial: the grid measured {m} of {n} combos",
+        "不完整：网格测了 {n} 个组合中的 {m} 个",
+    ),
+    "no_loop": ("; the loop not recorded", "；闭环没有记录"),
+    "handicap": (" (from {start}, a handicap)", "（从 {start} 起步，人为设障）"),
+    "cross": (" (one config {x} apart on two servers)", "（同一配置在两台服务器上差 {x}）"),
+    "wl": (
+        "{i}→{o} tokens{pre}, {r} req/s; {slo}",
+        "输入 {i} / 输出 {o} token{pre}，{r} req/s；{slo}",
+    ),
+    "pre": (" ({p} shared)", "（其中 {p} 共享）"),
+    "note": ("**{case}**: {note}", "**{case}**：{note}"),
+    "sep": ("; ", "；"),
+    "label": (" (`{x}`)", "（`{x}`）"),
+}
+_CT_VERDICT = {
+    "same": ("the same pick", "选的相同"),
+    "tie": ("tie", "打平"),
+    "grid_better": ("the grid is better", "网格更好"),
+    "undecided": ("undecided", "无法判断"),
+}
+_CT_OUTCOME = {
+    "meets_slo": ("meets the SLO", "满足 SLO"),
+    "past_knee": ("past the knee", "已过拐点"),
+    "untested": ("nothing tried", "什么也没试"),
+    "unfinished": ("unfinished", "没跑完"),
+    "no_result": ("no result", "无结果"),
 }
 
 
@@ -483,16 +459,21 @@ def _gp(x: Any) -> str:
     return "—" if x is None else f"{float(x):.2f} req/s"
 
 
+def _pick(table: Mapping[str, tuple[str, str]], key: Any, lang: str, default: str = "—") -> str:
+    """``table[key]`` in ``lang``; ``default`` for a key it does not have."""
+    return table[key][LANGS.index(lang)] if key in table else default
+
+
 def _ct_row(r: Mapping[str, Any], lang: str) -> list[str]:
-    t = _CT[lang]
-    case = _CASE.get(str(r["case"]), {}).get(lang, str(r["case"]))
+    t = {k: v[LANGS.index(lang)] for k, v in _CT.items()}
+    case = _pick(_CASE, r["case"], lang, str(r["case"]))
     if r.get("handicapped_start"):
-        case += str(t["handicap"]).format(start=f"`{r['handicapped_start']}`")
+        case += t["handicap"].format(start=f"`{r['handicapped_start']}`")
     w = r.get("workload") or {}
     wl = "—"
     if w:
-        pre = str(t["pre"]).format(p=w["prefix_len"]) if w.get("prefix_len") else ""
-        wl = str(t["wl"]).format(
+        pre = t["pre"].format(p=w["prefix_len"]) if w.get("prefix_len") else ""
+        wl = t["wl"].format(
             i=w["input_len"],
             o=w["output_len"],
             pre=pre,
@@ -500,18 +481,18 @@ def _ct_row(r: Mapping[str, Any], lang: str) -> list[str]:
             slo=f"`{r.get('slo')}`",
         )
     if r["status"] == "not_run":
-        return [case, wl, *[str(t["not_run"])] + ["—"] * 6]
-    verdict = t["verdict"].get(r.get("verdict"), "—") if r.get("verdict") else "—"
+        return [case, wl, *[t["not_run"]] + ["—"] * 6]
+    verdict = _pick(_CT_VERDICT, r.get("verdict"), lang)
     if r.get("cross_spread") is not None and r.get("verdict") == "tie":
-        verdict += str(t["cross"]).format(x=f"{float(r['cross_spread']):.0%}")
+        verdict += t["cross"].format(x=f"{float(r['cross_spread']):.0%}")
     if r["status"] == "partial":
-        verdict = str(t["partial"]).format(m=r["combos_measured"], n=r["combos_planned"]) + (
-            str(t["no_loop"]) if r.get("loop") is None else f"{t['sep']}{verdict}"
+        verdict = t["partial"].format(m=r["combos_measured"], n=r["combos_planned"]) + (
+            t["no_loop"] if r.get("loop") is None else f"{t['sep']}{verdict}"
         )
     ratio = r.get("loop_over_grid_best")
     best = _gp(r.get("grid_best"))
     if r.get("grid_best_label"):
-        best += str(t["label"]).format(x=r["grid_best_label"])
+        best += t["label"].format(x=r["grid_best_label"])
     starts = "—"
     if r.get("restarts_grid") is not None:
         starts = f"{r.get('restarts_loop') if r.get('restarts_loop') is not None else '—'} : "
@@ -525,7 +506,7 @@ def _ct_row(r: Mapping[str, Any], lang: str) -> list[str]:
         "—" if ratio is None else f"{float(ratio):.2f}",
         starts,
         verdict,
-        t["outcome"].get(r.get("outcome"), "—") if r.get("outcome") else "—",
+        _pick(_CT_OUTCOME, r.get("outcome"), lang),
     ]
 
 
@@ -539,8 +520,8 @@ def constraint_table(rows: list[Mapping[str, Any]], lang: str = "en") -> str:
         "| " + " | ".join(c.replace("|", "\\|") for c in _ct_row(r, lang)) + " |" for r in rows
     ]
     notes = [
-        str(_CT[lang]["note"]).format(
-            case=_CASE.get(str(r["case"]), {}).get(lang, r["case"]), note=r["note"][lang]
+        _pick(_CT, "note", lang).format(
+            case=_pick(_CASE, r["case"], lang, str(r["case"])), note=r["note"][lang]
         )
         for r in rows
         if (r.get("note") or {}).get(lang)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -217,32 +218,17 @@ class Fit:
 
     def line(self, lang: str = "en") -> str:
         """The arithmetic term by term, in one line."""
-        return budget_line(
-            self.budget_gib,
-            self.weights_gib,
-            self.activation_gib,
-            self.non_torch_gib,
-            self.kv_memory_gib,
-            self.kv_tokens,
-            self.max_concurrency,
-            self.max_model_len,
-            lang,
-        )
+        gib = (self.budget_gib, self.weights_gib, self.activation_gib, self.non_torch_gib)
+        kv = (self.kv_tokens, self.max_concurrency, self.max_model_len)
+        return budget_line((*gib, self.kv_memory_gib), *kv, lang)
 
 
 def budget_line(
-    budget: float,
-    weights: float,
-    activation: float,
-    non_torch: float,
-    kv_gib: float,
-    tokens: int,
-    concurrency: float,
-    max_model_len: int,
-    lang: str = "en",
+    gib: Sequence[float], tokens: int, concurrency: float, max_model_len: int, lang: str = "en"
 ) -> str:
-    """``budget - weights - activation - non-torch = KV`` and what the KV holds, in words."""
-    terms = f"{budget:.2f} - {weights:.2f} - {activation:.2f} - {non_torch:.2f} = {kv_gib:.2f} GiB"
+    """``budget - weights - activation - non-torch = KV`` (``gib``, in that order) and what the
+    KV holds, in words."""
+    terms = " - ".join(f"{x:.2f}" for x in gib[:4]) + f" = {gib[4]:.2f} GiB"
     if lang == "zh":
         return (
             f"预算 - 权重 - 激活峰值 - 非 torch = KV：{terms}，即 {tokens:,} 个 token，"
@@ -254,19 +240,19 @@ def budget_line(
     )
 
 
+_LOGGED_GIB = (
+    "requested_gib",
+    "weights_memory_gib",
+    "torch_peak_increase_gib",
+    "non_torch_increase_gib",
+    "available_kv_gib",
+)
+
+
 def logged_line(memory: dict[str, Any], facts: dict[str, Any], lang: str = "en") -> str:
     """``budget_line`` from what vLLM logged (a ProbeRecord's ``memory`` and ``facts``)."""
-    return budget_line(
-        memory["requested_gib"],
-        memory["weights_memory_gib"],
-        memory["torch_peak_increase_gib"],
-        memory["non_torch_increase_gib"],
-        memory["available_kv_gib"],
-        facts["kv_cache_tokens"],
-        facts["max_concurrency"],
-        facts["concurrency_len"],
-        lang,
-    )
+    kv = (facts["kv_cache_tokens"], facts["max_concurrency"], facts["concurrency_len"])
+    return budget_line([memory[k] for k in _LOGGED_GIB], *kv, lang)
 
 
 def custom_gpu(total_gib: float, name: str | None = None) -> GPU:

@@ -16,6 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from course_utils.core import knobs as knobs_mod
 from course_utils.core.capacity_terms import CONTEXT_GIB, CUDAGRAPH_GIB_BY_MAX_NUM_SEQS, TERMS
 from course_utils.core.knobs import GIB as GIB
@@ -85,7 +87,6 @@ class ModelShape:
             max_position=int(cfg.get("max_position_embeddings", 0)),
         )
 
-    # -- weights ---------------------------------------------------------------
     def linear_params(self) -> int:
         q = self.heads * self.head_dim
         kv = self.kv_heads * self.head_dim
@@ -122,7 +123,6 @@ class ModelShape:
         loaded model holds (v1/worker/gpu/model_runner.py load_model measures both)."""
         return self.weight_gib() + TERMS["load_extra_gib"].value
 
-    # -- KV cache --------------------------------------------------------------
     def kv_bytes_per_token(self, kv_dtype: str = "auto") -> int:
         """K and V of one token across all layers."""
         b = DTYPE_BYTES.get(kv_dtype)
@@ -287,13 +287,8 @@ def activation_gib(
 
 def cudagraph_gib(max_num_seqs: int) -> float:
     """CUDA graph memory vLLM captures after the KV cache, interpolated by max_num_seqs."""
-    pts = sorted(CUDAGRAPH_GIB_BY_MAX_NUM_SEQS.items())
-    if max_num_seqs <= pts[0][0]:
-        return pts[0][1]
-    for (s0, g0), (s1, g1) in zip(pts, pts[1:], strict=False):
-        if max_num_seqs <= s1:
-            return g0 + (g1 - g0) * (max_num_seqs - s0) / (s1 - s0)
-    return pts[-1][1]
+    seqs, gib = zip(*sorted(CUDAGRAPH_GIB_BY_MAX_NUM_SEQS.items()), strict=True)
+    return float(np.interp(max_num_seqs, seqs, gib))
 
 
 def predict(
@@ -309,16 +304,11 @@ def predict(
     overhead_gib: float | None = None,
     compile_cached: bool = False,
 ) -> Fit:
-    """vLLM 0.26.0's KV cache for a model on a GPU, before you rent it: the budget
-    ``ceil(CUDA total x utilisation)`` (v1/worker/utils.py request_memory) minus the weights as
-    loaded, the activation peak and the non-torch growth (gpu_worker.py
-    determine_available_memory; the V2 runner subtracts no CUDA graph estimate), then blocks,
-    tokens and max concurrency as kv_cache_utils.py counts them.
-
-    Unset batch knobs take this GPU's defaults for ``entry``. ``overhead_gib`` replaces
-    activation + non-torch with one number. ``compile_cached``: a restart that loads
-    torch.compile's graphs from vLLM's cache (the first start of a configuration is cold).
-    """
+    """vLLM 0.26.0's KV cache for a model on a GPU: ``ceil(CUDA total x utilisation)`` minus
+    the loaded weights, the activation peak and the non-torch growth (gpu_worker.py
+    determine_available_memory), counted in blocks as kv_cache_utils.py does. Unset batch knobs
+    take the GPU's defaults; ``overhead_gib`` replaces activation + non-torch;
+    ``compile_cached``: a restart that loads torch.compile's graphs from vLLM's cache."""
     # vLLM's own rules on the knobs; a length is needed here, not auto
     given = {
         "gpu_memory_utilization": gpu_memory_utilization,
@@ -389,9 +379,8 @@ def tpot_floor_ms(
 
 @dataclass(frozen=True)
 class Rehearsal:
-    """Run as if on ``target``: vLLM's requested memory made equal to the target's and the
-    target's batch defaults passed explicitly. Reproduces memory, KV capacity, max concurrency
-    and the start-up fit; not speed."""
+    """Run as if on ``target``: its requested memory and batch defaults passed explicitly
+    (memory, KV capacity, max concurrency and the start-up fit carry over; speed does not)."""
 
     target: str
     target_total_gib: float
@@ -463,16 +452,10 @@ class Rehearsal:
 
 
 def rehearse(
-    target: str | GPU,
-    here_total_gib: float,
-    *,
-    entry: str = "serve",
-    util: float | None = None,
+    target: str | GPU, here_total_gib: float, *, entry: str = "serve", util: float | None = None
 ) -> Rehearsal:
     """The knobs that give this GPU (CUDA total ``here_total_gib``) ``target``'s budget."""
     g = target if isinstance(target, GPU) else get_gpu(target)
-    if entry not in ("serve", "llm"):
-        raise ValueError(f"entry must be 'serve' or 'llm', not {entry!r}")
     u = float(knobs_mod.default("gpu_memory_utilization") if util is None else util)
     here = round(u * g.total_gib / here_total_gib, 6)
     if not 0 < here <= 1:

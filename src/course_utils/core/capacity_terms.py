@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Term", "TERMS", "CUDAGRAPH_GIB_BY_MAX_NUM_SEQS", "CONTEXT_GIB"]
-
 
 @dataclass(frozen=True)
 class Term:

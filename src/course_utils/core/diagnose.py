@@ -1,11 +1,8 @@
-"""The decision tree of the SLO lesson, as data: which constraint binds, and which knob moves it.
-
-Input: ``/metrics`` samples taken during a load, the ``vllm bench serve`` result of that load
-and the SLO. Output: a ``Diagnosis``: the binding constraint, the numbers that decided it and
-the knobs to try (read from ``knobs``). A deep queue has four causes: a full KV pool, the
-``max_num_seqs`` cap, a spent step token budget (the v1 scheduler admits waiting requests only
-while ``token_budget > 0``, vllm/v1/core/sched/scheduler.py), or no engine limit at all (the
-rate is past what one replica completes). The book's Mermaid diagram is drawn from ``TREE``.
+"""The decision tree of the SLO lesson, as data: from ``/metrics`` samples taken under load,
+the bench result and the SLO, which constraint binds and which knobs (from ``knobs``) move it.
+A deep queue has four causes: a full KV pool, the ``max_num_seqs`` cap, a spent step token
+budget (v1/core/sched/scheduler.py admits waiting requests while ``token_budget > 0``), or no
+engine limit (the rate is past one replica). The book's Mermaid diagram is drawn from ``TREE``.
 """
 
 from __future__ import annotations
@@ -302,11 +299,9 @@ def budget_caveat(d: Diagnosis, lang: str = "en") -> str:
     the steps carried well under the budget; else ""."""
     tps = d.evidence.get("tokens_per_step")
     budget = d.evidence.get("max_num_batched_tokens")
-    if d.leaf == "queue_budget" or "max_num_batched_tokens" not in d.knobs:
-        return ""
-    if d.moves.get("max_num_batched_tokens") != "raise" or not tps or not budget:
-        return ""
-    if tps >= BUDGET_IN_USE * budget:
+    knob = "max_num_batched_tokens"
+    raises = knob in d.knobs and d.moves.get(knob) == "raise" and d.leaf != "queue_budget"
+    if not raises or not tps or not budget or tps >= BUDGET_IN_USE * budget:
         return ""
     if lang == "zh":
         return (
@@ -335,9 +330,7 @@ def _fmt(v: float | None) -> str:
 
 def tokens_per_step(samples: Sequence[Snapshot]) -> float | None:
     """Mean tokens per engine step between the first and last sample (None if not exposed)."""
-    if not samples:
-        return None
-    last = samples[-1].histogram(ITERATION_TOKENS)
+    last = samples[-1].histogram(ITERATION_TOKENS) if samples else None
     if last is None:
         return None
     return last.minus(samples[0].histogram(ITERATION_TOKENS)).mean

@@ -1,9 +1,6 @@
 """The direction map: every tuning knob of vLLM 0.26.0 (records in ``core.knob_table``), the
-defaults a user really gets, vLLM's checks on the values, and the book's tables.
-
-Directions are facts about the mechanism; magnitudes are for your own sweep. An effect that
-holds only under a condition carries it in ``Knob.when``; the table and ``recommend`` both
-read it, so they cannot disagree.
+defaults a user really gets, vLLM's checks on the values, and the book's tables. Directions
+are facts about the mechanism (conditions in ``Knob.when``); magnitudes are for your sweep.
 """
 
 from __future__ import annotations
@@ -93,18 +90,13 @@ def effective(
 ) -> dict[str, Any]:
     """``values`` with vLLM's default filled in for each knob of ``names`` they leave unset:
     a configuration that spells a default out is the same server as one that leaves it."""
-    out = {
-        get(n).name: default(n, gpu_memory_gib=gpu_memory_gib, entry=entry, gpu_name=gpu_name)
-        for n in names
-    }
-    out.update(values)
-    return out
+    kw: dict[str, Any] = dict(gpu_memory_gib=gpu_memory_gib, entry=entry, gpu_name=gpu_name)
+    return {**{get(n).name: default(n, **kw) for n in names}, **values}
 
 
 def human_readable_int(value: Any, name: str) -> int:
-    """An int as ``vllm serve`` 0.26.0 reads it (``human_readable_int`` in
-    vllm/utils/argparse_utils.py): 1k = 1000, 1K = 1024, k/m/g/t decimal and K/M/G/T binary;
-    decimals only with a decimal suffix (25.6k), a plain number only as an int."""
+    """An int as vLLM 0.26.0's ``human_readable_int`` reads it: k/m/g/t decimal (25.6k too),
+    K/M/G/T binary (whole numbers only), else a plain int."""
     if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
         raise KnobError(f"{name}: {value!r} is not a valid int")
     if isinstance(value, int | float):
@@ -351,9 +343,8 @@ PRIORITY: dict[str, tuple[str, ...]] = {
 
 
 def in_effect(name: str, move: str, value: Any = None) -> bool:
-    """Whether a relieving move is already the knob's state: ``enable`` on a knob that is on
-    (``value``, or vLLM's default when None), ``fp8`` on an fp8 KV cache. A ``raise`` or
-    ``lower`` never is: it has no end to compare with."""
+    """Whether a relieving move is already the knob's state (``value``, else vLLM's default):
+    ``enable`` on a knob that is on, ``fp8`` on an fp8 KV cache; never ``raise``/``lower``."""
     v = default(name) if value is None else value
     if move == "enable":
         return v is True

@@ -1,8 +1,6 @@
-"""What the labs print, in the page's language ("en" or "zh"): verdicts, knees, why the loop
-stopped and what it concluded, validity issues, and the loop against vLLM's grid. English
-reuses the ``why`` the rules wrote; Chinese is built from the structured fields (and from the
-numbers inside ``why`` where the dict has no field for them).
-"""
+"""What the labs print, in the page's language: verdicts, knees, why the loop stopped and what
+it concluded, validity issues, the loop against vLLM's grid. English reuses the rules' ``why``;
+Chinese is built from the structured fields (or the numbers inside ``why``)."""
 
 from __future__ import annotations
 
@@ -66,10 +64,6 @@ _ISSUES_ZH: list[tuple[re.Pattern[str], str]] = [
     (  # core.validity.warmup_issue
         re.compile(r"^the warm-up ran at most (\S+) requests at once, the window (\S+):.*"),
         "热身最多只有 {0} 个请求同时在跑，测量窗口到了 {1} 个：负载的批大小没有热身到",
-    ),
-    (
-        re.compile(r"^the warm-up reached (\S+) concurrent requests, the load (\S+):.*"),
-        "热身只到 {0} 个并发请求，负载到了 {1} 个：负载的批形状没有热身到",
     ),
 ]
 
@@ -143,11 +137,8 @@ def _verdict_why_zh(v: Mapping[str, Any]) -> str:
 
 
 def verdict(v: Mapping[str, Any], lang: str = "en", knob: str | None = None) -> str:
-    """One line: the decision, the value it leaves in place, and why.
-
-    ``v``: ``keep.verdict(...)`` (or ``keep.judge(...)``, whose "verdict" is used).
-    ``knob``: the knob's name, printed as ``knob=value``.
-    """
+    """One line: the decision, the value it leaves in place (``knob=value``), and why, for
+    ``keep.verdict(...)`` or ``keep.judge(...)``."""
     _lang(lang)
     if "verdict" in v and isinstance(v["verdict"], Mapping):
         v = v["verdict"]

@@ -32,7 +32,7 @@ from course_utils.core.workload import (  # noqa: E402
     CHUNK,
     TraceRequest,
     distribution,
-    trace_lines,
+    trace_text,
 )
 
 
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.system % CHUNK:
         p.error(f"--system must be a multiple of {CHUNK} (whole shared blocks)")
     reqs = make(a)
-    Path(a.out).write_text("\n".join(trace_lines(reqs)) + "\n")
+    Path(a.out).write_text(trace_text(reqs))
     print(f"wrote {a.out} ({Path(a.out).stat().st_size} bytes)")
     print(distribution(reqs).text())
     return 0

@@ -673,25 +673,28 @@ def test_the_real_process_prints_one_line_and_exits_2() -> None:
 
 
 @pytest.mark.parametrize(
-    ("content", "argv", "names"),
+    ("main", "content", "argv", "names"),
     [
-        ("[1, 2]", ["table", "--index", "{f}"], "{f}"),
-        ('{"cases": "x"}', ["table", "--index", "{f}"], "{f}"),
-        ("{not json", ["table", "--index", "{f}"], "{f}"),
-        ("{}", ["compare", "{f}"], "tune_dir"),
-        ('{"cases": [{"grid": "g"}]}', ["table", "--index", "{f}"], "{f}"),
-        ("{}", ["table", "--index", "{f}.missing"], "{f}.missing"),
-        ("{}", ["bogus"], "bogus"),
+        ("table", "[1, 2]", ["--index", "{f}"], "{f}"),
+        ("table", '{"cases": "x"}', ["--index", "{f}"], "{f}"),
+        ("table", "{not json", ["--index", "{f}"], "{f}"),
+        ("table", '{"cases": [{"grid": "g"}]}', ["--index", "{f}"], "{f}"),
+        ("table", "{}", ["--index", "{f}.missing"], "{f}.missing"),
+        ("table", "{}", ["bogus"], "bogus"),
+        ("tool", "{}", ["compare", "{f}"], "tune_dir"),
+        ("tool", "{}", ["bogus"], "bogus"),
     ],
 )
-def test_grid_tool_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str,
-                             argv: list[str], names: str) -> None:
-    """The grid comparison (run by tools/gpu) speaks the same one line."""
-    from course_utils.lab import gridrun
+def test_grid_tool_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path, main: str,
+                             content: str, argv: list[str], names: str) -> None:
+    """The book's grid table (lab.grid) and the GPU host's grid tool speak the same one line."""
+    from course_utils.lab import grid
+    from tests.tooling import tool
 
+    run_main = grid.main if main == "table" else tool("gpu/gridrun.py").main
     f = tmp_path / "index.json"
     f.write_text(content)
     before = tree(tmp_path)
-    rc = gridrun.main([a.replace("{f}", str(f)) for a in argv])
+    rc = run_main([a.replace("{f}", str(f)) for a in argv])
     assert_one_error(rc, capsys.readouterr().err, names.replace("{f}", str(f)))
     assert tree(tmp_path) == before

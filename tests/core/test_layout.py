@@ -63,18 +63,28 @@ def test_no_private_name_crosses_a_module() -> None:
     assert not bad, sorted(bad)
 
 
-# vLLM's grid and the loop against it: the book's table reads it, no product module does
-COMPARISON = {"course_utils.lab.grid", "course_utils.lab.gridrun"}
+# vLLM's grid and the loop against it: the book's table reads it, no product module does.
+# Running the grid is GPU-host work (tools/gpu/gridrun.py): the grid module starts nothing.
+COMPARISON = {"course_utils.lab.grid"}
+RUNNERS = {f"course_utils.lab.{m}" for m in ("server", "bench", "proc", "measure", "sweep",
+                                            "tune", "knee", "offline", "preflight")}
 
 
 def _comparison_importers(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*.py")
-            if str(p.relative_to(root)) not in ("lab/grid.py", "lab/gridrun.py")
-            and _imports(p) & COMPARISON}
+            if str(p.relative_to(root)) != "lab/grid.py" and _imports(p) & COMPARISON}
+
+
+def _runners(path: Path) -> set[str]:
+    return {m for m in _imports(path) if any(m == r or m.startswith(r + ".") for r in RUNNERS)}
 
 
 def test_no_product_module_imports_the_comparison() -> None:
     assert not _comparison_importers(PKG)
+
+
+def test_the_grid_module_reads_and_runs_nothing() -> None:
+    assert not _runners(PKG / "lab" / "grid.py")
 
 
 def test_the_checks_see_a_private_name_and_the_comparison(tmp_path: Path) -> None:
@@ -85,3 +95,5 @@ def test_the_checks_see_a_private_name_and_the_comparison(tmp_path: Path) -> Non
     assert _comparison_importers(tmp_path) == {"lab/tune.py"}
     (tmp_path / "lab" / "grid.py").write_text(f.read_text())
     assert _comparison_importers(tmp_path) == {"lab/tune.py"}  # the grid module may
+    assert _runners(tmp_path / "lab" / "grid.py") == {"course_utils.lab.sweep",
+                                                      "course_utils.lab.sweep._x"}

@@ -1,4 +1,4 @@
-"""vLLM's grid on any workload (lab.grid, lab.gridrun, tools/gpu/sweep_files.py, core.presets,
+"""vLLM's grid on any workload (lab.grid, tools/gpu/gridrun.py + sweep_files.py, core.presets,
 tools/gpu/side_by_side.sh + grid_decode.sh), against the fake vLLM and on a recorded fake
 grid (tests/fixtures/grid_decode_fake, see its README)."""
 
@@ -20,9 +20,11 @@ from course_utils.core import knobs, presets
 from course_utils.core.keep import best_point
 from course_utils.core.records import Workload
 from course_utils.core.slo import SLO
-from course_utils.lab import cli, grid, gridrun, rehearsal
+from course_utils.lab import cli, grid, rehearsal
 from course_utils.lab.grid import compare
 from tests.tooling import tool
+
+gridrun = tool("gpu/gridrun.py")
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "grid_decode_fake"
@@ -36,9 +38,9 @@ TWO_H200 = "NVIDIA H200,143771,143000,580.159.04;NVIDIA H200,143771,143000,580.1
 
 def test_decode_preset_grid_is_the_five_configs_the_loop_measured(tmp_path: Path) -> None:
     pre = presets.get("decode", "h200")
-    spec = grid.parse_grid(pre.grid_spec())
+    spec = gridrun.parse_grid(pre.grid_spec())
     assert spec.mode == "one-at-a-time" and spec.with_defaults
-    combos, skipped = grid.grid_combos(spec, pre.base, gpu_memory_gib=140)
+    combos, skipped = gridrun.grid_combos(spec, pre.base, gpu_memory_gib=140)
     assert skipped == []
     assert [grid.combo_label(c) for c in combos] == [
         "defaults", "max_num_batched_tokens=2048", "max_num_batched_tokens=4096",
@@ -60,15 +62,15 @@ def test_decode_preset_grid_is_the_five_configs_the_loop_measured(tmp_path: Path
 
 
 def test_two_knob_product_leaves_out_what_vllm_would_reject() -> None:
-    spec = grid.parse_grid("max_num_seqs=128,256,1024 x max_num_batched_tokens=512,4096")
+    spec = gridrun.parse_grid("max_num_seqs=128,256,1024 x max_num_batched_tokens=512,4096")
     assert spec.mode == "product" and not spec.with_defaults
-    combos, skipped = grid.grid_combos(spec, {"max_model_len": 4096}, gpu_memory_gib=140)
+    combos, skipped = gridrun.grid_combos(spec, {"max_model_len": 4096}, gpu_memory_gib=140)
     labels = [grid.combo_label(c) for c in combos]
     assert len(labels) == 5 and "max_num_seqs=1024, max_num_batched_tokens=512" not in labels
     assert len(skipped) == 1 and skipped[0].startswith(
         "max_num_seqs=1024, max_num_batched_tokens=512: ")
     # one knob: coupled like tune(couple=True) (max_num_seqs above the 2048 default)
-    one, _ = grid.grid_combos(grid.parse_grid("max_num_seqs=4096"), gpu_memory_gib=24)
+    one, _ = gridrun.grid_combos(gridrun.parse_grid("max_num_seqs=4096"), gpu_memory_gib=24)
     assert one == [{"max_num_seqs": 4096, "max_num_batched_tokens": 4096}]
 
 
@@ -76,7 +78,7 @@ def test_two_knob_product_leaves_out_what_vllm_would_reject() -> None:
                                  "a=1 x b=2 + c=3", "max_num_seqs=1 x b=1 x c=1"])
 def test_bad_grid_specs_fail_in_one_line(bad: str) -> None:
     with pytest.raises((ValueError, knobs.KnobError)) as ei:
-        grid.parse_grid(bad)
+        gridrun.parse_grid(bad)
     assert "\n" not in str(ei.value)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from course_utils.core import presets, texts
-from course_utils.lab import grid, gridrun
+from course_utils.lab import grid
 
 RESULTS = grid.RESULTS
 
@@ -63,13 +63,26 @@ def test_handicapped_row_is_marked_and_gains_nothing_against_the_defaults(
     assert "a handicap" in en and "proves no constraint" in en
 
 
-def test_rows_without_a_recorded_side_carry_no_numbers(
+def test_rows_without_a_recorded_side_carry_no_numbers(tmp_path: Path) -> None:
+    index = tmp_path / "index.json"
+    index.write_text(json.dumps({"cases": [{"case": "kv", "preset": "kv"}]}))
+    (r,) = grid.rows(index, RESULTS)
+    assert r.status == "not_run" and r.workload is not None
+    assert (r.defaults, r.loop, r.grid_best, r.verdict, r.outcome) == (None,) * 5
+    assert "not run yet" in grid.case_table([r], "en")
+    assert "尚未运行" in grid.case_table([r], "zh")
+
+
+def test_an_unfinished_loop_gets_no_verdict_against_the_grid(
     rows: dict[str, grid.CaseRow],
 ) -> None:
-    for name in ("kv",):
-        r = rows[name]
-        assert r.status == "not_run" and r.workload is not None
-        assert (r.defaults, r.loop, r.grid_best, r.verdict, r.outcome) == (None,) * 5
+    """The kv case: the grid finished, the loop measured only its baseline (budget)."""
+    r = rows["kv"]
+    assert r.status == "measured" and r.outcome == "unfinished"
+    assert r.verdict == "loop_unfinished" and r.grid_best_label == "kv_cache_dtype=fp8"
+    assert r.loop is not None and r.grid_best is not None and r.loop < r.grid_best
+    assert "none yet: the loop is unfinished" in grid.case_table([r], "en")
+    assert "暂无：闭环没跑完" in grid.case_table([r], "zh")
 
 
 def test_partial_grids_stay_partial_and_count_only_valid_combos(tmp_path: Path) -> None:
@@ -111,7 +124,8 @@ def test_table_in_both_languages(rows: dict[str, grid.CaseRow]) -> None:
     rs = list(rows.values())
     en, zh = grid.case_table(rs, "en"), grid.case_table(rs, "zh")
     assert en.count("\n| ") == zh.count("\n| ") == len(rs)  # after the header
-    assert "not run yet" in en and "尚未运行" in zh and "not run" not in zh
+    assert "none yet: the loop is unfinished" in en and "暂无：闭环没跑完" in zh
+    assert "not run" not in zh
     # zh cells hold Chinese, code and numbers, not English prose
     body = re.sub(r"`[^`]*`", "", zh)
     assert not re.search(r"\b(?:the|loop|grid|tie|partial|measured)\b", body)
@@ -123,7 +137,7 @@ def test_cli_prints_the_table_and_fails_in_one_line_on_a_missing_folder(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert gridrun.main(["table"]) == 0
+    assert grid.main([]) == 0
     assert "| decode (tight TPOT) |" in capsys.readouterr().out
     bad = tmp_path / "index.json"
     bad.write_text(
@@ -131,7 +145,7 @@ def test_cli_prints_the_table_and_fails_in_one_line_on_a_missing_folder(
             {"cases": [{"case": "decode", "preset": "decode", "grid": "nowhere/vllm_sweep"}]}
         )
     )
-    assert gridrun.main(["table", "--index", str(bad)]) == 2
+    assert grid.main(["--index", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "nowhere" in err[0]
 

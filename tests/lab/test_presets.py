@@ -13,6 +13,7 @@ import pytest
 from course_utils.core import presets
 from course_utils.core.validate import BadInput
 from course_utils.lab import cli
+from tests.tooling import tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,8 +112,7 @@ def test_lab02_preset_cell_sets_the_parameters() -> None:
 def test_a_presets_warm_up_share_reaches_the_loop_and_its_grid(tmp_path: Path) -> None:
     """The loop and vLLM's grid warm up alike: the preset's share (the whole load on the
     H200 presets) unless --warmup-share says otherwise; measure()'s 0.5 without one."""
-    from course_utils.lab import gridrun
-
+    gridrun = tool("gpu/gridrun.py")
     a = _parse("tune", "--model", "m", "--out", "o", "--preset", "knee", "--gpu-size", "h200")
     cli._apply_preset(a, tune=True)
     assert a.warmup_share == 1.0

@@ -22,12 +22,12 @@ from course_utils.core.records import PointPaths, read_text
 from course_utils.core.slo import SLO
 from course_utils.core.vllm_logs import parse_sweep_log
 from course_utils.lab.bench import Workload
-from course_utils.lab.grid import GridError, GridSpec, grid_combos, grid_points
-from course_utils.lab.gridrun import sweep_bench_cmd
+from course_utils.lab.grid import GridError, grid_points
 from course_utils.lab.sweep import load_points, sweep
 from tests.tooling import tool
 
 files = tool("gpu/sweep_files.py")
+gridrun = tool("gpu/gridrun.py")
 main = files.main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,7 +101,7 @@ def test_timing_accumulates_over_resumed_calls(tmp_path: Path) -> None:
 def test_bench_cmd_leaves_the_sweeps_own_flags_out() -> None:
     w = Workload(input_len=512, output_len=128, num_prompts=600, request_rate=45, seed=0,
                  ignore_eos=True)
-    argv = sweep_bench_cmd("/tmp/m", w, SLO_, base_url="http://127.0.0.1:8123")
+    argv = gridrun.sweep_bench_cmd("/tmp/m", w, SLO_, base_url="http://127.0.0.1:8123")
     assert argv[:3] == ["vllm", "bench", "serve"]
     for flag in ("--save-result", "--result-dir", "--result-filename", "--percentile-metrics"):
         assert flag not in argv  # vllm/benchmarks/sweep/serve.py run_benchmark appends them
@@ -114,13 +114,13 @@ def test_bench_cmd_leaves_the_sweeps_own_flags_out() -> None:
 
 
 def test_serve_params_couple_like_tune() -> None:
-    spec = GridSpec(axes=(("max_num_seqs", (64, 4096)),))
-    assert grid_combos(spec, gpu_memory_gib=24.0) == ([
+    spec = gridrun.GridSpec(axes=(("max_num_seqs", (64, 4096)),))
+    assert gridrun.grid_combos(spec, gpu_memory_gib=24.0) == ([
         {"max_num_seqs": 64}, {"max_num_seqs": 4096, "max_num_batched_tokens": 4096}], [])
     # 0.26.0 default on a >= 70 GiB GPU is 8192 tokens: nothing to couple
-    assert grid_combos(spec, gpu_memory_gib=140.0) == ([
+    assert gridrun.grid_combos(spec, gpu_memory_gib=140.0) == ([
         {"max_num_seqs": 64}, {"max_num_seqs": 4096}], [])
-    combos, left_out = grid_combos(spec, gpu_memory_gib=24.0, couple=False)
+    combos, left_out = gridrun.grid_combos(spec, gpu_memory_gib=24.0, couple=False)
     assert combos == [{"max_num_seqs": 64}] and "max_num_seqs=4096" in left_out[0]
 
 

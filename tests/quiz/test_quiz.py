@@ -488,10 +488,10 @@ def test_data_paths_switch_to_recorded_files(tmp_path: Path) -> None:
     entry = {"id": "d", "generator": "diagnose_constraint",
              "params": {"slo": "ttft:300 tpot:50", "series": str(series), "bench": str(bench)}}
     assert _keys(quiz.expand(entry)) == {"decode"}
-    missing = {**entry["params"], "bench": str(tmp_path / "h200-*" / "nope.json"),
-               "bench_fallback": {"p99_ttft_ms": 900, "p99_tpot_ms": 20}}
-    assert _keys(quiz.expand({**entry, "params": missing})) == {"prefill"}
-    del missing["bench_fallback"]
+    missing = {**entry["params"], "bench": [str(tmp_path / "h200-*" / "nope.json"),
+                                            {"p99_ttft_ms": 900, "p99_tpot_ms": 20}]}
+    assert _keys(quiz.expand({**entry, "params": missing})) == {"prefill"}  # inline, last
+    missing["bench"] = str(tmp_path / "h200-*" / "nope.json")
     with pytest.raises(quiz.QuizError, match="bench: none of .*nope.json found"):
         quiz.expand({**entry, "params": missing})
     listed = {**entry["params"], "bench": [str(tmp_path / "h200-*" / "nope.json"), str(bench)]}

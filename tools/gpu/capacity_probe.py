@@ -36,8 +36,7 @@ from typing import Any
 
 from course_utils.core import capacity
 from course_utils.core.records import append_jsonl, read_jsonl
-from course_utils.core.vllm_logs import startup_facts
-from course_utils.core.vllm_logs._common import last_match
+from course_utils.core.vllm_logs import last_match, startup_facts
 from course_utils.lab.rehearsal import cuda_total
 from course_utils.lab.server import ServerStartError, VllmServer
 

@@ -49,9 +49,9 @@ done
 echo "$(date -u +%FT%TZ) grid_decode rc=$rc wall=$(( $(date +%s) - t0 ))s" | tee -a "$RUN/commands.log"
 rm -rf "$MERGED"
 $PY tools/gpu/sweep_files.py merge "$MERGED" "${parts[@]}" || exit 2
-$PY -m course_utils.lab.gridrun compare "$MERGED/vllm_sweep" "$TUNE_DIR" \
+$PY tools/gpu/gridrun.py compare "$MERGED/vllm_sweep" "$TUNE_DIR" \
   --json "$MERGED/compare.json" | tee "$MERGED/compare.md"
-$PY -m course_utils.lab.gridrun compare "$MERGED/vllm_sweep" "$TUNE_DIR" --lang zh \
+$PY tools/gpu/gridrun.py compare "$MERGED/vllm_sweep" "$TUNE_DIR" --lang zh \
   > "$MERGED/compare.zh.md"
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT/labrun"

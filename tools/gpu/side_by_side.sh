@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # vLLM's own grid: vLLM 0.26.0's `vllm bench sweep serve` over one or two knobs, on any
-# workload, with lab.measure's warm-up before each run (course_utils.lab.grid, lab.gridrun).
+# workload, with lab.measure's warm-up before each run (tools/gpu/gridrun.py; read back by
+# course_utils.lab.grid).
 # One device call (its time budget BUDGET_S); a call stopped by the budget is resumed by the
 # next with vLLM's own --resume (finished combos start no server). Never touches processes
 # that are not its own: at the end it kills only servers on its PORT (their process groups).
@@ -76,7 +77,7 @@ PORT=${PORT:-$($PY -c 'from course_utils.lab.server import free_port; print(free
 $PY -m course_utils preflight --model "$MODEL" --vllm-cmd "$SERVE_VLLM" --port "$PORT" \
   --load-format dummy --out "$SBS" || exit 2
 # serve_params.json (this part's combos, every one validated), serve_cmd.txt, bench_cmd.txt
-$PY -m course_utils.lab.gridrun prepare "$SBS" --model "$MODEL" --port "$PORT" \
+$PY tools/gpu/gridrun.py prepare "$SBS" --model "$MODEL" --port "$PORT" \
   --part "$PART" --gpu-memory-gib "$GPU_GIB" --load-format dummy --vllm-cmd "$VLLM" \
   --serve-vllm "$SERVE_VLLM" --python "$PY" "${ARGS[@]}" || exit 2
 SERVE_CMD=$(cat "$SBS/serve_cmd.txt")
@@ -86,7 +87,7 @@ RESUME=()
 if [ -d "$OUTDIR/$EXP" ]; then  # an earlier call started it: vLLM's own resume
   RESUME=(--resume)
   # a combo the validity gate rejected is measured again, never used: moved to rejected/
-  $PY -m course_utils.lab.gridrun reopen "$SBS" | tee -a "$SBS/commands.log"
+  $PY tools/gpu/gridrun.py reopen "$SBS" | tee -a "$SBS/commands.log"
 fi
 CMD=($VLLM bench sweep serve --serve-cmd "$SERVE_CMD" --bench-cmd "$BENCH_CMD"
      --serve-params "$SBS/serve_params.json" -o "$OUTDIR" -e "$EXP" --num-runs "$NUM_RUNS"
@@ -115,7 +116,7 @@ if [ "$rc" -ne 0 ]; then
   echo "the sweep did not finish (rc $rc; 124 = time budget): rerun this script to --resume"
 fi
 if [ -n "${TUNE_DIR:-}" ] && [ "$done_runs" -gt 0 ]; then
-  $PY -m course_utils.lab.gridrun compare "$OUTDIR" "$TUNE_DIR" --json "$SBS/compare.json" \
+  $PY tools/gpu/gridrun.py compare "$OUTDIR" "$TUNE_DIR" --json "$SBS/compare.json" \
     | tee "$SBS/compare.md"
 fi
 if [ -n "${OUT:-}" ]; then  # small files only (run JSONs keep --save-detailed lists: shrunk)

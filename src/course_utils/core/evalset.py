@@ -1,12 +1,9 @@
-"""A small fixed eval set and its deterministic scorer (lab 01: the quality leg of the triple).
+"""A small fixed eval set and its deterministic scorer (lab 01's quality leg).
 
-Items are JSON lines: ``{"id", "lang": "zh"|"en", "kind", "question", "answer", "aliases"}``.
-An output is correct when its first non-empty line, normalised (NFKC, case, punctuation,
-spaces), equals the answer or an alias; or, for a numeric answer, when the last number on
-that line equals it; or when the answer or an alias appears in that line as a whole phrase
-(ASCII word boundaries; Chinese has none, so a Chinese answer matches as a substring).
-The rules never look at anything but the strings, so a score is reproducible.
-"""
+Items are JSON lines: ``{"id", "lang", "kind", "question", "answer", "aliases"}``. An output
+is correct when its first non-empty line, normalised (NFKC, case, punctuation, spaces), equals
+the answer or an alias; or its last number equals a numeric answer; or it contains the answer
+or an alias as a whole phrase (a Chinese one as a substring)."""
 
 from __future__ import annotations
 
@@ -18,17 +15,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-__all__ = [
-    "Item",
-    "load_items",
-    "messages",
-    "normalize",
-    "numbers",
-    "check",
-    "score",
-    "prompt_tokens_bound",
-]
 
 _SYSTEM = {
     "en": "Answer with the final answer only: one word, name or number. No explanation.",
@@ -73,16 +59,8 @@ def load_items(path: str | Path) -> list[Item]:
         if raw["id"] in seen:
             raise ValueError(f"{path}:{lineno}: repeated id {raw['id']!r}")
         seen.add(raw["id"])
-        items.append(
-            Item(
-                id=str(raw["id"]),
-                lang=str(raw["lang"]),
-                question=str(raw["question"]),
-                answer=str(raw["answer"]),
-                aliases=tuple(str(a) for a in raw.get("aliases", [])),
-                kind=str(raw.get("kind", "")),
-            )
-        )
+        fields = {k: str(raw.get(k, "")) for k in ("id", "lang", "question", "answer", "kind")}
+        items.append(Item(**fields, aliases=tuple(str(a) for a in raw.get("aliases", []))))
     if not items:
         raise ValueError(f"{path}: no items")
     return items
@@ -94,20 +72,13 @@ def messages(item: Item) -> list[dict[str, str]]:
     return [{"role": "system", "content": system}, {"role": "user", "content": item.question}]
 
 
-# ChatML (Qwen2.5's chat template, and the one course_utils.lab.modelfolder writes) wraps each
-# message in <|im_start|>role\n ... <|im_end|>\n and appends <|im_start|>assistant\n: under
-# 10 tokens per message plus the header. 64 is a wide margin for two messages.
+# ChatML's role headers and ends: under 10 tokens per message; a wide margin for two
 CHAT_OVERHEAD_TOKENS = 64
 
 
 def prompt_tokens_bound(items: Sequence[Item]) -> int:
-    """An upper bound on the prompt tokens of any item's chat request, with no tokenizer.
-
-    A byte-level BPE tokenizer (Qwen2.5's, and the one course_utils.lab.modelfolder trains)
-    spends at most one token per UTF-8 byte of ordinary text, so the message bytes plus
-    CHAT_OVERHEAD_TOKENS bound the prompt. Lab 01 records the exact count from vLLM
-    (``prompt_tokens_max``); this bound serves runs recorded before it did.
-    """
+    """An upper bound on any item's chat prompt tokens, with no tokenizer: a byte-level BPE
+    spends at most one token per UTF-8 byte, plus CHAT_OVERHEAD_TOKENS."""
     if not items:
         raise ValueError("no items")
     return (
@@ -136,10 +107,7 @@ def numbers(text: str) -> list[float]:
 
 
 def _first_line(output: str) -> str:
-    for line in output.splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
+    return next((line.strip() for line in output.splitlines() if line.strip()), "")
 
 
 def _contains(haystack: str, needle: str) -> bool:
@@ -171,17 +139,12 @@ def check(item: Item, output: str | None) -> bool:
 def score(
     items: Sequence[Item], outputs: Sequence[str | None] | Mapping[str, str | None]
 ) -> dict[str, Any]:
-    """Accuracy of ``outputs`` (aligned with ``items``, or keyed by item id).
-
-    Returns ``{"accuracy": float, "n": int, "correct": int}``; a missing output is wrong.
-    """
+    """``{"accuracy", "n", "correct"}`` of ``outputs`` (aligned with ``items``, or keyed by
+    item id); a missing output is wrong."""
     if not items:
         raise ValueError("no items to score")
-    if isinstance(outputs, Mapping):
-        aligned = [outputs.get(it.id) for it in items]
-    else:
-        if len(outputs) != len(items):
-            raise ValueError(f"{len(outputs)} outputs for {len(items)} items")
-        aligned = list(outputs)
+    if not isinstance(outputs, Mapping) and len(outputs) != len(items):
+        raise ValueError(f"{len(outputs)} outputs for {len(items)} items")
+    aligned = [outputs.get(it.id) for it in items] if isinstance(outputs, Mapping) else outputs
     correct = sum(check(it, out) for it, out in zip(items, aligned, strict=True))
     return {"accuracy": correct / len(items), "n": len(items), "correct": correct}

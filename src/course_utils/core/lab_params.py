@@ -1,23 +1,18 @@
-"""The three labs' parameters, checked by the rules the command line uses (core.validate,
-core.knobs, core.slo) before a notebook touches the machine: a bad ``-p name value`` stops
-the lab with one line naming the parameter (``BadInput``), never a traceback.
-
-papermill passes ``-p`` values as numbers, booleans, None or text; lists and mappings come
-as JSON text (``'[0.8, 0.9]'``) and are read as JSON here, as the notebooks read them.
-"""
+"""The three labs' parameters, checked by the command line's rules before a notebook touches
+the machine: a bad ``-p name value`` stops the lab with one ``BadInput`` line naming it.
+papermill passes lists and mappings as JSON text (``'[0.8, 0.9]'``): read as JSON here."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from course_utils.core import knobs as knobs_mod
-from course_utils.core.validate import BadInput, gpu_key
-
-__all__ = ["LABS", "check_lab_params"]
+from course_utils.core.capacity import GPUS, gpu_key
+from course_utils.core.validate import BadInput
 
 LABS = ("01", "02", "03")
 _FIX = "see the parameters cell of the lab for what each one takes"
@@ -27,7 +22,8 @@ def _bad(name: str, value: Any, rule: str) -> BadInput:
     return BadInput(f"-p {name} {value!r}: {rule}", _FIX)
 
 
-def _listish(v: Any, name: str) -> Any:
+def listish(v: Any, name: str) -> Any:
+    """A ``-p`` value, with papermill's JSON text for a list or mapping read as JSON."""
     if isinstance(v, str) and v.strip()[:1] in "[{":
         try:
             return json.loads(v)
@@ -36,23 +32,27 @@ def _listish(v: Any, name: str) -> Any:
     return v
 
 
-def _num(name: str, v: Any, *, low: float, strict: bool, whole: bool = False) -> None:
+def _num(name: str, v: Any, low: float, strict: bool = False, whole: bool = False) -> None:
     ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-    if ok and whole and not float(v).is_integer():
-        ok = False
-    if not ok:
+    if not ok or (whole and not float(v).is_integer()):
         raise _bad(name, v, "an integer" if whole else "a number")
     if v < low or (strict and v == low):
         raise _bad(name, v, f"must be {'>' if strict else '>='} {low:g}")
 
 
-def _pos_int(p: Mapping[str, Any], name: str) -> None:
-    _num(name, p[name], low=1, strict=False, whole=True)
-
-
-def _opt(p: Mapping[str, Any], name: str, check: Callable[[], None]) -> None:
-    if p.get(name) is not None:
-        check()
+def _nums(
+    p: Mapping[str, Any],
+    names: Iterable[str],
+    low: float,
+    *,
+    strict: bool = False,
+    whole: bool = False,
+    optional: bool = False,
+) -> None:
+    """``_num`` for each named parameter; ``optional`` ones may be None."""
+    for name in names:
+        if not optional or p.get(name) is not None:
+            _num(name, p[name], low, strict, whole)
 
 
 def _choice(p: Mapping[str, Any], name: str, allowed: tuple[Any, ...]) -> None:
@@ -62,127 +62,106 @@ def _choice(p: Mapping[str, Any], name: str, allowed: tuple[Any, ...]) -> None:
 
 def _knob_values(
     p: Mapping[str, Any], knob_name: str, values_name: str, base: dict[str, Any]
-) -> None:
+) -> list[Any]:
     try:
         knob = knobs_mod.get(str(p[knob_name])).name
     except knobs_mod.KnobError as exc:
         raise _bad(knob_name, p[knob_name], str(exc)) from None
-    vals = _listish(p[values_name], values_name)
+    vals = listish(p[values_name], values_name)
     if not isinstance(vals, list):
         raise _bad(values_name, vals, "a list of values, e.g. [64, 128]")
     for x in vals:
-        try:
-            knobs_mod.validate({**base, knob: x})
-        except knobs_mod.KnobError as exc:
-            raise _bad(values_name, x, str(exc)) from None
+        _valid(values_name, x, {**base, knob: x})
+    return vals
 
 
 def _base(p: Mapping[str, Any]) -> dict[str, Any]:
-    base = _listish(p.get("base_knobs") or {}, "base_knobs")
+    base = listish(p.get("base_knobs") or {}, "base_knobs")
     if not isinstance(base, dict):
         raise _bad("base_knobs", base, 'a mapping of knob to value, e.g. {"max_num_seqs": 64}')
+    return _valid("base_knobs", base, base)
+
+
+def _valid(name: str, value: Any, knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """``knobs.validate``, refused with ``-p name value``."""
     try:
-        return knobs_mod.validate(base)
+        return knobs_mod.validate(knobs)
     except knobs_mod.KnobError as exc:
-        raise _bad("base_knobs", base, str(exc)) from None
+        raise _bad(name, value, str(exc)) from None
+
+
+def _slo(p: Mapping[str, Any]) -> None:
+    from course_utils.core.slo import SLO, SLOError
+
+    try:
+        SLO.parse(p["slo"])
+    except SLOError as exc:
+        raise _bad("slo", p["slo"], str(exc)) from None
 
 
 def _common(p: Mapping[str, Any]) -> None:
-    from course_utils.core.capacity import GPUS
-
     if not isinstance(p.get("model"), str) or not p["model"].strip():
         raise _bad("model", p.get("model"), "a model folder or hub id")
-    try:
-        mml = knobs_mod.validate({"max_model_len": p["max_model_len"]})["max_model_len"]
-    except knobs_mod.KnobError as exc:
-        raise _bad("max_model_len", p["max_model_len"], str(exc)) from None
-    if mml == -1:
-        raise _bad("max_model_len", p["max_model_len"], "the lab needs a length, not -1/auto")
+    mml = p["max_model_len"]
+    if _valid("max_model_len", mml, {"max_model_len": mml})["max_model_len"] == -1:
+        raise _bad("max_model_len", mml, "the lab needs a length, not -1/auto")
     for name in ("gpu", "rehearse_gpu"):
-        if name in p and p[name] is not None:
+        if p.get(name) is not None:
             try:
                 gpu_key(p[name])
             except ValueError:
                 raise _bad(name, p[name], f"one of {', '.join(sorted(GPUS))}") from None
     if "startup_timeout_s" in p:
-        _num("startup_timeout_s", p["startup_timeout_s"], low=0, strict=True)
+        _num("startup_timeout_s", p["startup_timeout_s"], 0, strict=True)
 
 
 def _lab01(p: Mapping[str, Any]) -> None:
-    base = _base(p)
-    _knob_values(p, "knob", "values", base)
-    vals = _listish(p["values"], "values")
+    vals = _knob_values(p, "knob", "values", _base(p))
     if not vals:
         raise _bad("values", p["values"], "at least one value")
     if p.get("baseline") is not None and p["baseline"] not in vals:
         raise _bad("baseline", p["baseline"], f"one of values {vals} (or None)")
-    for name in ("max_tokens", "load_prompts", "load_max_tokens"):
-        _pos_int(p, name)
-    _num("temperature", p["temperature"], low=0, strict=False)
-    _num("seed", p["seed"], low=0, strict=False, whole=True)
-    _num("min_gain", p["min_gain"], low=0, strict=False)
-    _opt(
-        p,
-        "p99_latency_slo_s",
-        lambda: _num("p99_latency_slo_s", p["p99_latency_slo_s"], low=0, strict=True),
-    )
-    _opt(
-        p,
-        "point_timeout_s",
-        lambda: _num("point_timeout_s", p["point_timeout_s"], low=0, strict=True),
-    )
+    _nums(p, ("max_tokens", "load_prompts", "load_max_tokens"), 1, whole=True)
+    _nums(p, ("temperature", "min_gain"), 0)
+    _nums(p, ("seed",), 0, whole=True)
+    _nums(p, ("p99_latency_slo_s", "point_timeout_s"), 0, strict=True, optional=True)
 
 
 def _lab02(p: Mapping[str, Any]) -> None:
     from course_utils.core import presets
     from course_utils.core.keep import OBJECTIVES
-    from course_utils.core.slo import SLO, SLOError
 
     if p.get("preset") is not None and p["preset"] not in presets.names():
         raise _bad("preset", p["preset"], f"one of {', '.join(presets.names())}")
-    try:
-        SLO.parse(p["slo"])
-    except SLOError as exc:
-        raise _bad("slo", p["slo"], str(exc)) from None
-    _opt(p, "rate", lambda: _num("rate", p["rate"], low=0, strict=True))
-    rates = _listish(p["knee_rates"], "knee_rates")
+    _slo(p)
+    _nums(p, ("rate",), 0, strict=True, optional=True)
+    rates = listish(p["knee_rates"], "knee_rates")
     if not isinstance(rates, list) or not rates:
         raise _bad("knee_rates", rates, "a non-empty list of req/s")
     for r in rates:
-        _num("knee_rates", r, low=0, strict=True)
-    _num("knee_fraction", p["knee_fraction"], low=0, strict=True)
-    for name in ("input_len", "output_len", "num_prompts", "max_steps"):
-        _pos_int(p, name)
-    _num("prefix_len", p["prefix_len"], low=0, strict=False, whole=True)
+        _num("knee_rates", r, 0, strict=True)
+    _nums(p, ("knee_fraction",), 0, strict=True)
+    _nums(p, ("input_len", "output_len", "num_prompts", "max_steps"), 1, whole=True)
+    _nums(p, ("prefix_len", "batch1_prompts"), 0, whole=True)
     if p["prefix_len"] > p["input_len"]:
         raise _bad("prefix_len", p["prefix_len"], f"must be <= input_len ({p['input_len']})")
-    _num("batch1_prompts", p["batch1_prompts"], low=0, strict=False, whole=True)
     base = _base(p)
     _knob_values(p, "knob", "candidates", base)
     _knob_values(p, "second_knob", "second_candidates", base)
     _choice(p, "objective", tuple(OBJECTIVES))
-    _num("plateau", p["plateau"], low=0, strict=False)
-    _opt(
-        p,
-        "budget_gpu_minutes",
-        lambda: _num("budget_gpu_minutes", p["budget_gpu_minutes"], low=0, strict=True),
-    )
+    _nums(p, ("plateau",), 0)
+    _nums(p, ("budget_gpu_minutes",), 0, strict=True, optional=True)
 
 
 def _lab03(p: Mapping[str, Any]) -> None:
     from course_utils.core.scaleout import CONFIGS
-    from course_utils.core.slo import SLO, SLOError
 
-    try:
-        SLO.parse(p["slo"])
-    except SLOError as exc:
-        raise _bad("slo", p["slo"], str(exc)) from None
-    for name in ("input_len", "output_len"):
-        _pos_int(p, name)
-    configs = _listish(p["configs"], "configs")
+    _slo(p)
+    _nums(p, ("input_len", "output_len"), 1, whole=True)
+    configs = listish(p["configs"], "configs")
     if not isinstance(configs, list) or not configs or any(c not in CONFIGS for c in configs):
         raise _bad("configs", configs, f"a non-empty list among {', '.join(CONFIGS)}")
-    rates = _listish(p["rates"], "rates")
+    rates = listish(p["rates"], "rates")
     if not isinstance(rates, dict):
         raise _bad("rates", rates, "a mapping of configuration to a list of req/s")
     for c in configs:
@@ -190,13 +169,12 @@ def _lab03(p: Mapping[str, Any]) -> None:
         if not isinstance(rs, list) or not rs:
             raise _bad("rates", rates, f"no list of req/s for {c!r}")
         for r in rs:
-            _num(f"rates[{c}]", r, low=0, strict=True)
-    _num("window_s", p["window_s"], low=0, strict=True)
-    _num("target_rate", p["target_rate"], low=0, strict=True)
-    _num("headroom", p["headroom"], low=0, strict=False)
+            _num(f"rates[{c}]", r, 0, strict=True)
+    _nums(p, ("window_s", "target_rate"), 0, strict=True)
+    _nums(p, ("headroom",), 0)
     if p["headroom"] >= 1:
         raise _bad("headroom", p["headroom"], "a share below 1")
-    _opt(p, "budget_s", lambda: _num("budget_s", p["budget_s"], low=0, strict=True))
+    _nums(p, ("budget_s",), 0, strict=True, optional=True)
 
 
 # what each lab's recorded folder holds

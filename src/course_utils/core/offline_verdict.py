@@ -1,7 +1,5 @@
-"""Lab 01's verdict for an offline sweep of one knob (``LLM(...)`` points): the triple
-(quality, speed, latency), whether the KV cache bound at the baseline, and the same-batch
-spread read from vLLM's engine stats. ``course_utils.core.keep`` exports these with the
-other keep rules."""
+"""Lab 01's keep-or-revert for an offline sweep of one knob: the triple, whether the KV cache
+bound at the baseline, and the same-batch spread from vLLM's engine stats."""
 
 from __future__ import annotations
 
@@ -15,30 +13,25 @@ from course_utils.core.capacity import BLOCK_SIZE, get_gpu
 from course_utils.core.records import is_present, read_text
 from course_utils.core.vllm_logs import EngineStatsLine, engine_stats
 
-__all__ = [
-    "judge",
-    "kv_check",
-    "kv_demand",
-    "kv_timeline",
-    "point_log",
-    "same_batch_gap",
-    "speed_pass_seqs",
-    "verdict",
-]
+
+def _same_batch_lines(stats: Sequence[EngineStatsLine], full: float = 0.99) -> dict[float, float]:
+    """t_s -> generation tokens/s of the lines before the KV cache filled (usage >= ``full``)
+    with no prompt work in the interval: the same batch, whatever the KV size."""
+    full_at = next((s.t_s for s in stats if s.kv_usage >= full), None)
+    return {
+        s.t_s: s.gen_tok_s
+        for s in stats
+        if (full_at is None or s.t_s < full_at) and s.prompt_tok_s == 0.0
+    }
 
 
 def kv_timeline(stats: Sequence[EngineStatsLine], full: float = 0.99) -> dict[str, Any]:
-    """When the KV cache filled (first stats line at >= `full` usage; None: never), the mean
-    generation tokens/s of the lines before that (the same batch at any KV size) and the
-    most requests waiting (in an offline pass that submits everything at once, waiting
-    requests after the start are preempted ones: scheduler.py _preempt_request)."""
-    full_at = next((s.t_s for s in stats if s.kv_usage >= full), None)
-    before = [
-        s.gen_tok_s for s in stats if (full_at is None or s.t_s < full_at) and s.prompt_tok_s == 0.0
-    ]
+    """When the KV cache filled (None: never), the mean generation tokens/s before that, and
+    the most requests waiting (in an offline pass, waiting after the start means preempted)."""
+    before = list(_same_batch_lines(stats, full).values())
     return {
         "lines": len(stats),
-        "kv_full_at_s": full_at,
+        "kv_full_at_s": next((s.t_s for s in stats if s.kv_usage >= full), None),
         "gen_tok_s_before_full": sum(before) / len(before) if before else None,
         "waiting_max": max((s.waiting for s in stats), default=None),
         "running_max": max((s.running for s in stats), default=None),
@@ -57,26 +50,12 @@ def point_log(results_dir: str | Path, record: Mapping[str, Any]) -> Path | None
     return None
 
 
-def _same_batch_lines(stats: Sequence[EngineStatsLine], full: float = 0.99) -> dict[float, float]:
-    """t_s -> generation tokens/s of the lines before the KV cache filled with no prompt
-    work in the interval (the same batch, whatever the KV size)."""
-    full_at = next((s.t_s for s in stats if s.kv_usage >= full), None)
-    return {
-        s.t_s: s.gen_tok_s
-        for s in stats
-        if (full_at is None or s.t_s < full_at) and s.prompt_tok_s == 0.0
-    }
-
-
 def same_batch_gap(
     results_dir: str | Path, records: Sequence[Mapping[str, Any]], *, baseline: Any
 ) -> dict[str, Any] | None:
-    """Each ok point's engine stats and KV timeline, and its generation tokens/s before
-    either KV cache filled relative to the baseline's, both averaged over the SAME seconds
-    of the pass (the stats lines both points logged before either cache filled). Before
-    the cache fills, every point runs the same batch at the same context lengths, so a
-    capacity knob cannot make a difference there: a gap is this machine's run-to-run spread
-    (or order). None without the baseline's stats or a shared second."""
+    """Each ok point's generation tokens/s relative to the baseline's over the same seconds
+    before either KV cache filled, where a capacity knob cannot act: a gap there is the
+    machine's run-to-run spread. None without the baseline's stats or a shared second."""
     lines, stats = {}, {}
     for r in records:
         log = point_log(results_dir, r) if r.get("status") == "ok" else None
@@ -88,15 +67,11 @@ def same_batch_gap(
     base = _same_batch_lines(stats[baseline])
     gaps, windows, shared_means = {}, {}, {}
     for v, st in stats.items():
-        if v == baseline:
-            continue
         mine = _same_batch_lines(st)
-        shared = sorted(set(base) & set(mine))
-        if not shared:
-            continue
-        b = sum(base[t] for t in shared) / len(shared)
-        m = sum(mine[t] for t in shared) / len(shared)
+        shared = sorted(set(base) & set(mine)) if v != baseline else []
+        b = sum(base[t] for t in shared) / len(shared) if shared else 0.0
         if b > 0:
+            m = sum(mine[t] for t in shared) / len(shared)
             gaps[v] = m / b - 1.0
             windows[v] = [shared[0], shared[-1]]
             shared_means[v] = {"baseline": b, "value": m, "lines": len(shared)}
@@ -119,9 +94,8 @@ def kv_demand(
     max_num_seqs: int | None = None,
     block_size: int = BLOCK_SIZE,
 ) -> dict[str, int]:
-    """KV tokens lab 01's speed pass can hold at once: ``load_prompts`` requests (at most
-    ``max_num_seqs`` running) of ``prompt_tokens + out_tokens``, each rounded up to whole
-    KV blocks (vLLM allocates per block; 16 tokens is its default for this model)."""
+    """KV tokens lab 01's speed pass holds at once: ``load_prompts`` requests (at most
+    ``max_num_seqs``) of ``prompt_tokens + out_tokens``, each in whole KV blocks."""
     per_request = math.ceil((int(prompt_tokens) + int(out_tokens)) / block_size) * block_size
     at_once = int(load_prompts) if not max_num_seqs else min(int(load_prompts), int(max_num_seqs))
     return {
@@ -139,14 +113,9 @@ def kv_check(
     max_num_seqs: int | None = None,
     block_size: int = BLOCK_SIZE,
 ) -> dict[str, Any] | None:
-    """Did the KV cache limit the baseline's speed pass?
-
-    If every request the pass runs at once (``kv_demand``) fits in the KV cache vLLM logged
-    for the baseline, the pool never bound: a capacity knob (more KV) cannot speed that pass
-    up. The prompt length is the one the run recorded (``prompt_tokens_max``) or, for runs
-    recorded before it did, ``prompt_tokens_bound`` (evalset.prompt_tokens_bound).
-    None when the baseline has no KV size or prompt length to go on.
-    """
+    """Did the KV cache limit the baseline's speed pass (``kv_demand`` above the logged KV
+    size)? The prompt length is the recorded ``prompt_tokens_max``, else
+    ``prompt_tokens_bound``. None when the baseline has no KV size or prompt length."""
     base = next(
         (r for r in records if r.get("status") == "ok" and r.get("value") == baseline), None
     )
@@ -181,62 +150,36 @@ def verdict(
     kv: Mapping[str, Any] | None = None,
     spread: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Keep or revert: the fastest point that meets the SLO and keeps quality, if it beats
-    ``baseline`` by at least ``min_gain`` in output tokens/s; otherwise keep the baseline.
-
-    SLO: per-request p99 latency <= ``p99_latency_slo_s`` (None: no latency limit).
-    Quality: accuracy may not drop more than ``max_accuracy_drop`` below the baseline's
-    (ignored when not measured, i.e. dummy weights).
-    ``kv``: pass ``kv_check(...)`` when the knob is a capacity knob. If the KV cache did not
-    bind at the baseline, a gain cannot come from the knob's mechanism, so a would-be keep
-    becomes ``recheck`` (stay on the baseline, measure again in another order first).
-    ``spread``: pass ``same_batch_gap(...)``. If the kept value already differed from the
-    baseline by ``min_gain`` or more before its KV cache filled (where the knob cannot act),
-    the gain is within the run-to-run spread: ``recheck`` too.
-    """
+    """Keep the fastest point within the p99 latency SLO and ``max_accuracy_drop`` of the
+    baseline's accuracy if it beats the baseline by ``min_gain``; else revert. With ``kv``
+    (``kv_check``) or ``spread`` (``same_batch_gap``), a keep the KV cache or the run-to-run
+    spread cannot explain becomes ``recheck``."""
     ok = [r for r in records if r.get("status") == "ok" and r.get("output_tok_s")]
     base = next((r for r in ok if r.get("value") == baseline), None)
     if base is None:
-        return {
-            "decision": "none",
-            "value": None,
-            "why": f"baseline {baseline!r} has no successful measurement",
-        }
+        why = f"baseline {baseline!r} has no successful measurement"
+        return {"decision": "none", "value": None, "why": why}
     candidates = [r for r in ok if not _unmet(r, base, p99_latency_slo_s, max_accuracy_drop)]
     best = max(candidates, key=lambda r: r["output_tok_s"], default=None)
-    if best is None:
-        unmet = _unmet(base, base, p99_latency_slo_s, max_accuracy_drop)
-        why = (
-            f"no setting meets the SLO, the baseline included ({unmet}): the SLO "
-            "does not fit this load; keep the baseline, then change the load or the SLO"
-        )
-        return {"decision": "revert", "value": baseline, "why": why, "gain": 0.0, "slo_met_by": []}
-    if best.get("value") == baseline:
+    if best is None or best.get("value") == baseline:
         why = "the baseline is the fastest setting that meets the SLO and keeps quality"
-        return {
-            "decision": "revert",
-            "value": baseline,
-            "why": why,
-            "gain": 0.0,
-            "slo_met_by": [r["value"] for r in candidates],
-        }
+        if best is None:
+            unmet = _unmet(base, base, p99_latency_slo_s, max_accuracy_drop)
+            why = (
+                f"no setting meets the SLO, the baseline included ({unmet}): the SLO "
+                "does not fit this load; keep the baseline, then change the load or the SLO"
+            )
+        met = [r["value"] for r in candidates]
+        return {"decision": "revert", "value": baseline, "why": why, "gain": 0.0, "slo_met_by": met}
     gain = best["output_tok_s"] / base["output_tok_s"] - 1.0
     if gain < min_gain:
-        return {
-            "decision": "revert",
-            "value": baseline,
-            "gain": gain,
-            "why": f"best gain {gain:+.1%} < {min_gain:.0%}: not worth the change",
-        }
+        why = f"best gain {gain:+.1%} < {min_gain:.0%}: not worth the change"
+        return {"decision": "revert", "value": baseline, "gain": gain, "why": why}
     recheck = _recheck(best, gain, baseline, min_gain, kv, spread)
     if recheck is not None:
         return recheck
-    return {
-        "decision": "keep",
-        "value": best["value"],
-        "gain": gain,
-        "why": f"{gain:+.1%} output tok/s over baseline within the SLO",
-    }
+    why = f"{gain:+.1%} output tok/s over baseline within the SLO"
+    return {"decision": "keep", "value": best["value"], "gain": gain, "why": why}
 
 
 def _unmet(
@@ -264,36 +207,24 @@ def _recheck(
     spread: Mapping[str, Any] | None,
 ) -> dict[str, Any] | None:
     """A would-be keep that the KV check or the same-batch spread sends back to measure."""
-    if kv is not None and not kv.get("binding", True):
-        return {
-            "decision": "recheck",
-            "value": baseline,
-            "gain": gain,
-            "candidate": best["value"],
-            "kv": dict(kv),
-            "why": (
-                f"{best['value']!r} gave {gain:+.1%} output tok/s, but the KV cache did "
-                f"not bind at the baseline (the speed pass needs at most "
-                f"{kv['demand_tokens']:,} of {kv['kv_tokens']:,} tokens), so more KV "
-                "cannot explain the gain: measure again with the values in another "
-                "order (a new output_dir) before keeping it"
-            ),
-        }
     gap = (spread or {}).get("gaps", {}).get(best["value"])
+    head = f"{best['value']!r} gave {gain:+.1%} output tok/s, but "
+    out = {"decision": "recheck", "value": baseline, "gain": gain, "candidate": best["value"]}
+    if kv is not None and not kv.get("binding", True):
+        why = (
+            f"the KV cache did not bind at the baseline (the speed pass needs at most "
+            f"{kv['demand_tokens']:,} of {kv['kv_tokens']:,} tokens), so more KV "
+            "cannot explain the gain: measure again with the values in another "
+            "order (a new output_dir) before keeping it"
+        )
+        return {**out, "kv": dict(kv), "why": head + why}
     if gap is not None and abs(gap) >= min_gain:
-        return {
-            "decision": "recheck",
-            "value": baseline,
-            "gain": gain,
-            "candidate": best["value"],
-            "same_batch_gap": gap,
-            "why": (
-                f"{best['value']!r} gave {gain:+.1%} output tok/s, but it already ran "
-                f"{gap:+.1%} against the baseline before its KV cache filled, where the "
-                "knob cannot act: the gain is within this machine's run-to-run spread; "
-                "measure again (other order, repeats) before keeping it"
-            ),
-        }
+        why = (
+            f"it already ran {gap:+.1%} against the baseline before its KV cache filled, where "
+            "the knob cannot act: the gain is within this machine's run-to-run spread; "
+            "measure again (other order, repeats) before keeping it"
+        )
+        return {**out, "same_batch_gap": gap, "why": head + why}
     return None
 
 
@@ -313,10 +244,8 @@ def judge(
     *,
     prompt_tokens_bound: int | None = None,
 ) -> dict[str, Any]:
-    """Lab 01's keep-or-revert with its checks, from a sweep's records and parameters (the
-    lab's, or a run's params.json): for a capacity knob the engine-stats spread
-    (``same_batch_gap``) and, with ``capacity_check``, whether the KV cache bound
-    (``kv_check``); then ``verdict``. Returns baseline, max_num_seqs, kv, spread, verdict."""
+    """Lab 01's ``verdict`` from a sweep's records and parameters, with ``kv_check`` and
+    ``same_batch_gap`` for a capacity knob. Returns baseline, max_num_seqs, kv, spread, verdict."""
     values = params.get("values") or []
     base = params.get("baseline")
     base = values[0] if base is None and values else base

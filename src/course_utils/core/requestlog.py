@@ -1,25 +1,19 @@
-"""Request logs turned into a trace (core.workload): what a served model saw, read from
+"""Request logs turned into a trace (core.workload), read from a trace already or from
 
 - **an OpenAI-style JSONL**, one request per line: a ``timestamp`` (Unix seconds or ISO 8601;
-  ``arrival_time`` or the response's ``created`` are read when it is missing), the request's
-  ``messages`` or ``prompt`` (text or token ids) and the response's ``usage``
-  (``prompt_tokens``/``completion_tokens``, or ``input_tokens``/``output_tokens``), each
-  at the top level or under ``request`` / ``response``;
+  else ``arrival_time`` or ``created``), ``messages`` or ``prompt`` (text or token ids) and
+  ``usage`` (``prompt_tokens``/``completion_tokens`` or ``input_tokens``/``output_tokens``),
+  each at the top level or under ``request`` / ``response``;
 - **`vllm bench serve --save-detailed`'s result JSON** (vllm/benchmarks/serve.py, 0.26.0):
-  its ``input_lens``, ``output_lens``, ``start_times`` (time.perf_counter() at each send)
-  and ``errors``. It holds no prompts: shared prefixes are unknown there.
+  ``input_lens``, ``output_lens``, ``start_times``, ``errors``; no prompts.
 
-Nothing is guessed: every line that cannot say when a request arrived, how long its prompt
-and answer were, or (when other lines carry one) what its prompt was, is one problem line.
-Failed requests are problems too unless ``drop_failed``: the log cannot say how long their
-answers would have been. Lines out of time order are sorted (a log written at completion
-is out of arrival order), and said so.
+Nothing is guessed: a request without its arrival, its lengths or (when other lines have one)
+its prompt is a problem line, and so is a failed one unless ``drop_failed``.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,18 +23,20 @@ from course_utils.core.workload import (
     CHUNK,
     TraceError,
     TraceRequest,
+    finite_number,
     json_lines,
+    parse_trace,
     prefix_hash_ids,
     problem,
+    token_count,
 )
-
-__all__ = ["LoggedRequest", "ReadLog", "read_log"]
 
 TIME_KEYS = ("timestamp", "arrival_time", "created")
 IN_KEYS = ("prompt_tokens", "input_tokens")
 OUT_KEYS = ("completion_tokens", "output_tokens")
 TIME_FIX = "log when each request arrived (Unix seconds or ISO 8601)"
 USAGE_FIX = "log the response's usage (streams: stream_options include_usage)"
+BENCH_FIX = "use the file vllm bench serve wrote, unedited"
 
 
 @dataclass(frozen=True)
@@ -50,6 +46,10 @@ class LoggedRequest:
     input_length: int
     output_length: int
     prompt: str | tuple[int, ...] | None
+
+
+# the requests read, the problems found, the failed requests dropped
+Read = tuple[list[LoggedRequest], list[str], int]
 
 
 @dataclass
@@ -67,29 +67,18 @@ def _scopes(d: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _first(d: dict[str, Any], keys: Sequence[str]) -> Any:
-    for scope in _scopes(d):
-        for k in keys:
-            if k in scope:
-                return scope[k]
-        usage = scope.get("usage")
-        if isinstance(usage, dict):
-            for k in keys:
-                if k in usage:
-                    return usage[k]
-    return None
+    """The first of ``keys`` in a line's scopes, each before its ``usage``."""
+    places = [p for s in _scopes(d) for p in (s, s.get("usage")) if isinstance(p, dict)]
+    return next((p[k] for p in places for k in keys if k in p), None)
 
 
 def _time(v: Any) -> float | None:
-    if isinstance(v, bool):
+    if not isinstance(v, str):
+        return finite_number(v)
+    try:
+        return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
+    except ValueError:
         return None
-    if isinstance(v, (int, float)):
-        return float(v) if math.isfinite(v) else None
-    if isinstance(v, str):
-        try:
-            return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-    return None
 
 
 def _content(c: Any) -> str:
@@ -121,130 +110,76 @@ def _prompt(d: dict[str, Any]) -> str | tuple[int, ...] | None:
     return None
 
 
-def _count(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
-
-
-def _openai_line(
-    where: str, d: Any, drop_failed: bool
-) -> tuple[LoggedRequest | None, list[str], bool]:
-    """(request or None, problems, dropped)."""
+def _openai_line(where: str, d: Any, drop_failed: bool) -> LoggedRequest | list[str]:
+    """The request of one log line, or its problems ([]: a failed request dropped)."""
     if not isinstance(d, dict):
-        return None, [problem(where, "not a JSON object", "one request object per line")], False
+        return [problem(where, "not a JSON object", "one request object per line")]
     failed = any(scope.get("error") for scope in _scopes(d))
     ts = _time(_first(d, TIME_KEYS))
-    n_in = _count(_first(d, IN_KEYS))
-    n_out = _count(_first(d, OUT_KEYS))
+    n_in, n_out = token_count(_first(d, IN_KEYS)), token_count(_first(d, OUT_KEYS))
     if failed or n_out == 0:
-        if drop_failed:
-            return None, [], True
         why = "the request failed" if failed else "completion_tokens is 0"
-        return (
-            None,
-            [
-                problem(
-                    where,
-                    f"{why}: its answer length is unknown",
-                    "delete the line or pass --drop-failed",
-                )
-            ],
-            False,
+        fix = "delete the line or pass --drop-failed"
+        return [] if drop_failed else [problem(where, f"{why}: its answer length is unknown", fix)]
+    if ts is None or not n_in or not n_out:
+        missing = (
+            (ts is None, "no timestamp (timestamp, arrival_time or created)", TIME_FIX),
+            (not n_in, "no prompt token count (usage.prompt_tokens)", USAGE_FIX),
+            (not n_out, "no answer token count (usage.completion_tokens)", USAGE_FIX),
         )
-    missing = (
-        (ts is None, "no timestamp (timestamp, arrival_time or created)", TIME_FIX),
-        (not n_in, "no prompt token count (usage.prompt_tokens)", USAGE_FIX),
-        (n_out is None, "no answer token count (usage.completion_tokens)", USAGE_FIX),
-    )
-    probs = [problem(where, what, fix) for bad, what, fix in missing if bad]
-    if probs or ts is None or not n_in or not n_out:
-        return None, probs, False
-    return LoggedRequest(where, ts, n_in, n_out, _prompt(d)), [], False
+        return [problem(where, what, fix) for bad, what, fix in missing if bad]
+    return LoggedRequest(where, ts, n_in, n_out, _prompt(d))
 
 
-def _read_openai(
-    text: str, name: str, drop_failed: bool
-) -> tuple[list[LoggedRequest], list[str], int]:
+def _read_openai(text: str, name: str, drop_failed: bool) -> Read:
     reqs: list[LoggedRequest] = []
     probs: list[str] = []
     dropped = 0
     for where, d in json_lines(text, name, probs, "delete or complete the line"):
-        r, p, drop = _openai_line(where, d, drop_failed)
-        probs += p
-        dropped += drop
-        if r is not None:
+        r = _openai_line(where, d, drop_failed)
+        if isinstance(r, LoggedRequest):
             reqs.append(r)
-    with_prompt = [r for r in reqs if r.prompt is not None]
-    if with_prompt and len(with_prompt) < len(reqs):
-        probs += [
-            problem(
-                r.where,
-                "no prompt (messages or prompt) while other lines have one",
-                "log every request's prompt, or none",
-            )
-            for r in reqs
-            if r.prompt is None
-        ]
+        else:
+            probs += r
+            dropped += not r
+    if any(r.prompt is not None for r in reqs):
+        fix = "log every request's prompt, or none"
+        what = "no prompt (messages or prompt) while other lines have one"
+        probs += [problem(r.where, what, fix) for r in reqs if r.prompt is None]
     return reqs, probs, dropped
 
 
-def _read_bench(
-    d: dict[str, Any], name: str, drop_failed: bool
-) -> tuple[list[LoggedRequest], list[str], int]:
-    keys = ("input_lens", "output_lens", "start_times")
-    lists = [d.get(k) for k in keys]
-    ins, outs, starts = (x if isinstance(x, list) else None for x in lists)
-    if ins is None or outs is None or starts is None:
-        return (
-            [],
-            [
-                problem(
-                    name,
-                    "no per-request lists (input_lens, output_lens, start_times)",
-                    "run vllm bench serve with --save-detailed",
-                )
-            ],
-            0,
-        )
+def _read_bench(d: dict[str, Any], name: str, drop_failed: bool) -> Read:
+    ins, outs, starts = (d.get(k) for k in ("input_lens", "output_lens", "start_times"))
+    if not isinstance(ins, list) or not isinstance(outs, list) or not isinstance(starts, list):
+        what = "no per-request lists (input_lens, output_lens, start_times)"
+        raise TraceError([problem(name, what, "run vllm bench serve with --save-detailed")])
     errors = d.get("errors") or [""] * len(ins)
     if not len(ins) == len(outs) == len(starts) == len(errors):
-        return (
-            [],
-            [
-                problem(
-                    name,
-                    "per-request lists of different lengths",
-                    "use the file vllm bench serve wrote, unedited",
-                )
-            ],
-            0,
-        )
+        raise TraceError([problem(name, "per-request lists of different lengths", BENCH_FIX)])
     reqs, probs, dropped = [], [], 0
     for i, (n_in, n_out, st, err) in enumerate(zip(ins, outs, starts, errors, strict=True)):
-        where = f"{name}: request {i}"
-        if err or not n_out:
-            if drop_failed:
-                dropped += 1
-                continue
-            probs.append(
-                problem(
-                    where,
-                    "failed in the run: its answer length is unknown",
-                    "pass --drop-failed, or re-run the bench",
-                )
-            )
-            continue
-        ts = _time(st)
-        if ts is None or not _count(n_in) or not _count(n_out):
-            probs.append(
-                problem(
-                    where,
-                    "bad start time or token count",
-                    "use the file vllm bench serve wrote, unedited",
-                )
-            )
-            continue
-        reqs.append(LoggedRequest(where, ts, n_in, n_out, None))
+        where, ts = f"{name}: request {i}", _time(st)
+        if (err or not n_out) and drop_failed:
+            dropped += 1
+        elif err or not n_out:
+            fix = "pass --drop-failed, or re-run the bench"
+            probs.append(problem(where, "failed in the run: its answer length is unknown", fix))
+        elif ts is None or not token_count(n_in) or not token_count(n_out):
+            probs.append(problem(where, "bad start time or token count", BENCH_FIX))
+        else:
+            reqs.append(LoggedRequest(where, ts, n_in, n_out, None))
     return reqs, probs, dropped
+
+
+def _is_trace(text: str) -> bool:
+    """A file in vLLM's timed_trace format already (its first line has the lengths)."""
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    try:
+        d = json.loads(first)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(d, dict) and "input_length" in d and "output_length" in d
 
 
 def _bench_json(text: str) -> dict[str, Any] | None:
@@ -260,7 +195,10 @@ def _bench_json(text: str) -> dict[str, Any] | None:
 
 
 def read_log(text: str, name: str, *, chunk: int = CHUNK, drop_failed: bool = False) -> ReadLog:
-    """The trace of a log's text (either format); raises TraceError, one line per problem."""
+    """The trace of a log's text (either format, or a trace already); raises TraceError, one
+    line per problem."""
+    if _is_trace(text):
+        return ReadLog(parse_trace(text, name, chunk), "vLLM timed_trace", True)
     bench = _bench_json(text)
     if bench is not None:
         fmt = "vllm bench serve --save-detailed"
@@ -275,21 +213,21 @@ def read_log(text: str, name: str, *, chunk: int = CHUNK, drop_failed: bool = Fa
     notes = []
     if dropped:
         notes.append(f"dropped {dropped} failed request(s) (--drop-failed)")
-    order = sorted(range(len(reqs)), key=lambda i: reqs[i].timestamp)
     late = sum(1 for a, b in zip(reqs, reqs[1:], strict=False) if b.timestamp < a.timestamp)
     if late:
         notes.append(f"{late} line(s) earlier than the line before: sorted by timestamp")
-    reqs = [reqs[i] for i in order]
+    reqs = sorted(reqs, key=lambda r: r.timestamp)
     if len(reqs) > 2 and all(float(r.timestamp).is_integer() for r in reqs):
         notes.append("every timestamp is a whole second: gaps under a second are not resolved")
     known = any(r.prompt is not None for r in reqs)
     if not known:
         notes.append("the log has no prompts: shared prefixes unknown, the trace shares none")
-    ids = prefix_hash_ids([r.prompt for r in reqs], [r.input_length for r in reqs], chunk)
-    if known and any(isinstance(r.prompt, str) for r in reqs):
+    elif any(isinstance(r.prompt, str) for r in reqs):
         notes.append(
-            "shared prefixes from the prompt text: tokens estimated per request from its characters per token"
+            "shared prefixes from the prompt text: tokens estimated per request from its "
+            "characters per token"
         )
+    ids = prefix_hash_ids([r.prompt for r in reqs], [r.input_length for r in reqs], chunk)
     t0 = reqs[0].timestamp
     trace = [
         TraceRequest(r.timestamp - t0, r.input_length, r.output_length, h)

@@ -436,6 +436,7 @@ _CT_VERDICT = {
     "tie": ("tie", "打平"),
     "grid_better": ("the grid is better", "网格更好"),
     "undecided": ("undecided", "无法判断"),
+    "loop_unfinished": ("none yet: the loop is unfinished", "暂无：闭环没跑完"),
 }
 _CT_OUTCOME = {
     "meets_slo": ("meets the SLO", "满足 SLO"),

@@ -1,49 +1,16 @@
-"""Bad input, said once: the error convention and the value rules every entry point shares.
-
-The convention: one line ``error: <what> → fix: <how>`` on stderr and exit status 2
-(``error_line``; ``BadInput`` carries the two halves). Command-line values are checked by
-the ``type=`` functions here (a port, a count, a share, a knob's value by the knob's own rule
-in ``core.knobs``), so ``python -m course_utils``, the labs' parameter check and the library
-judge a value the same way, and a bad one is reported before any machine is touched.
-"""
+"""Bad input, said once: one line ``error: <what> → fix: <how>``, exit status 2
+(``error_line``, ``BadInput``), and the ``type=`` rules every entry point judges values by."""
 
 from __future__ import annotations
 
 import argparse
 import math
 import shlex
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from course_utils.core import knobs as knobs_mod
-
-__all__ = [
-    "EXIT_BAD_INPUT",
-    "FIX_MARK",
-    "BadInput",
-    "CourseArgumentParser",
-    "check_knobs",
-    "check_listed",
-    "error_line",
-    "fraction",
-    "gpu",
-    "gpu_key",
-    "knob_arg",
-    "non_negative_float",
-    "non_negative_int",
-    "parse_assign",
-    "parse_kv",
-    "parse_value",
-    "parse_values",
-    "port",
-    "positive_float",
-    "process_kwargs",
-    "rate",
-    "workload_from_args",
-    "positive_int",
-    "share",
-    "share_below_one",
-]
+from course_utils.core.capacity import gpu_key
 
 EXIT_BAD_INPUT = 2
 FIX_MARK = "→ fix:"
@@ -173,15 +140,7 @@ def knob_arg(name: str, *, auto: bool = True) -> Callable[[str], Any]:
     return _arg(rule, name)
 
 
-def gpu_key(text: Any) -> str:
-    """A GPU name of core.capacity's table (``capacity.gpu_key``): the one spelling every
-    ``--gpu`` / ``-p gpu`` / ``--rehearse-gpu`` takes. ValueError if unknown."""
-    from course_utils.core.capacity import gpu_key as key
-
-    return key(text)
-
-
-gpu = _arg(gpu_key, "gpu")
+gpu = _arg(gpu_key, "gpu")  # every --gpu / -p gpu / --rehearse-gpu: core.capacity's names
 
 
 # ------------------------------------------------------------------------- values
@@ -244,29 +203,10 @@ def check_knobs(values: Mapping[str, Any], flag: str, **kw: Any) -> dict[str, An
         ) from None
 
 
-def check_listed(values: Iterable[Any], allowed: Iterable[Any], flag: str) -> None:
-    allowed = list(allowed)
-    bad = [v for v in values if v not in allowed]
-    if bad:
-        raise BadInput(
-            f"{flag}: {', '.join(map(repr, bad))} not known",
-            f"use one of {', '.join(map(str, allowed))}",
-        )
-
-
 # ------------------------------------------------------------------- command lines
 
-# command-line flag -> Workload field (the flags every workload-taking command shares)
-WORKLOAD_FLAGS = (
-    ("input_len", "input_len"),
-    ("output_len", "output_len"),
-    ("num_prompts", "num_prompts"),
-    ("rate", "request_rate"),
-    ("prefix_len", "prefix_len"),
-    ("seed", "seed"),
-    ("ignore_eos", "ignore_eos"),
-    ("max_concurrency", "max_concurrency"),
-)
+# the flags every workload-taking command shares, named as Workload's fields but for --rate
+WORKLOAD_FLAGS = "input_len output_len num_prompts rate prefix_len seed ignore_eos max_concurrency"
 
 
 def workload_from_args(a: Any, base: Mapping[str, Any] | None = None) -> Any:
@@ -275,10 +215,10 @@ def workload_from_args(a: Any, base: Mapping[str, Any] | None = None) -> Any:
     from course_utils.core.records import Workload
 
     kw = dict(base or {})
-    for flag, name in WORKLOAD_FLAGS:
+    for flag in WORKLOAD_FLAGS.split():
         value = getattr(a, flag, None)
         if value is not None:
-            kw[name] = value
+            kw["request_rate" if flag == "rate" else flag] = value
     if kw.get("prefix_len") and kw.get("input_len") and kw["prefix_len"] > kw["input_len"]:
         raise BadInput(
             f"--prefix-len {kw['prefix_len']} is longer than --input-len {kw['input_len']}",

@@ -1,18 +1,14 @@
 """A request trace that `vllm bench serve --dataset-name timed_trace` (0.26.0) replays, its
 statistics, and ``TraceWorkload``: a slice of it as a workload of the tuning loop.
 
-The trace format is vLLM's (vllm/benchmarks/datasets/datasets.py ``TimedTrace``): one JSON
-object per line, ``timestamp`` (seconds), ``input_length``, ``output_length`` and
-``hash_ids``. From the 0.26.0 source:
-- each hash id becomes ``--timed-trace-chunk-hash-size`` (default 16) prompt tokens drawn from
-  a seed of ``hash(f"{id}:{size}")``: equal ids give equal tokens within one bench process,
-  so ids shared by two requests are a shared prompt prefix (str hashes are salted per
-  process unless PYTHONHASHSEED is set, but a persistent bench worker is one process:
-  ``TraceWorkload`` salts the ids with its seed so that no two windows share tokens); a prompt is as long as its ids
-  cover (``ceil(input_length / chunk)`` ids give ``input_length`` tokens);
-- requests are sent in file order at ``timestamp * --timed-trace-sec-multiplier`` seconds
-  after the start (``--self-timed``, the default for this dataset; ``--request-rate`` and
-  ``--burstiness`` are then unused), ``--num-prompts`` takes the first lines;
+The format (vllm/benchmarks/datasets/datasets.py ``TimedTrace``): one JSON object per line,
+``timestamp`` (s), ``input_length``, ``output_length``, ``hash_ids``. In the 0.26.0 source:
+- each hash id becomes ``--timed-trace-chunk-hash-size`` (default 16) prompt tokens seeded by
+  ``hash(f"{id}:{size}")``: equal ids give equal tokens within one bench process, so ids
+  shared by two requests are a shared prompt prefix (``TraceWorkload`` salts the ids with its
+  seed so that no two windows share tokens); ``ceil(input_length / chunk)`` ids make the prompt;
+- requests are sent in file order at ``timestamp * --timed-trace-sec-multiplier`` s after the
+  start (``--request-rate`` and ``--burstiness`` unused), ``--num-prompts`` takes the first;
 - ``ignore_eos`` is forced, so each answer is ``output_length`` tokens long.
 """
 
@@ -23,30 +19,12 @@ import hashlib
 import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from course_utils.core.records import Workload
-
-__all__ = [
-    "CHUNK",
-    "Distribution",
-    "TraceError",
-    "TraceRequest",
-    "TraceWorkload",
-    "distribution",
-    "expected_hits",
-    "expected_prefix_hit_rate",
-    "json_lines",
-    "parse_trace",
-    "prefix_hash_ids",
-    "problem",
-    "scheduled_rate",
-    "trace_lines",
-    "workload_from_dict",
-]
 
 # vLLM's default `--timed-trace-chunk-hash-size`, equal to vLLM's KV block size (16 tokens):
 # one hash id per prefix-cache block
@@ -75,22 +53,22 @@ class TraceRequest:
     output_length: int
     hash_ids: tuple[Any, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "timestamp": round(self.timestamp, 6),
-            "input_length": self.input_length,
-            "output_length": self.output_length,
-            "hash_ids": list(self.hash_ids),
-        }
+
+def trace_text(requests: Sequence[TraceRequest]) -> str:
+    """The trace file's text, one request per line in the given order."""
+    rows = ({**asdict(r), "timestamp": round(r.timestamp, 6)} for r in requests)
+    return "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows)
 
 
-def trace_lines(requests: Sequence[TraceRequest]) -> list[str]:
-    """The trace file's lines (without newlines), in the given order."""
-    return [json.dumps(r.to_json(), separators=(",", ":")) for r in requests]
+def finite_number(v: Any) -> float | None:
+    """A JSON number as a float; None for anything else (bool, NaN, inf, text)."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return float(v) if ok else None
 
 
-def _positive_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+def token_count(v: Any) -> int | None:
+    """A JSON integer >= 0; None for anything else."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
 def json_lines(text: str, name: str, problems: list[str], fix: str) -> Iterator[tuple[str, Any]]:
@@ -99,13 +77,38 @@ def json_lines(text: str, name: str, problems: list[str], fix: str) -> Iterator[
     for no, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        where = f"{name}:{no}"
         try:
             value = json.loads(line)
         except json.JSONDecodeError:
-            problems.append(problem(where, "not a JSON object (a torn line?)", fix))
+            problems.append(problem(f"{name}:{no}", "not a JSON object (a torn line?)", fix))
             continue
-        yield where, value
+        yield f"{name}:{no}", value
+
+
+def _trace_line(d: Any, chunk: int, last: float) -> tuple[str, str] | TraceRequest:
+    """The request of one trace line, or (what is wrong, fix)."""
+    if not isinstance(d, dict):
+        return "not a JSON object", "one request object per line"
+    bad = [k for k in ("input_length", "output_length") if not token_count(d.get(k))]
+    ts = finite_number(d.get("timestamp"))
+    if ts is None:
+        bad.append("timestamp")
+    ids = d.get("hash_ids", [])
+    if not isinstance(ids, list):
+        bad.append("hash_ids")
+    if bad or ts is None:
+        fix = "timestamp: seconds; input_length, output_length: integers >= 1; hash_ids: a list"
+        return f"missing or bad {', '.join(bad)}", fix
+    need = math.ceil(d["input_length"] / chunk)
+    if len(ids) < need:
+        return (
+            f"{len(ids)} hash_ids cover {len(ids) * chunk} tokens, input_length is "
+            f"{d['input_length']} (vLLM would send a shorter prompt)",
+            f"give ceil(input_length / {chunk}) = {need} ids",
+        )
+    if ts < last:
+        return "timestamp earlier than the line before", "sort by timestamp"
+    return TraceRequest(ts, d["input_length"], d["output_length"], tuple(ids))
 
 
 def parse_trace(text: str, name: str, chunk: int = CHUNK) -> list[TraceRequest]:
@@ -113,48 +116,12 @@ def parse_trace(text: str, name: str, chunk: int = CHUNK) -> list[TraceRequest]:
     (a torn line, a missing or bad field, too few hash ids, timestamps out of order)."""
     out: list[TraceRequest] = []
     problems: list[str] = []
-    last = -math.inf
     for where, d in json_lines(text, name, problems, "delete the line"):
-        if not isinstance(d, dict):
-            problems.append(problem(where, "not a JSON object", "one request object per line"))
-            continue
-        bad = [k for k in ("input_length", "output_length") if not _positive_int(d.get(k))]
-        raw_ts: Any = d.get("timestamp")
-        ok_ts = isinstance(raw_ts, (int, float)) and not isinstance(raw_ts, bool)
-        if not ok_ts or not math.isfinite(raw_ts):
-            bad.append("timestamp")
-        ids = d.get("hash_ids", [])
-        if not isinstance(ids, list):
-            bad.append("hash_ids")
-        if bad:
-            problems.append(
-                problem(
-                    where,
-                    f"missing or bad {', '.join(bad)}",
-                    "timestamp: seconds; input_length, output_length: integers >= 1; "
-                    "hash_ids: a list",
-                )
-            )
-            continue
-        need = math.ceil(d["input_length"] / chunk)
-        if len(ids) < need:
-            problems.append(
-                problem(
-                    where,
-                    f"{len(ids)} hash_ids cover {len(ids) * chunk} tokens, input_length is "
-                    f"{d['input_length']} (vLLM would send a shorter prompt)",
-                    f"give ceil(input_length / {chunk}) = {need} ids",
-                )
-            )
-            continue
-        ts = float(raw_ts)
-        if ts < last:
-            problems.append(
-                problem(where, "timestamp earlier than the line before", "sort by timestamp")
-            )
-            continue
-        last = ts
-        out.append(TraceRequest(ts, d["input_length"], d["output_length"], tuple(ids)))
+        r = _trace_line(d, chunk, out[-1].timestamp if out else -math.inf)
+        if isinstance(r, TraceRequest):
+            out.append(r)
+        else:
+            problems.append(problem(where, *r))
     if not out and not problems:
         problems.append(problem(name, "no request in the file", "give one request per line"))
     if problems:
@@ -162,17 +129,10 @@ def parse_trace(text: str, name: str, chunk: int = CHUNK) -> list[TraceRequest]:
     return out
 
 
-# --------------------------------------------------------------------------------------
-# shared prefixes
-# --------------------------------------------------------------------------------------
-
-
 def _common_len(a: Sequence[Any], b: Sequence[Any]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
 
 
 def prefix_hash_ids(
@@ -232,11 +192,6 @@ def expected_hits(requests: Sequence[TraceRequest], chunk: int = CHUNK) -> tuple
     return hits, queries
 
 
-# --------------------------------------------------------------------------------------
-# the distribution a learner looks at
-# --------------------------------------------------------------------------------------
-
-
 def _quantile(xs: Sequence[float], q: float) -> float:
     """Linear interpolation between order statistics (numpy's default)."""
     s = sorted(xs)
@@ -261,36 +216,19 @@ class Distribution:
     output_len: dict[str, float]
     prefix_share: float | None
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "requests": self.requests,
-            "span_s": self.span_s,
-            "rate": self.rate,
-            "cv": self.cv,
-            "gamma_shape": self.gamma_shape,
-            "input_len": self.input_len,
-            "output_len": self.output_len,
-            "prefix_share": self.prefix_share,
-        }
-
     def text(self) -> str:
         def row(name: str, d: dict[str, float]) -> str:
-            return (
-                f"{name:<14} mean {d['mean']:>8.1f}  p50 {d['p50']:>7.0f}  "
-                f"p90 {d['p90']:>7.0f}  p99 {d['p99']:>7.0f}"
-            )
+            p = "  ".join(f"{k} {d[k]:>7.0f}" for k in ("p50", "p90", "p99"))
+            return f"{name:<14} mean {d['mean']:>8.1f}  {p}"
 
         rate = "n/a (one request)" if self.rate is None else f"{self.rate:.3f} req/s"
-        if self.cv is None or self.gamma_shape is None:
-            burst = "n/a (fewer than 3 requests)"
-        else:
-            kind = (
-                "bursty"
-                if self.cv > 1.05
-                else "smoother than Poisson"
-                if self.cv < 0.95
-                else "Poisson-like"
-            )
+        burst = "n/a (fewer than 3 requests)"
+        if self.cv is not None and self.gamma_shape is not None:
+            kind = "Poisson-like"
+            if self.cv > 1.05:
+                kind = "bursty"
+            elif self.cv < 0.95:
+                kind = "smoother than Poisson"
             burst = f"cv {self.cv:.2f} ({kind}; vLLM --burstiness {self.gamma_shape:.2f})"
         share = (
             "unknown (the log has no prompts; the trace shares none)"
@@ -310,12 +248,14 @@ class Distribution:
 
 
 def _lengths(xs: Sequence[int]) -> dict[str, float]:
-    return {
-        "mean": sum(xs) / len(xs),
-        "p50": _quantile(xs, 0.5),
-        "p90": _quantile(xs, 0.9),
-        "p99": _quantile(xs, 0.99),
-    }
+    quantiles = {f"p{q}": _quantile(xs, q / 100) for q in (50, 90, 99)}
+    return {"mean": sum(xs) / len(xs), **quantiles}
+
+
+def _rate(requests: Sequence[TraceRequest], time_scale: float = 1.0) -> float:
+    """The mean arrival rate (inf: all at once)."""
+    span = (requests[-1].timestamp - requests[0].timestamp) * time_scale
+    return (len(requests) - 1) / span if span > 0 else math.inf
 
 
 def distribution(
@@ -325,7 +265,7 @@ def distribution(
     ts = [r.timestamp for r in requests]
     span = ts[-1] - ts[0]
     gaps = [b - a for a, b in zip(ts, ts[1:], strict=False)]
-    rate = (len(ts) - 1) / span if span > 0 else None
+    rate = _rate(requests) if span > 0 else None
     cv = shape = None
     if len(gaps) >= 2:
         mean = sum(gaps) / len(gaps)
@@ -345,39 +285,25 @@ def distribution(
     )
 
 
-# --------------------------------------------------------------------------------------
-# a slice of a trace as a workload of the loop
-# --------------------------------------------------------------------------------------
-
-
-def _slice(reqs: Sequence[TraceRequest], start: int, n: int, salt: int) -> list[TraceRequest]:
-    """``n`` requests from ``start`` on, wrapping around the end (a lap later by the
-    trace's span and one mean gap), timestamps from 0, hash ids salted by ``salt`` and the
-    lap: another salt gives other prompt tokens for the same lengths and arrivals."""
-    total = len(reqs)
-    span = reqs[-1].timestamp - reqs[0].timestamp
-    lap_s = span + (span / (total - 1) if total > 1 else 1.0)
-    out = []
-    for k in range(start, start + n):
-        lap, r = divmod(k, total)
-        q = reqs[r]
-        ids = tuple(f"{salt}.{lap}.{h}" for h in q.hash_ids)
-        out.append(TraceRequest(q.timestamp + lap * lap_s, q.input_length, q.output_length, ids))
-    t0 = out[0].timestamp
-    return [
-        TraceRequest(r.timestamp - t0, r.input_length, r.output_length, r.hash_ids) for r in out
-    ]
+def _read_trace(path: str | Path, chunk: int, sha256: str = "") -> tuple[str, list[TraceRequest]]:
+    """(the file's short sha256, its requests); ValueError when ``sha256`` is given and differs."""
+    data = Path(path).read_bytes()
+    sha = hashlib.sha256(data).hexdigest()[:16]
+    if sha256 and sha != sha256:
+        raise ValueError(
+            f"{path} changed since the workload was made from it "
+            "→ fix: make the workload again (TraceWorkload.load)"
+        )
+    return sha, parse_trace(data.decode("utf-8", errors="replace"), str(path), chunk)
 
 
 @dataclass(frozen=True)
 class TraceWorkload(Workload):
     """``num_prompts`` requests of a trace file from request ``start`` on, replayed with
-    vLLM's timed_trace dataset. ``request_rate``: the trace's mean rate is scaled to it
-    (``--timed-trace-sec-multiplier`` = trace_rate / request_rate; inf: all at once).
-    ``seed`` salts the hash ids: windows with other seeds send other prompt tokens with the
-    same lengths, arrivals and shared prefixes. ``input_len``/``output_len``: the slice's
-    mean lengths (rounded); ``expected_hit_rate``: its prefix-cache hit rate from its own
-    shared prefixes. Make one with ``TraceWorkload.load``."""
+    vLLM's timed_trace dataset, the trace's mean rate scaled to ``request_rate`` (inf: all at
+    once). ``input_len``/``output_len``: the slice's mean lengths (rounded);
+    ``expected_hit_rate``: its prefix-cache hit rate from its own shared prefixes. Make one
+    with ``TraceWorkload.load``."""
 
     trace: str = ""
     sha256: str = ""
@@ -401,9 +327,8 @@ class TraceWorkload(Workload):
     ) -> TraceWorkload:
         """A slice of the trace at ``path`` (default: all of it, at its recorded rate).
         Raises TraceError for a bad trace file, ValueError for a bad slice."""
-        data = Path(path).read_bytes()
-        reqs = parse_trace(data.decode("utf-8", errors="replace"), str(path), chunk_size)
-        rate = distribution(reqs, chunk=chunk_size).rate or math.inf
+        sha, reqs = _read_trace(path, chunk_size)
+        rate = _rate(reqs)
         n = len(reqs) if num_prompts is None else num_prompts
         if n < 1 or start < 0:
             raise ValueError("a trace slice needs num_prompts >= 1 and start >= 0")
@@ -413,7 +338,7 @@ class TraceWorkload(Workload):
             seed=seed,
             max_concurrency=max_concurrency,
             trace=str(path),
-            sha256=hashlib.sha256(data).hexdigest()[:16],
+            sha256=sha,
             start=start,
             chunk_size=chunk_size,
             trace_rate=rate,
@@ -440,17 +365,21 @@ class TraceWorkload(Workload):
 
     @cached_property
     def _all(self) -> list[TraceRequest]:
-        data = Path(self.trace).read_bytes()
-        if hashlib.sha256(data).hexdigest()[:16] != self.sha256:
-            raise ValueError(
-                f"{self.trace} changed since the workload was made from it "
-                "→ fix: make the workload again (TraceWorkload.load)"
-            )
-        return parse_trace(data.decode("utf-8", errors="replace"), self.trace, self.chunk_size)
+        return _read_trace(self.trace, self.chunk_size, self.sha256)[1]
 
     def requests(self) -> list[TraceRequest]:
-        """This slice's requests, timestamps in the trace's own seconds from 0."""
-        return _slice(self._all, self.start, self.num_prompts, self.seed)
+        """This slice's requests, timestamps in the trace's own seconds from 0. Past its end
+        the trace wraps round, a lap (its span and one mean gap) later; hash ids are salted by
+        the seed and the lap: another seed sends other tokens with the same lengths, arrivals
+        and shared prefixes."""
+        reqs, out = self._all, []
+        span = reqs[-1].timestamp - reqs[0].timestamp
+        lap_s = span + (span / (len(reqs) - 1) if len(reqs) > 1 else 1.0)
+        for k in range(self.start, self.start + self.num_prompts):
+            lap, i = divmod(k, len(reqs))
+            ids = tuple(f"{self.seed}.{lap}.{h}" for h in reqs[i].hash_ids)
+            out.append(replace(reqs[i], timestamp=reqs[i].timestamp + lap * lap_s, hash_ids=ids))
+        return [replace(r, timestamp=r.timestamp - out[0].timestamp) for r in out]
 
     def time_scale(self) -> float:
         """`--timed-trace-sec-multiplier`: trace seconds to replay seconds."""
@@ -460,39 +389,23 @@ class TraceWorkload(Workload):
 
     def scheduled_rate(self) -> float:
         """The mean arrival rate this slice is sent at (inf: all at once)."""
-        reqs = self.requests()
-        span = (reqs[-1].timestamp - reqs[0].timestamp) * self.time_scale()
-        return (len(reqs) - 1) / span if span > 0 else math.inf
+        return _rate(self.requests(), self.time_scale())
 
     def warmup(self, num_prompts: int, seed: int) -> TraceWorkload:
         """The warm-up: ``num_prompts`` requests of the trace right after this slice (another
         part of the same traffic), at the same time scale, salted by ``seed``."""
-        w = TraceWorkload.load(
-            self.trace,
-            num_prompts=num_prompts,
-            request_rate=self.request_rate,
-            start=(self.start + self.num_prompts) % len(self._all),
-            seed=seed,
-            max_concurrency=self.max_concurrency,
-            chunk_size=self.chunk_size,
-        )
-        return w
+        start = (self.start + self.num_prompts) % len(self._all)
+        return replace(self, num_prompts=num_prompts, start=start, seed=seed)
 
     def dataset_args(self, slice_path: str | Path) -> list[str]:
         """`vllm bench serve` dataset flags that replay this slice, written to ``slice_path``."""
-        return [
-            "--dataset-name",
-            "timed_trace",
-            "--dataset-path",
-            str(slice_path),
-            "--timed-trace-chunk-hash-size",
-            str(self.chunk_size),
-            "--timed-trace-sec-multiplier",
-            f"{self.time_scale():.6g}",
-        ]
-
-    def slice_text(self) -> str:
-        return "\n".join(trace_lines(self.requests())) + "\n"
+        flags = {
+            "--dataset-name": "timed_trace",
+            "--dataset-path": str(slice_path),
+            "--timed-trace-chunk-hash-size": str(self.chunk_size),
+            "--timed-trace-sec-multiplier": f"{self.time_scale():.6g}",
+        }
+        return [x for flag in flags.items() for x in flag]
 
 
 def workload_from_dict(d: Mapping[str, Any]) -> Workload:

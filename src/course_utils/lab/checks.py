@@ -1,6 +1,5 @@
-"""Preflight's building blocks and its host checks: a check's result (``Check``), the report
-and its one-line error, and the checks of the model, the port and the output folder.
-``course_utils.lab.preflight`` adds the vLLM and GPU checks and runs them all."""
+"""Preflight's building blocks (``Check``, ``Report``, ``PreflightError``) and the checks of
+the model, the port and the output folder; ``lab.preflight`` adds vLLM's and the GPU's."""
 
 from __future__ import annotations
 
@@ -41,9 +40,6 @@ LABELS: dict[str, dict[str, str]] = {
 }
 
 
-_FIX = {"en": "fix", "zh": "解决"}
-
-
 INSTALL_HINTS = {
     "en": f"pip install -r requirements-gpu.txt (vllm=={VLLM_VERSION}) in the active venv",
     "zh": f"在当前 venv 里 pip install -r requirements-gpu.txt（装上 vllm=={VLLM_VERSION}）",
@@ -69,12 +65,27 @@ class Check:
         return "✗" if not self.ok else ("!" if self.warn else "✓")
 
     def line(self, lang: Lang = "en") -> str:
-        """``label: detail -> fix: ...`` on one line."""
-        colon = "：" if lang == "zh" else ": "
-        text = f"{LABELS[self.name][lang]}{colon}{_one_line(self.detail[lang])}"
-        if self.fix:
-            text += f" → {_FIX[lang]}{colon}{_one_line(self.fix[lang])}"
-        return text
+        """``label: detail → fix: ...`` on one line."""
+        text = f"{LABELS[self.name][lang]}{_colon(lang)}{_one_line(self.detail[lang])}"
+        return f"{text} {self.fix_text(lang)}" if self.fix else text
+
+    def fix_text(self, lang: Lang) -> str:
+        """``→ fix: ...``."""
+        return f"→ {'解决' if lang == 'zh' else 'fix'}{_colon(lang)}{_one_line(self.fix[lang])}"
+
+
+def passed(
+    name: str, en: str, zh: str, *, warn: bool = False, fix: Mapping[str, str] | None = None
+) -> Check:
+    return Check(name, True, en_zh(en, zh), fix or {}, warn)
+
+
+def failed(name: str, en: str, zh: str, fix_en: str, fix_zh: str) -> Check:
+    return Check(name, False, en_zh(en, zh), en_zh(fix_en, fix_zh))
+
+
+def _colon(lang: Lang) -> str:
+    return "：" if lang == "zh" else ": "
 
 
 def _one_line(s: str) -> str:
@@ -119,18 +130,14 @@ class Report:
     def table(self, lang: Lang = "en") -> str:
         """✓/!/✗, the check, its detail; the fix on the row below a failure or warning."""
         width = max(_cols(LABELS[c.name][lang]) for c in self.checks)
-        head = {
-            "en": f"preflight ({self.elapsed_s:.1f} s)",
-            "zh": f"预检（{self.elapsed_s:.1f} 秒）",
-        }
-        rows = [head[lang]]
+        t = self.elapsed_s
+        rows = [f"预检（{t:.1f} 秒）" if lang == "zh" else f"preflight ({t:.1f} s)"]
         for c in self.checks:
             label = LABELS[c.name][lang]
             pad = " " * (width - _cols(label))
             rows.append(f"{c.mark} {label}{pad}  {_one_line(c.detail[lang])}")
             if c.fix:
-                colon = "：" if lang == "zh" else ": "
-                rows.append(f"  {' ' * width}  → {_FIX[lang]}{colon}{_one_line(c.fix[lang])}")
+                rows.append(f"  {' ' * width}  {c.fix_text(lang)}")
         return "\n".join(rows)
 
     def raise_if_failed(self, lang: Lang = "en") -> None:
@@ -193,39 +200,36 @@ def _tokenizer_file(folder: Path) -> str | None:
     return tik[0].name if tik else None
 
 
+_FETCH_FIX = ("download the model to a folder and pass the folder", "先把模型下载到目录里再传目录")
+_MODELFOLDER = "python -m course_utils.lab.modelfolder"
+
+
 def _check_hub(model: str) -> Check:
     """A hub id downloads at start-up: ModelScope, the HF cache, a mirror or the network."""
 
     def ok(en: str, zh: str) -> Check:
-        return Check("model", True, en_zh(f"{model} (hub id, {en})", f"{model}（仓库 id，{zh}）"))
+        return passed("model", f"{model} (hub id, {en})", f"{model}（仓库 id，{zh}）")
 
     if os.environ.get("VLLM_USE_MODELSCOPE", "False").lower() == "true":  # vllm/envs.py
         if importlib.util.find_spec("modelscope") is not None:
             return ok("from ModelScope", "从 ModelScope 下载")
-        return Check(
+        return failed(
             "model",
-            False,
-            en_zh(
-                f"{model}: VLLM_USE_MODELSCOPE=True, but the modelscope package is missing",
-                f"{model}：设了 VLLM_USE_MODELSCOPE=True，但没装 modelscope 包",
-            ),
-            en_zh("pip install modelscope", "pip install modelscope"),
+            f"{model}: VLLM_USE_MODELSCOPE=True, but the modelscope package is missing",
+            f"{model}：设了 VLLM_USE_MODELSCOPE=True，但没装 modelscope 包",
+            "pip install modelscope",
+            "pip install modelscope",
         )
     if _hf_cached(model):
         return ok("in the HF cache", "已在 HF 缓存里")
     offline = os.environ.get("HF_HUB_OFFLINE")
     if _truthy(offline):
-        return Check(
+        return failed(
             "model",
-            False,
-            en_zh(
-                f"{model} is a hub id, but HF_HUB_OFFLINE={offline} forbids downloading it",
-                f"{model} 是模型仓库 id，但 HF_HUB_OFFLINE={offline} 禁止下载",
-            ),
-            en_zh(
-                "download the model to a folder and pass the folder, or unset HF_HUB_OFFLINE",
-                "先把模型下载到目录里再传目录，或取消 HF_HUB_OFFLINE",
-            ),
+            f"{model} is a hub id, but HF_HUB_OFFLINE={offline} forbids downloading it",
+            f"{model} 是模型仓库 id，但 HF_HUB_OFFLINE={offline} 禁止下载",
+            f"{_FETCH_FIX[0]}, or unset HF_HUB_OFFLINE",
+            f"{_FETCH_FIX[1]}，或取消 HF_HUB_OFFLINE",
         )
     endpoint = os.environ.get("HF_ENDPOINT")
     if endpoint:
@@ -235,21 +239,16 @@ def _check_hub(model: str) -> Check:
         return ok(f"through the proxy {proxy}", f"经代理 {proxy} 下载")
     if _reachable(*HUB_HOST):
         return ok("huggingface.co reachable", "能连上 huggingface.co")
-    return Check(
+    return failed(
         "model",
-        False,
-        en_zh(
-            f"{model} is a hub id, and huggingface.co is not reachable from here (no HF_ENDPOINT "
-            "mirror, no VLLM_USE_MODELSCOPE)",
-            f"{model} 是模型仓库 id，这里连不上 huggingface.co（没设 "
-            "HF_ENDPOINT 镜像，也没设 VLLM_USE_MODELSCOPE）",
-        ),
-        en_zh(
-            "export HF_ENDPOINT=https://hf-mirror.com, or VLLM_USE_MODELSCOPE=True (pip install "
-            "modelscope), or download the model to a folder and pass the folder",
-            "export HF_ENDPOINT=https://hf-mirror.com，或设 VLLM_USE_MODELSCOPE=True（pip install "
-            "modelscope），或先把模型下载到目录里再传目录",
-        ),
+        f"{model} is a hub id, and huggingface.co is not reachable from here (no HF_ENDPOINT "
+        "mirror, no VLLM_USE_MODELSCOPE)",
+        f"{model} 是模型仓库 id，这里连不上 huggingface.co（没设 "
+        "HF_ENDPOINT 镜像，也没设 VLLM_USE_MODELSCOPE）",
+        "export HF_ENDPOINT=https://hf-mirror.com, or VLLM_USE_MODELSCOPE=True (pip install "
+        f"modelscope), or {_FETCH_FIX[0]}",
+        "export HF_ENDPOINT=https://hf-mirror.com，或设 VLLM_USE_MODELSCOPE=True（pip install "
+        f"modelscope），或{_FETCH_FIX[1]}",
     )
 
 
@@ -259,150 +258,120 @@ def check_model(model: str, tokenizer: str | None = None) -> Check:
     if not path.exists():
         if _is_hub_id(model):
             return _check_hub(model)
-        return Check(
+        return failed(
             "model",
-            False,
-            en_zh(f"model folder {model} does not exist", f"模型目录 {model} 不存在"),
-            en_zh(
-                "check the path (download the model first), or give a hub id such as "
-                "Qwen/Qwen2.5-7B-Instruct",
-                "检查路径（先下载模型），或者给一个仓库 id，比如 Qwen/Qwen2.5-7B-Instruct",
-            ),
+            f"model folder {model} does not exist",
+            f"模型目录 {model} 不存在",
+            "check the path (download the model first), or give a hub id such as "
+            "Qwen/Qwen2.5-7B-Instruct",
+            "检查路径（先下载模型），或者给一个仓库 id，比如 Qwen/Qwen2.5-7B-Instruct",
         )
     if path.is_file():
-        return Check(
+        return failed(
             "model",
-            False,
-            en_zh(f"{path} is a file, not a model folder", f"{path} 是文件，不是模型目录"),
-            en_zh("pass the folder that holds config.json", "传包含 config.json 的那个目录"),
+            f"{path} is a file, not a model folder",
+            f"{path} 是文件，不是模型目录",
+            "pass the folder that holds config.json",
+            "传包含 config.json 的那个目录",
         )
     if not (path / "config.json").is_file():
-        return Check(
+        return failed(
             "model",
-            False,
-            en_zh(f"no config.json in {path}", f"{path} 里没有 config.json"),
-            en_zh(
-                "pass the folder that holds config.json (the download's root), or download it again",
-                "传包含 config.json 的目录（下载的根目录），或重新下载",
-            ),
+            f"no config.json in {path}",
+            f"{path} 里没有 config.json",
+            "pass the folder that holds config.json (the download's root), or download it again",
+            "传包含 config.json 的目录（下载的根目录），或重新下载",
         )
     tok_dir = Path(tokenizer).expanduser() if tokenizer else path
     if tokenizer and not tok_dir.is_dir():
-        return Check(
-            "model",
-            True,
-            en_zh(
-                f"{path} (config.json; tokenizer {tokenizer})",
-                f"{path}（有 config.json；分词器 {tokenizer}）",
-            ),
+        en, zh = (
+            f"{path} (config.json; tokenizer {tokenizer})",
+            f"{path}（有 config.json；分词器 {tokenizer}）",
         )
+        return passed("model", en, zh)
     found = _tokenizer_file(tok_dir)
     if found is None:
-        return Check(
+        return failed(
             "model",
-            False,
-            en_zh(
-                f"{tok_dir} has no tokenizer (tokenizer.json or tokenizer.model/vocab files, plus "
-                "tokenizer_config.json)",
-                f"{tok_dir} 里没有分词器（tokenizer.json 或 tokenizer.model/"
-                "vocab 文件，外加 tokenizer_config.json）",
-            ),
-            en_zh(
-                "download the tokenizer files into the folder too, or pass tokenizer=<folder>; for "
-                "dummy weights: python -m course_utils.lab.modelfolder <new folder>",
-                "把分词器文件也下载进这个目录，或传 tokenizer=<目录>；用随机权重时："
-                "python -m course_utils.lab.modelfolder <新目录>",
-            ),
+            f"{tok_dir} has no tokenizer (tokenizer.json or tokenizer.model/vocab files, plus "
+            "tokenizer_config.json)",
+            f"{tok_dir} 里没有分词器（tokenizer.json 或 tokenizer.model/"
+            "vocab 文件，外加 tokenizer_config.json）",
+            "download the tokenizer files into the folder too, or pass tokenizer=<folder>; for "
+            f"dummy weights: {_MODELFOLDER} <new folder>",
+            f"把分词器文件也下载进这个目录，或传 tokenizer=<目录>；用随机权重时：{_MODELFOLDER} <新目录>",
         )
-    return Check(
-        "model", True, en_zh(f"{path} (config.json, {found})", f"{path}（config.json、{found}）")
-    )
+    return passed("model", f"{path} (config.json, {found})", f"{path}（config.json、{found}）")
 
 
 def check_dummy_vocab(model: str, tokenizer: str | None = None) -> Check | None:
-    """``load_format=dummy``: random logits may pick any id below config.json's vocab_size,
-    so the tokenizer must decode all of them (see course_utils.lab.modelfolder). None when
-    there is no local folder to read."""
+    """``load_format=dummy``: the tokenizer must decode every id below config.json's
+    vocab_size (random logits may pick any). None when there is no local folder to read."""
     path = Path(model).expanduser()
     tok_dir = Path(tokenizer).expanduser() if tokenizer else path
     if not (path / "config.json").is_file() or not tok_dir.is_dir():
         return None
     gap = uncovered_ids(path, tok_dir)
     if gap is None:
-        return Check(
+        return passed(
             "dummy_vocab",
-            True,
-            en_zh(
-                f"no tokenizer.json in {tok_dir} to compare with config.json's vocab_size",
-                f"{tok_dir} 里没有 tokenizer.json，无法和 config.json 的 vocab_size 对照",
-            ),
+            f"no tokenizer.json in {tok_dir} to compare with config.json's vocab_size",
+            f"{tok_dir} 里没有 tokenizer.json，无法和 config.json 的 vocab_size 对照",
             warn=True,
         )
     size, missing = gap
     if missing:
-        return Check(
+        return failed(
             "dummy_vocab",
-            False,
-            en_zh(
-                f"load_format=dummy: the tokenizer decodes {size - missing:,} of the {size:,} ids "
-                "in config.json's vocab_size, and random weights can emit any of them",
-                f"load_format=dummy：config.json 的 vocab_size 有 {size:,} 个 id，分词器只能解码 "
-                f"{size - missing:,} 个，而随机权重可能生成其中任何一个",
-            ),
-            en_zh(
-                "make a folder whose tokenizer covers every id: python -m course_utils.lab.modelfolder "
-                "<new folder>, then pass it as the model",
-                "生成一个分词器覆盖全部 id 的目录：python -m course_utils.lab.modelfolder <新目录>，再把它作为 model 传入",
-            ),
+            f"load_format=dummy: the tokenizer decodes {size - missing:,} of the {size:,} ids "
+            "in config.json's vocab_size, and random weights can emit any of them",
+            f"load_format=dummy：config.json 的 vocab_size 有 {size:,} 个 id，分词器只能解码 "
+            f"{size - missing:,} 个，而随机权重可能生成其中任何一个",
+            f"make a folder whose tokenizer covers every id: {_MODELFOLDER} <new folder>, then "
+            "pass it as the model",
+            f"生成一个分词器覆盖全部 id 的目录：{_MODELFOLDER} <新目录>，再把它作为 model 传入",
         )
-    return Check("dummy_vocab", True, en_zh(f"covers all {size:,} ids", f"覆盖全部 {size:,} 个 id"))
+    return passed("dummy_vocab", f"covers all {size:,} ids", f"覆盖全部 {size:,} 个 id")
 
 
 def check_port(port: int | None, host: str = "127.0.0.1") -> Check:
     """``port`` can be bound on ``host`` (None or 0: a free one is picked per server)."""
     if not port:
-        return Check(
-            "port",
-            True,
-            en_zh(
-                "none given: a free port is picked for each server",
-                "未指定：每个服务自动选一个空闲端口",
-            ),
+        en, zh = (
+            "none given: a free port is picked for each server",
+            "未指定：每个服务自动选一个空闲端口",
         )
+        return passed("port", en, zh)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
         try:
             s.bind((host, int(port)))
         except OSError as exc:
             if exc.errno == errno.EACCES:
-                return Check(
-                    "port",
-                    False,
-                    en_zh(
-                        f"port {port} needs root on {host}",
-                        f"端口 {port} 在 {host} 上需要 root 权限",
-                    ),
-                    en_zh("use a port above 1024", "换一个大于 1024 的端口"),
+                en, zh = (
+                    f"port {port} needs root on {host}",
+                    f"端口 {port} 在 {host} 上需要 root 权限",
                 )
+                return failed("port", en, zh, "use a port above 1024", "换一个大于 1024 的端口")
             busy = exc.errno == errno.EADDRINUSE
-            return Check(
-                "port",
-                False,
-                en_zh(
-                    f"port {port} on {host} is in use"
-                    if busy
-                    else f"port {port} on {host}: {exc.strerror}",
-                    f"{host} 上的端口 {port} 已被占用"
-                    if busy
-                    else f"{host} 上的端口 {port}：{exc.strerror}",
-                ),
-                en_zh(
-                    f"choose another port (or none: a free one is picked), or stop what listens "
-                    f"there: ss -ltnp | grep :{port}",
-                    f"换一个端口（或不指定，自动选空闲端口），或停掉占用它的进程：ss -ltnp | grep :{port}",
-                ),
+            en, zh = (
+                (" is in use", " 已被占用") if busy else (f": {exc.strerror}", f"：{exc.strerror}")
             )
-    return Check("port", True, en_zh(f"{host}:{port} is free", f"{host}:{port} 空闲"))
+            return failed(
+                "port",
+                f"port {port} on {host}{en}",
+                f"{host} 上的端口 {port}{zh}",
+                f"choose another port (or none: a free one is picked), or stop what listens "
+                f"there: ss -ltnp | grep :{port}",
+                f"换一个端口（或不指定，自动选空闲端口），或停掉占用它的进程：ss -ltnp | grep :{port}",
+            )
+    return passed("port", f"{host}:{port} is free", f"{host}:{port} 空闲")
+
+
+_WRITABLE_FIX = (
+    "choose an output_dir you can write, e.g. on the data disk (/root/autodl-tmp on AutoDL)",
+    "换一个可写的 output_dir，比如数据盘上的目录（AutoDL 上是 /root/autodl-tmp）",
+)
 
 
 def check_output(output_dir: str | Path, min_free_gib: float = MIN_FREE_DISK_GIB) -> Check:
@@ -411,42 +380,25 @@ def check_output(output_dir: str | Path, min_free_gib: float = MIN_FREE_DISK_GIB
     probe = target
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
-    where_fix = en_zh(
-        "choose an output_dir you can write, e.g. on the data disk (/root/autodl-tmp on AutoDL)",
-        "换一个可写的 output_dir，比如数据盘上的目录（AutoDL 上是 /root/autodl-tmp）",
-    )
     if not probe.is_dir():
-        return Check(
-            "output",
-            False,
-            en_zh(
-                f"{probe} is a file, so {target} cannot be a folder",
-                f"{probe} 是文件，{target} 无法成为目录",
-            ),
-            where_fix,
+        en, zh = (
+            f"{probe} is a file, so {target} cannot be a folder",
+            f"{probe} 是文件，{target} 无法成为目录",
         )
+        return failed("output", en, zh, *_WRITABLE_FIX)
     try:
         fd, tmp = tempfile.mkstemp(dir=probe, prefix=".preflight-")
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
-        return Check(
-            "output",
-            False,
-            en_zh(f"cannot write in {probe}: {exc.strerror}", f"无法写入 {probe}：{exc.strerror}"),
-            where_fix,
-        )
+        en, zh = f"cannot write in {probe}: {exc.strerror}", f"无法写入 {probe}：{exc.strerror}"
+        return failed("output", en, zh, *_WRITABLE_FIX)
     free = shutil.disk_usage(probe).free / GIB
     if free < min_free_gib:
-        return Check(
+        return failed(
             "output",
-            False,
-            en_zh(
-                f"{free:.2f} GiB free on the disk of {probe}, less than {min_free_gib:g} GiB for the results",
-                f"{probe} 所在磁盘只剩 {free:.2f} GiB，结果至少需要 {min_free_gib:g} GiB",
-            ),
-            where_fix,
+            f"{free:.2f} GiB free on the disk of {probe}, less than {min_free_gib:g} GiB for the results",
+            f"{probe} 所在磁盘只剩 {free:.2f} GiB，结果至少需要 {min_free_gib:g} GiB",
+            *_WRITABLE_FIX,
         )
-    return Check(
-        "output", True, en_zh(f"{target} ({free:.0f} GiB free)", f"{target}（剩余 {free:.0f} GiB）")
-    )
+    return passed("output", f"{target} ({free:.0f} GiB free)", f"{target}（剩余 {free:.0f} GiB）")

@@ -1,25 +1,22 @@
-"""vLLM's own grid (`vllm bench sweep serve`, 0.26.0) over one or two knobs, read back, and
-the loop (lab.tune) against it; running it is lab.gridrun.
+"""vLLM's own grid (`vllm bench sweep serve`, 0.26.0) read back from its folder, the loop
+(lab.tune) against it, and the book's table of both, from the committed comparison files
+(labs/results/loop_vs_grid.json). Running the grid is GPU-host work: tools/gpu/gridrun.py.
 
-vLLM 0.26.0 (vllm/benchmarks/sweep/): ``--serve-params`` is a JSON list of dicts, one server
-each, in order (no product inside it: a two-knob grid lists every pair); ``_benchmark_name``
-names a combo's folder, every other key is a serve flag; the folder is ``SERVE--`` + the
-name or the ``k=v`` pairs joined by "-" (serve.py ``_get_comb_base_path``). Each run writes
-``SERVE--<combo>/run=N.json`` (the bench result, serve overrides merged in), then the
-combo's ``summary.json``; ``--resume`` starts no server for a combo that has one.
+A combo's folder is ``SERVE--`` + its ``_benchmark_name`` or its ``k=v`` pairs joined by "-"
+(vllm/benchmarks/sweep/serve.py); each run is ``run=N.json`` (the bench result, serve
+overrides merged in). A run's validity is lab.measure's gate as the grid's bench command
+recorded it (``run=N.harness.json``) plus the JIT compiles vLLM logged inside it (the
+sweep's log). ``compare`` judges the loop's pick against the grid's best by core.keep.decide.
 
-A run's validity is lab.measure's gate as the grid's bench command recorded it
-(``run=N.harness.json``) plus the JIT compiles vLLM logged inside it (the sweep's log).
-``compare`` judges the loop's pick against the grid's best by the loop's keep rule
-(core.keep.decide); ``rows``/``case_table`` are the book's table.
+    python -m course_utils.lab.grid [--lang zh] [--json] [--index FILE]   (the book's table)
 """
 
 from __future__ import annotations
 
 import ast
-import itertools
 import json
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,13 +40,11 @@ from course_utils.core.slo import SLO, BenchResult, score
 __all__ = [
     "CaseRow",
     "GridError",
-    "GridSpec",
     "case_table",
     "combo_label",
     "compare",
-    "grid_combos",
     "grid_points",
-    "parse_grid",
+    "main",
     "read_grid_meta",
     "rows",
 ]
@@ -68,96 +63,11 @@ class GridError(ValueError):
     """A folder that is not what the grid's readers need (one line)."""
 
 
-# --------------------------------------------------------------------------------------
-# the grid: knobs and values, and the combos vLLM will serve
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GridSpec:
-    """One or two knobs with their values. ``mode`` "product": every pair; "one-at-a-time":
-    each value of each knob from the base knobs (vLLM's defaults first, as the loop starts)."""
-
-    axes: tuple[tuple[str, tuple[Any, ...]], ...]
-    mode: str = "product"
-    with_defaults: bool = False
-
-
-def parse_grid(spec: str, *, with_defaults: bool | None = None) -> GridSpec:
-    """``K=V1,V2`` (one knob), ``K1=... x K2=...`` (every pair) or ``K1=... + K2=...`` (one
-    knob at a time from the base, vLLM's defaults included). Knob names are checked."""
-    from course_utils.core.validate import parse_values
-
-    text = spec.strip()
-    if " x " in text and " + " in text:
-        raise ValueError(f"grid {spec!r}: use ' x ' or ' + ', not both")
-    mode = "one-at-a-time" if " + " in text else "product"
-    parts = [p.strip() for p in re.split(r" [x+] ", text) if p.strip()]
-    if not 1 <= len(parts) <= 2:
-        raise ValueError(f"grid {spec!r}: one or two knobs (K=V1,V2 x K2=V3,V4)")
-    axes = []
-    for p in parts:
-        k, sep, v = p.partition("=")
-        if not sep or not v.strip():
-            raise ValueError(f"grid {spec!r}: expected KNOB=V1,V2,..., got {p!r}")
-        name = knobs_mod.get(k.strip().lstrip("-").replace("-", "_")).name
-        axes.append((name, tuple(parse_values(v))))
-    if len({a[0] for a in axes}) != len(axes):
-        raise ValueError(f"grid {spec!r}: a knob appears twice")
-    wd = (mode == "one-at-a-time") if with_defaults is None else with_defaults
-    return GridSpec(axes=tuple(axes), mode=mode, with_defaults=wd)
-
-
 def combo_label(combo: Mapping[str, Any]) -> str:
     """ "defaults" or "k=v, k2=v2" (the `_benchmark_name` key is a name, not a knob)."""
     if combo.get("_benchmark_name") == DEFAULTS_NAME:
         return DEFAULTS_NAME
     return ", ".join(f"{k}={v}" for k, v in combo.items() if k != "_benchmark_name")
-
-
-def grid_combos(
-    spec: GridSpec,
-    base: Mapping[str, Any] | None = None,
-    *,
-    gpu_memory_gib: float = 24.0,
-    couple: bool = True,
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """The ``--serve-params`` records and the combos left out (one line each).
-
-    Every combo is validated with the base knobs (this GPU size's defaults) before any
-    server starts: a server vLLM rejects aborts its whole sweep. A swept knob is coupled
-    like ``tune(couple=True)`` (lab.sweep.couple_knobs); a product combo vLLM would reject
-    is left out (both values were chosen)."""
-    from course_utils.lab.sweep import couple_knobs, validate_each
-
-    base_ = knobs_mod.validate(dict(base or {}), entry="serve")
-    raw: list[tuple[dict[str, Any], str | None]] = [({}, None)] if spec.with_defaults else []
-    if spec.mode == "product":
-        names = [a[0] for a in spec.axes]
-        one = names[0] if len(names) == 1 else None  # one knob: coupled like tune()
-        raw += [
-            (dict(zip(names, vs, strict=True)), one)
-            for vs in itertools.product(*(a[1] for a in spec.axes))
-        ]
-    else:
-        raw += [({k: v}, k) for k, vals in spec.axes for v in vals]
-    out: list[dict[str, Any]] = []
-    skipped: list[str] = []
-    for over, swept in raw:
-        try:
-            checked = validate_each({**base_, **over})  # each alone; the pair after coupling
-            coupled: dict[str, Any] = {}
-            if couple and swept is not None:
-                checked, coupled = couple_knobs(checked, swept, gpu_memory_gib)
-            knobs_mod.validate(checked, gpu_memory_gib=gpu_memory_gib, entry="serve")
-        except knobs_mod.KnobError as exc:
-            skipped.append(f"{combo_label(over) or DEFAULTS_NAME}: {exc}")
-            continue
-        combo = {k: checked[k] for k in over} | coupled if over else {}
-        combo = combo or {"_benchmark_name": DEFAULTS_NAME}
-        if combo not in out:
-            out.append(combo)
-    return out, skipped
 
 
 # --------------------------------------------------------------------------------------
@@ -244,13 +154,7 @@ def _window(run: Path, raw: dict[str, Any], slo: SLO, index: int) -> Window:
         valid=not issues,
         validity_issues=issues,
         prefix_cache_hit_rate=done.get("prefix_cache_hit_rate"),
-        score=Scores(
-            gate_goodput=sc.gate_goodput,
-            request_goodput=sc.request_goodput,
-            request_throughput=sc.request_throughput,
-            meets_slo=sc.meets_slo,
-            violations=list(sc.violations),
-        ),
+        score=Scores.from_json(vars(sc)),
         bench=bench_summary(raw),
         load={"harness": bool(harness), "running_max": done.get("running_max")},
         elapsed_s=done.get("wall_s"),
@@ -532,7 +436,9 @@ class CaseRow:
     combos_measured: int = 0
     combos_planned: int = 0
     cross_spread: float | None = None  # the largest, over configurations both sides measured
-    verdict: str | None = None  # compare()'s: same | tie | grid_better | undecided
+    verdict: str | None = (
+        None  # compare()'s (same | tie | grid_better | undecided) or loop_unfinished
+    )
     outcome: str | None = None  # keep.loop_outcome's
     note: dict[str, str] = field(default_factory=dict)
 
@@ -542,7 +448,8 @@ class CaseRow:
         return d
 
 
-def _both(row: CaseRow, grid_dir: Path, loop_dir: Path, slo: str) -> None:
+def _both(row: CaseRow, grid_dir: Path, loop_dir: Path, slo: str) -> list[dict[str, Any]]:
+    """The row's numbers from compare(); returns the grid's combos."""
     from course_utils.lab.replay import replay_tune
 
     cmp = compare(grid_dir, loop_dir, slo)
@@ -555,6 +462,9 @@ def _both(row: CaseRow, grid_dir: Path, loop_dir: Path, slo: str) -> None:
     row.cross_spread = max(cmp["cross_spread"].values(), default=None)
     row.verdict = cmp["verdict"]["decision"]
     row.outcome = replay_tune(loop_dir, objective=OBJECTIVE)["outcome"]["outcome"]
+    if row.outcome == "unfinished":  # a loop stopped before its end has not chosen yet
+        row.verdict = "loop_unfinished"
+    return list(g["combos"])
 
 
 def case_row(case: Mapping[str, Any], results: Path = RESULTS, gpu: str = "h200") -> CaseRow:
@@ -582,22 +492,22 @@ def case_row(case: Mapping[str, Any], results: Path = RESULTS, gpu: str = "h200"
     )
     if grid_dir is None:
         return row
-    pts = grid_points(grid_dir, SLO.parse(slo))
     if loop_dir is not None:
-        _both(row, grid_dir, loop_dir, slo)
+        combos = _both(row, grid_dir, loop_dir, slo)
     else:
+        pts = grid_points(grid_dir, SLO.parse(slo))
+        combos = [_combo(p, OBJECTIVE) for p in pts]
         best = best_point(pts, objective=OBJECTIVE)
         if best is not None:
             row.grid_best, row.grid_best_label = objective_value(best, OBJECTIVE), best.knob
         row.restarts_grid = len(pts)
     want = str(case.get("defaults_label") or DEFAULTS_NAME)
-    row.defaults = next(
-        (objective_value(p, OBJECTIVE) for p in pts if p.knob == want and p.valid), None
-    )
-    row.combos_measured = sum(1 for p in pts if p.valid)
+    valid = [c for c in combos if c["score"] is not None]  # a grid point is valid or unscored
+    row.defaults = next((c["score"] for c in valid if c["label"] == want), None)
+    row.combos_measured = len(valid)
     sp = _near(grid_dir, "serve_params.json", 1)  # the combos the sweep was asked for
     planned = meta.get("combos") or (json.loads(sp.read_text()) if sp else [])
-    row.combos_planned = len(planned) or len(pts)
+    row.combos_planned = len(planned) or len(combos)
     whole = row.combos_measured == row.combos_planned and loop_dir is not None
     row.status = "measured" if whole else "partial"
     return row
@@ -629,3 +539,28 @@ def case_table(case_rows: Sequence[CaseRow], lang: str = "en") -> str:
     from course_utils.core.texts import constraint_table
 
     return constraint_table([r.as_dict() for r in case_rows], lang)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The book's table from a terminal; bad input is one line and exit status 2."""
+    from course_utils.core.validate import CourseArgumentParser, error_line
+
+    ap = CourseArgumentParser(
+        prog="python -m course_utils.lab.grid", description="the book's loop-vs-grid table"
+    )
+    ap.add_argument("--lang", choices=("en", "zh"), default="en")
+    ap.add_argument("--json", action="store_true", help="the rows as JSON")
+    ap.add_argument("--index", type=Path, default=INDEX, help="default: %(default)s")
+    try:
+        a = ap.parse_args(argv)
+        rs = rows(a.index)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(error_line(exc, "check the index and the folders it names"), file=sys.stderr)
+        return 2
+    out = json.dumps([r.as_dict() for r in rs], indent=1, default=str)
+    print(out if a.json else case_table(rs, a.lang))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

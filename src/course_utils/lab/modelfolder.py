@@ -1,16 +1,7 @@
-"""Make a weight-free model folder for ``load_format="dummy"`` (vLLM builds random weights).
-
-vLLM's ``--load-format dummy`` needs only ``config.json``, ``generation_config.json`` and a
-tokenizer whose vocabulary covers every id below the config's ``vocab_size`` (random logits
-may pick any id; an id the tokenizer lacks cannot be detokenized). The real tokenizer is
-not needed: a byte-level BPE trained here on local text (the Python standard library's
-source and the installed packages' by default) to exactly ``vocab_size`` ids, with the ChatML special tokens at their
-real Qwen2.5 ids so ``eos_token_id`` in the config means ``<|im_end|>``.
-
-    python -m course_utils.lab.modelfolder OUT [--model qwen2.5-7b-instruct] [--vocab-size N]
-
-Speed, memory, KV-cache size and scheduling are those of the real architecture; the text
-is noise, so quality (lab 01's accuracy) is not measured on such a folder.
+"""A weight-free model folder for ``load_format="dummy"`` (vLLM builds random weights): the
+config, and a byte-level BPE trained here on local Python sources to exactly ``vocab_size``
+ids (random logits may pick any id), with the family's special tokens at their real ids.
+Speed, memory and KV-cache size are the real architecture's; text and accuracy are noise.
 """
 
 from __future__ import annotations
@@ -25,17 +16,6 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
-
-__all__ = [
-    "SPECIAL_TOKENS",
-    "CHAT_TEMPLATE",
-    "make_dummy_model_folder",
-    "python_corpus",
-    "tokenizer_ids",
-    "uncovered_ids",
-    "stdlib_corpus",
-    "main",
-]
 
 # Qwen2.5's own ids for these (tokenizer_config.json of Qwen/Qwen2.5-7B-Instruct);
 # config.json: bos_token_id 151643, eos_token_id 151645.
@@ -94,13 +74,8 @@ class Family:
 
 def _llama3_specials() -> dict[str, int]:
     by_id = {i: n for n, i in LLAMA3_NAMED.items()}
-    out, reserved = {}, 0
-    for i in range(128000, 128256):
-        name = by_id.get(i)
-        if name is None:
-            name, reserved = f"<|reserved_special_token_{reserved}|>", reserved + 1
-        out[name] = i
-    return out
+    reserved = (f"<|reserved_special_token_{n}|>" for n in range(256))
+    return {by_id.get(i) or next(reserved): i for i in range(128000, 128256)}
 
 
 QWEN2 = Family(
@@ -125,16 +100,11 @@ def family_of(config: dict[str, Any]) -> Family:
 
 
 def _data_dir(model: str) -> Path:
-    root = resources.files("course_utils") / "data" / "models" / model
-    path = Path(str(root))
-    if not (path / "config.json").is_file():
-        avail = sorted(
-            p.name
-            for p in Path(str(resources.files("course_utils") / "data" / "models")).iterdir()
-            if (p / "config.json").is_file()
-        )
+    models = Path(str(resources.files("course_utils") / "data" / "models"))
+    if not (models / model / "config.json").is_file():
+        avail = sorted(p.name for p in models.iterdir() if (p / "config.json").is_file())
         raise ValueError(f"no shipped config for model {model!r}; have {avail}")
-    return path
+    return models / model
 
 
 def _sources(roots: Iterable[Path], max_bytes: int | None) -> Iterator[str]:
@@ -163,26 +133,21 @@ def stdlib_corpus(max_bytes: int | None = None) -> Iterator[str]:
 
 
 def python_corpus(max_bytes: int | None = None) -> Iterator[str]:
-    """The standard library's sources, then the installed packages' (``purelib``).
-
-    The standard library alone gives about 123k BPE merges; with the installed packages
-    (a Jupyter/matplotlib environment) training reaches Qwen2.5's 151,643 regular ids.
-    Ids training does not reach are filled with ``<|dummy_N|>`` tokens either way.
-    """
+    """The standard library's sources, then the installed packages' (``purelib``): enough
+    text for Qwen2.5's regular ids; ids training does not reach become ``<|dummy_N|>``."""
     paths = sysconfig.get_paths()
     return _sources([Path(paths["stdlib"]), Path(paths["purelib"])], max_bytes)
 
 
-def _fillers(start: int, stop: int) -> list[str]:
-    return [f"<|dummy_{i}|>" for i in range(start, stop)]
+# an added token matched as written: no normalising, no stripping, inside words too
+_PLAIN = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
 
 
 def _source_config(model: str, config: str | Path | None) -> tuple[dict[str, Any], Path | None]:
     """The config.json to copy (a shipped model's, or a given file/folder) and its
     generation_config.json when there is one."""
     if config is None:
-        src = _data_dir(model)
-        cfg_path = src / "config.json"
+        cfg_path = _data_dir(model) / "config.json"
     else:
         cfg_path = Path(config)
         if cfg_path.is_dir():
@@ -207,28 +172,20 @@ def _placed_specials(fam: Family, target: int) -> dict[str, int]:
 def _train_tokenizer(corpus: Iterable[str] | None, specials: dict[str, int], target: int) -> Any:
     """A byte-level BPE trained up to the first special id, then every id to ``target``:
     ``<|dummy_N|>`` fillers below the specials and above them, specials at their ids."""
-    from tokenizers import (
-        AddedToken,
-        Tokenizer,
-        decoders,
-        models,
-        pre_tokenizers,
-        processors,
-        trainers,
-    )
+    import tokenizers as tk
 
     first_special = min(specials.values())
     if target < 256 + len(specials) + 1:
         raise ValueError(f"vocab_size {target} is too small for a byte-level BPE")
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
+    tok = tk.Tokenizer(tk.models.BPE())
+    tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = tk.decoders.ByteLevel()
+    tok.post_processor = tk.processors.ByteLevel(trim_offsets=False)
+    trainer = tk.trainers.BpeTrainer(
         vocab_size=first_special,
         min_frequency=1,
         show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
         special_tokens=[],
     )
     tok.train_from_iterator(corpus if corpus is not None else python_corpus(), trainer=trainer)
@@ -236,16 +193,10 @@ def _train_tokenizer(corpus: Iterable[str] | None, specials: dict[str, int], tar
     if trained > first_special:
         raise RuntimeError(f"BPE grew to {trained} ids, more than {first_special}")
 
-    def special(content: str) -> AddedToken:
-        return AddedToken(
-            content, special=True, normalized=False, single_word=False, lstrip=False, rstrip=False
-        )
-
     # ids are assigned in order of addition
-    tok.add_special_tokens([special(t) for t in _fillers(trained, first_special)])
     by_id = {i: n for n, i in specials.items()}
-    tail = [by_id.get(i) or f"<|dummy_{i}|>" for i in range(first_special, target)]
-    tok.add_special_tokens([special(t) for t in tail])
+    names = [by_id.get(i) or f"<|dummy_{i}|>" for i in range(trained, target)]
+    tok.add_special_tokens([tk.AddedToken(t, special=True, **_PLAIN) for t in names])
     for name, idx in specials.items():
         if tok.token_to_id(name) != idx:
             raise RuntimeError(f"{name} landed at {tok.token_to_id(name)}, wanted {idx}")
@@ -275,15 +226,10 @@ def make_dummy_model_folder(
     config: str | Path | None = None,
     tokenizer_from: str | Path | None = None,
 ) -> Path:
-    """Write config.json, generation_config.json, tokenizer.json, tokenizer_config.json.
-
-    The config is a shipped model's (``model``) or any ``config`` file/folder (e.g. a
-    Llama-3-8B shape; its tokenizer family follows ``family_of``). ``vocab_size`` defaults
-    to the config's; a smaller one (tests) also rewrites it in the copied config.json. Ids
-    that BPE training does not reach are filled with ``<|dummy_N|>`` special tokens, so
-    every id in ``range(vocab_size)`` decodes. ``tokenizer_from``: copy the tokenizer of
-    another dummy folder with the same ids and specials instead of training one.
-    """
+    """Write config.json, generation_config.json and a tokenizer decoding every id below
+    ``vocab_size`` (default: the config's; a smaller one is written into config.json). The
+    config is a shipped ``model``'s or any ``config`` file/folder; ``tokenizer_from`` copies
+    another dummy folder's tokenizer (same ids and specials) instead of training one."""
     cfg, gen_src = _source_config(model, config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -325,14 +271,7 @@ def _write_tokenizer_config(
 ) -> None:
     named = {n: i for n, i in specials.items() if not n.startswith("<|reserved_special")}
     added = {
-        str(i): {
-            "content": n,
-            "lstrip": False,
-            "normalized": False,
-            "rstrip": False,
-            "single_word": False,
-            "special": True,
-        }
+        str(i): {"content": n, **_PLAIN, "special": True}
         for n, i in sorted(named.items(), key=lambda kv: kv[1])
     }
     tok_config = {
@@ -394,14 +333,10 @@ def _cmd(args: argparse.Namespace) -> int:
         )
     if args.config is not None and not Path(args.config).exists():
         raise BadInput(f"--config {args.config}: no such file or folder", "give a config.json")
-    if (
-        args.tokenizer_from is not None
-        and not (Path(args.tokenizer_from) / "tokenizer.json").is_file()
-    ):
-        raise BadInput(
-            f"--tokenizer-from {args.tokenizer_from}: no tokenizer.json there",
-            "give a folder this command wrote",
-        )
+    tok_from = args.tokenizer_from
+    if tok_from is not None and not (Path(tok_from) / "tokenizer.json").is_file():
+        what = f"--tokenizer-from {tok_from}: no tokenizer.json there"
+        raise BadInput(what, "give a folder this command wrote")
     max_bytes = int(args.max_corpus_mb * 1e6) if args.max_corpus_mb else None
     try:
         out = make_dummy_model_folder(

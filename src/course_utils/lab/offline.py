@@ -1,27 +1,8 @@
-"""Lab 01's sweep point: ``LLM(...)`` in a fresh subprocess, measuring the triple.
-
-One point = one knob setting. The parent starts ``python -m course_utils.lab.offline``
-(its own process group, so the engine's GPU memory goes back when it exits: one Python
-process does not reliably free an engine), waits, reads the child's result JSON and its
-log, and appends ONE JSON line per point to ``results.jsonl`` right away. A point already
-in that file (ok or failed) is not run again, so an interrupted sweep resumes.
-
-The child measures, with fixed sampling (temperature, seed):
-1. quality: ``LLM.chat`` over the eval set, scored by ``course_utils.core.evalset``; with
-   ``load_format="dummy"`` (random weights) accuracy is not measured and stays ``None``;
-2. speed: ``load_prompts`` chat requests submitted at once with ``ignore_eos=True`` and
-   ``load_max_tokens`` each (default ``max_tokens``; long outputs make the KV cache bind): output tokens/s over the wall time, and per-request latency
-   p50/p99 from vLLM's request timestamps (``RequestOutput.metrics``, present when
-   ``disable_log_stats=False``; ``last_token_ts - queued_ts``, both engine-core monotonic:
-   vllm/v1/metrics/stats.py RequestStateStats);
-3. capacity: the KV-cache size vLLM logs at start-up.
-
-vLLM 0.26.0 log lines parsed (quoted from the source):
-- v1/core/kv_cache_utils.py: ``"GPU KV cache size: %s tokens"`` (``f"{num_tokens:,}"``) and
-  ``"Maximum concurrency for %s tokens per request: %.2fx"``;
-- v1/worker/gpu_worker.py: ``"Available KV cache memory: %s GiB"``;
-- v1/worker/gpu_model_runner.py: ``"Model loading took %s GiB memory and %.6f seconds"``;
-- compilation/monitor.py: ``"torch.compile took %.2f s in total"`` (absent with enforce_eager).
+"""Lab 01's sweep point: ``LLM(...)`` in a fresh subprocess (its own process group, so the
+engine's GPU memory goes back when it exits), measuring the triple: accuracy on the eval set
+(None with dummy weights), output tokens/s and per-request latency of a load pass where every
+request generates ``load_max_tokens`` (``ignore_eos``), and the KV-cache size vLLM logs.
+Each point is appended to ``results.jsonl`` at once; a point already there is not run again.
 """
 
 from __future__ import annotations
@@ -43,59 +24,26 @@ from course_utils.core.store import set_aside
 from course_utils.core.vllm_logs import classify_failure, startup_facts
 from course_utils.lab.proc import run_logged
 
-__all__ = [
-    "LLM_STARTUP_S_H200",
-    "PointSpec",
-    "point_key",
-    "run_point",
-    "sweep_llm",
-    "write_csv",
-    "estimate_minutes",
-    "fmt_accuracy",
-]
-
-# measured: `LLM(...)` of a Qwen2.5-7B-shaped model, constructor to ready, on one H200
-# (shared/offline-gpu/README.md, 2026-11-29); used only until a point of this sweep finishes
+# `LLM(...)` start-up of a Qwen2.5-7B-shaped model on one H200; used until a point finishes
 LLM_STARTUP_S_H200 = 115.0
 RUN_S_GUESS = 30.0  # eval + load passes, before any point has been measured
 
 
-# --------------------------------------------------------------------------------------
-# the spec of one point and its key
-# --------------------------------------------------------------------------------------
-
-PointSpec = dict[str, Any]
-
-
-def point_key(spec: Mapping[str, Any]) -> str:
-    """Stable id of a point: everything that changes what is measured."""
-    keep = {k: spec[k] for k in sorted(spec) if k not in {"result_path", "label"}}
-    blob = json.dumps(keep, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
 def _percentiles(values: Sequence[float]) -> tuple[float | None, float | None]:
-    if not values:
-        return None, None
     import numpy as np
 
-    arr = np.asarray(values, dtype=float)
-    return float(np.percentile(arr, 50)), float(np.percentile(arr, 99))
-
-
-# --------------------------------------------------------------------------------------
-# the child: runs inside the fresh process
-# --------------------------------------------------------------------------------------
+    if not values:
+        return None, None
+    p50, p99 = np.percentile(np.asarray(values, dtype=float), [50, 99])
+    return float(p50), float(p99)
 
 
 def _load_convos(convos: Sequence[Any], n: int) -> list[Any]:
     """The speed pass's n chats: the eval chats cycled, each prompt made unique."""
-    load_convos = []
-    for i in range(n):
-        msgs = [dict(m) for m in convos[i % len(convos)]]
+    chats = [[dict(m) for m in convos[i % len(convos)]] for i in range(n)]
+    for i, msgs in enumerate(chats):
         msgs[-1]["content"] = f"({i}) {msgs[-1]['content']}"  # no two prompts identical
-        load_convos.append(msgs)
-    return load_convos
+    return chats
 
 
 def _request_times(louts: Iterable[Any]) -> tuple[list[float], list[float]]:
@@ -114,6 +62,7 @@ def _request_times(louts: Iterable[Any]) -> tuple[list[float], list[float]]:
 
 
 def _child(spec: Mapping[str, Any]) -> dict[str, Any]:
+    import vllm
     from vllm import LLM, SamplingParams
 
     from course_utils.core import evalset
@@ -163,9 +112,6 @@ def _child(spec: Mapping[str, Any]) -> dict[str, Any]:
     lat, ttft = _request_times(louts)
     p50, p99 = _percentiles(lat)
     t50, t99 = _percentiles(ttft)
-
-    import vllm
-
     return {
         "status": "ok",
         "vllm_version": getattr(vllm, "__version__", None),
@@ -198,11 +144,6 @@ def _child_main(argv: list[str] | None = None) -> int:
     result = _child(spec)
     Path(spec["result_path"]).write_text(json.dumps(result, indent=1, ensure_ascii=False))
     return 0
-
-
-# --------------------------------------------------------------------------------------
-# the parent
-# --------------------------------------------------------------------------------------
 
 
 def _now() -> str:
@@ -252,18 +193,9 @@ def run_point(
     spec_path.write_text(json.dumps(spec, indent=1))
     log_path = pdir / "llm.log"
     cmd = [*(python or [sys.executable]), "-m", "course_utils.lab.offline", str(spec_path)]
-    record = OfflinePoint(
-        key=key,
-        knobs=dict(knobs),
-        model=model,
-        load_format=load_format,
-        max_model_len=max_model_len,
-        max_tokens=max_tokens,
-        load_max_tokens=load_max_tokens,
-        temperature=temperature,
-        seed=seed,
-        started_at=_now(),
-    )
+    record = OfflinePoint(key=key, knobs=dict(knobs), model=model, started_at=_now())
+    kept = ("load_format", "max_model_len", "max_tokens", "load_max_tokens", "temperature", "seed")
+    record.update({k: spec[k] for k in kept})
     full_env = {**os.environ, **(env or {})}
     src = str(Path(__file__).resolve().parents[2])  # the child must import course_utils
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (full_env.get("PYTHONPATH", ""), src) if p)
@@ -288,11 +220,6 @@ def run_point(
     return record.to_json()
 
 
-# --------------------------------------------------------------------------------------
-# the sweep: one knob, results as they come, resumable
-# --------------------------------------------------------------------------------------
-
-
 def estimate_minutes(n_points: int, done: Iterable[Mapping[str, Any]] = ()) -> float:
     """GPU minutes for ``n_points``: the mean wall time of finished ok points, else the
     H200-measured LLM start-up plus a guess for the two passes."""
@@ -312,13 +239,9 @@ def sweep_llm(
     as_run: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     **point_kw: Any,
 ) -> list[dict[str, Any]]:
-    """Run ``knob`` over ``values``; append each record to ``out_dir/results.jsonl`` at once.
-
-    Points whose key is already in the file are skipped (resume); failed ones too unless
-    ``retry_failed``. Returns this sweep's records in ``values`` order. ``as_run`` maps a
-    point's knobs to the ones LLM(...) gets (a rehearsal: ``lab.rehearsal.as_run``); the
-    record keeps ``value`` as given and ``knobs`` as run.
-    """
+    """Run ``knob`` over ``values``, appending each record to ``out_dir/results.jsonl``; a key
+    already there is skipped (a failed one too unless ``retry_failed``). ``as_run`` maps the
+    knobs to the ones LLM(...) gets; the record keeps ``value`` as given, ``knobs`` as run."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
@@ -340,8 +263,7 @@ def sweep_llm(
             left = estimate_minutes(len(values) - i + 1, done.values())
             progress(f"[{i}/{len(values)}] {knob}={value}: running (~{left:.0f} GPU min left)")
         rec = run_point(knobs, out_dir=out, **point_kw)
-        rec["knob"] = knob
-        rec["value"] = value
+        rec.update(knob=knob, value=value)
         append_jsonl(results, rec)
         done[rec["key"]] = rec
         records.append(rec)
@@ -371,29 +293,15 @@ def _key_for(knobs: Mapping[str, Any], point_kw: Mapping[str, Any]) -> str:
     lmt = point_kw.get("load_max_tokens")
     if lmt and lmt != spec["max_tokens"]:  # keys of runs made before the parameter stay
         spec["load_max_tokens"] = lmt
-    return point_key(spec)
+    blob = json.dumps(spec, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-CSV_FIELDS = [
-    "knob",
-    "value",
-    "status",
-    "accuracy",
-    "eval_correct",
-    "eval_n",
-    "output_tok_s",
-    "latency_p50_s",
-    "latency_p99_s",
-    "ttft_p50_s",
-    "ttft_p99_s",
-    "kv_cache_tokens",
-    "kv_cache_gib",
-    "max_concurrency",
-    "weights_gib",
-    "startup_s",
-    "wall_s",
-    "reason",
-]
+CSV_FIELDS = (
+    "knob value status accuracy eval_correct eval_n output_tok_s latency_p50_s latency_p99_s "
+    "ttft_p50_s ttft_p99_s kv_cache_tokens kv_cache_gib max_concurrency weights_gib startup_s "
+    "wall_s reason"
+).split()
 
 
 def write_csv(records: Iterable[Mapping[str, Any]], path: str | Path) -> Path:

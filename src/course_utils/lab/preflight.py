@@ -1,19 +1,12 @@
 """Preflight: what a GPU run needs, checked in about a second before any GPU time is spent.
-
-Every GPU entry point calls it before it starts a server or an ``LLM``: ``python -m
-course_utils sweep|tune|preflight`` (course_utils.lab.cli), both labs (the cell after their parameters) and the
-tools/gpu scripts. Each check returns a :class:`Check` with one line of detail and one line
-of fix, in English and Chinese. A failed check stops the run with one line per failure
-(:class:`PreflightError`, a ValueError: the CLI exits 2; in a notebook it shows those lines
-instead of a traceback). Nothing here imports vLLM (that takes ~20 s on the GPU host), and
-``nvidia-smi`` runs once.
+Each check has one line of detail and one of fix, in English and Chinese; a failure stops the
+run with those lines (``PreflightError``). Nothing here imports vLLM; nvidia-smi runs once.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import json
 import os
 import re
 import shlex
@@ -26,11 +19,13 @@ from typing import Any, Literal
 
 from course_utils import VLLM_VERSION
 from course_utils.core import knobs as knobs_mod
+from course_utils.core.lab_params import check_lab_params, listish
 from course_utils.lab.checks import (
     INSTALL_HINTS,
     LABELS,
     MIN_FREE_DISK_GIB,
     Check,
+    Lang,
     PreflightError,
     Report,
     check_dummy_vocab,
@@ -38,40 +33,15 @@ from course_utils.lab.checks import (
     check_output,
     check_port,
     en_zh,
+    failed,
+    passed,
 )
 from course_utils.lab.server import GpuInfo, gpu_inventory, is_device
 
-__all__ = [
-    "Check",
-    "PreflightError",
-    "Report",
-    "check_driver",
-    "check_dummy_vocab",
-    "check_gpu",
-    "check_gpu_memory",
-    "check_model",
-    "check_output",
-    "check_params",
-    "check_recorded",
-    "check_port",
-    "check_vllm_cli",
-    "check_vllm_package",
-    "lab_check",
-    "preflight",
-    "requested_gmu",
-]
-
-Lang = Literal["en", "zh"]
 Entry = Literal["serve", "llm"]
-# vLLM 0.26.0's wheel pins torch==2.11.0 (METADATA Requires-Dist) and its _C extension links
-# libcudart.so.13; torch 2.11.0 on PyPI requires cuda-toolkit==13.0.2 (its Requires-Dist).
-# CUDA 13.x runs on driver branch 580 or newer (CUDA 13.0 release notes: 13.0 GA needs
-# >= 580.65.06 on Linux; minor-version compatibility covers 13.x from 580 on). The recorded
-# H200 runs had torch 2.11.0+cu130 on driver 580.159.04 (labs/results/h200-*/environment).
+check_params = check_lab_params  # a lab's parameters, checked before its preflight
+# vLLM 0.26.0 pins torch 2.11.0, built for CUDA 13.0, which needs driver branch 580 or newer
 MIN_DRIVER_MAJOR = 580
-
-
-# ------------------------------------------------------------------------------ vLLM
 
 
 def _vllm_version(origin: str | None) -> str | None:
@@ -101,51 +71,32 @@ def check_vllm_package(entry: Entry = "serve") -> Check:
         spec = None
     if spec is None:
         if entry == "serve":
-            return Check(
+            return passed(
                 "vllm_package",
-                True,
-                en_zh(
-                    "not in this Python; the servers run the `vllm` on PATH",
-                    "不在这个 Python 里；服务由 PATH 上的 `vllm` 启动",
-                ),
+                "not in this Python; the servers run the `vllm` on PATH",
+                "不在这个 Python 里；服务由 PATH 上的 `vllm` 启动",
             )
-        return Check(
-            "vllm_package",
-            False,
-            en_zh(
-                f"vLLM is not installed in this Python ({sys.executable})",
-                f"这个 Python（{sys.executable}）里没有安装 vLLM",
-            ),
-            INSTALL_HINTS,
+        en, zh = (
+            f"vLLM is not installed in this Python ({sys.executable})",
+            f"这个 Python（{sys.executable}）里没有安装 vLLM",
         )
+        return failed("vllm_package", en, zh, INSTALL_HINTS["en"], INSTALL_HINTS["zh"])
     version = _vllm_version(spec.origin)
     pin = en_zh(
         f"pip install vllm=={VLLM_VERSION} (flags, defaults and log lines differ between versions)",
         f"pip install vllm=={VLLM_VERSION}（不同版本的参数、默认值和日志都不一样）",
     )
+    where = Path(spec.origin or "").parent
     if version is None:
-        return Check(
-            "vllm_package",
-            True,
-            en_zh(
-                f"vLLM at {Path(spec.origin or '').parent}, version unknown",
-                f"vLLM 在 {Path(spec.origin or '').parent}，版本未知",
-            ),
-            pin,
-            warn=True,
-        )
+        en, zh = f"vLLM at {where}, version unknown", f"vLLM 在 {where}，版本未知"
+        return passed("vllm_package", en, zh, warn=True, fix=pin)
     if version != VLLM_VERSION:
-        return Check(
-            "vllm_package",
-            True,
-            en_zh(
-                f"vLLM {version} installed; the course is written for {VLLM_VERSION}",
-                f"装的是 vLLM {version}；本课程针对 {VLLM_VERSION}",
-            ),
-            pin,
-            warn=True,
+        en, zh = (
+            f"vLLM {version} installed; the course is written for {VLLM_VERSION}",
+            f"装的是 vLLM {version}；本课程针对 {VLLM_VERSION}",
         )
-    return Check("vllm_package", True, en_zh(f"vLLM {version}", f"vLLM {version}"))
+        return passed("vllm_package", en, zh, warn=True, fix=pin)
+    return passed("vllm_package", f"vLLM {version}", f"vLLM {version}")
 
 
 def check_vllm_cli(vllm_cmd: Sequence[str] | str = ("vllm",)) -> Check:
@@ -154,22 +105,14 @@ def check_vllm_cli(vllm_cmd: Sequence[str] | str = ("vllm",)) -> Check:
     exe = cmd[0] if cmd else "vllm"
     path = shutil.which(exe)
     if path is None:
-        return Check(
+        return failed(
             "vllm_cli",
-            False,
-            en_zh(
-                f"`{exe}` is not on PATH, so `vllm serve` and `vllm bench serve` cannot start",
-                f"PATH 上找不到 `{exe}`，`vllm serve` 和 `vllm bench serve` 都起不来",
-            ),
-            en_zh(
-                INSTALL_HINTS["en"] + ", or activate the venv that has it",
-                INSTALL_HINTS["zh"] + "，或先激活装了它的 venv",
-            ),
+            f"`{exe}` is not on PATH, so `vllm serve` and `vllm bench serve` cannot start",
+            f"PATH 上找不到 `{exe}`，`vllm serve` 和 `vllm bench serve` 都起不来",
+            INSTALL_HINTS["en"] + ", or activate the venv that has it",
+            INSTALL_HINTS["zh"] + "，或先激活装了它的 venv",
         )
-    return Check("vllm_cli", True, en_zh(path, path))
-
-
-# ------------------------------------------------------------------------------ GPU
+    return passed("vllm_cli", path, path)
 
 
 def pick_gpu(
@@ -199,25 +142,20 @@ def pick_gpu(
 def check_gpu(gpu: GpuInfo | None, why: Mapping[str, str] | None = None) -> Check:
     if gpu is None:
         why = why or en_zh("not found", "未找到")
-        return Check(
+        return failed(
             "gpu",
-            False,
-            en_zh(f"no CUDA GPU visible ({why['en']})", f"看不到 CUDA GPU（{why['zh']}）"),
-            en_zh(
-                "run on a GPU instance (AutoDL: not in no-GPU mode); without a GPU, a lab can "
-                "replay a recorded run: -p backend replay -p replay_dir labs/results/<run>/<lab>",
-                "在有 GPU 的实例上运行（AutoDL 不要用无卡模式）；没有 GPU 时，lab 可以回放一次记录好的运行："
-                "-p backend replay -p replay_dir labs/results/<run>/<lab>",
-            ),
+            f"no CUDA GPU visible ({why['en']})",
+            f"看不到 CUDA GPU（{why['zh']}）",
+            "run on a GPU instance (AutoDL: not in no-GPU mode); without a GPU, a lab can "
+            "replay a recorded run: -p backend replay -p replay_dir labs/results/<run>/<lab>",
+            "在有 GPU 的实例上运行（AutoDL 不要用无卡模式）；没有 GPU 时，lab 可以回放一次记录好的运行："
+            "-p backend replay -p replay_dir labs/results/<run>/<lab>",
         )
     free, total = gpu.free_mib / 1024, gpu.total_mib / 1024
-    return Check(
+    return passed(
         "gpu",
-        True,
-        en_zh(
-            f"{gpu.name} (GPU {gpu.index}): {free:.1f} of {total:.1f} GiB free",
-            f"{gpu.name}（GPU {gpu.index}）：{total:.1f} GiB 中空闲 {free:.1f} GiB",
-        ),
+        f"{gpu.name} (GPU {gpu.index}): {free:.1f} of {total:.1f} GiB free",
+        f"{gpu.name}（GPU {gpu.index}）：{total:.1f} GiB 中空闲 {free:.1f} GiB",
     )
 
 
@@ -226,84 +164,47 @@ def check_driver(gpu: GpuInfo) -> Check:
     try:
         major = int(gpu.driver.split(".")[0])
     except ValueError:
-        return Check(
-            "driver",
-            True,
-            en_zh(
-                f"driver {gpu.driver!r}: version not readable", f"驱动 {gpu.driver!r}：读不出版本"
-            ),
-            warn=True,
-        )
+        en, zh = f"driver {gpu.driver!r}: version not readable", f"驱动 {gpu.driver!r}：读不出版本"
+        return passed("driver", en, zh, warn=True)
     if major < MIN_DRIVER_MAJOR:
-        return Check(
+        return failed(
             "driver",
-            False,
-            en_zh(
-                f"driver {gpu.driver} is older than {MIN_DRIVER_MAJOR}: vLLM {VLLM_VERSION} runs on "
-                "torch 2.11.0, built for CUDA 13.0",
-                f"驱动 {gpu.driver} 低于 {MIN_DRIVER_MAJOR}：vLLM {VLLM_VERSION} 用的 torch 2.11.0 "
-                "是为 CUDA 13.0 编译的",
-            ),
-            en_zh(
-                "rent a machine whose driver supports CUDA 13.0 or newer (AutoDL lists it per "
-                "machine); the image's CUDA toolkit does not matter",
-                "换一台驱动支持 CUDA 13.0 及以上的机器（AutoDL 每台机器都标了）；镜像里的 CUDA toolkit 无关紧要",
-            ),
+            f"driver {gpu.driver} is older than {MIN_DRIVER_MAJOR}: vLLM {VLLM_VERSION} runs on "
+            "torch 2.11.0, built for CUDA 13.0",
+            f"驱动 {gpu.driver} 低于 {MIN_DRIVER_MAJOR}：vLLM {VLLM_VERSION} 用的 torch 2.11.0 "
+            "是为 CUDA 13.0 编译的",
+            "rent a machine whose driver supports CUDA 13.0 or newer (AutoDL lists it per "
+            "machine); the image's CUDA toolkit does not matter",
+            "换一台驱动支持 CUDA 13.0 及以上的机器（AutoDL 每台机器都标了）；镜像里的 CUDA toolkit 无关紧要",
         )
-    return Check(
-        "driver",
-        True,
-        en_zh(
-            f"{gpu.driver} (CUDA 13 needs >= {MIN_DRIVER_MAJOR})",
-            f"{gpu.driver}（CUDA 13 需要 >= {MIN_DRIVER_MAJOR}）",
-        ),
+    en, zh = (
+        f"{gpu.driver} (CUDA 13 needs >= {MIN_DRIVER_MAJOR})",
+        f"{gpu.driver}（CUDA 13 需要 >= {MIN_DRIVER_MAJOR}）",
     )
+    return passed("driver", en, zh)
 
 
 def check_gpu_memory(gpu: GpuInfo, gpu_memory_utilization: float) -> Check:
     """vLLM's own start-up check (v1/worker/utils.py request_memory): free memory must be at
-    least gpu_memory_utilization x total, else "Free memory on device ... is less than
-    desired GPU memory utilization" after the model config is loaded. nvidia-smi's total
-    also counts the driver's reserved memory (143,771 MiB on the H200, torch sees 139.8 GiB),
-    so this is up to ~0.5 % of the total stricter than vLLM's."""
+    least gpu_memory_utilization x total (nvidia-smi's total, slightly above torch's)."""
     gmu = float(gpu_memory_utilization)
     need, free, total = gmu * gpu.total_mib / 1024, gpu.free_mib / 1024, gpu.total_mib / 1024
+    ask = f"gpu_memory_utilization {gmu} x {total:.1f} GiB = {need:.1f} GiB"
     if free >= need:
-        return Check(
-            "gpu_memory",
-            True,
-            en_zh(
-                f"{free:.1f} GiB free >= gpu_memory_utilization {gmu} x {total:.1f} GiB = {need:.1f} GiB",
-                f"空闲 {free:.1f} GiB >= gpu_memory_utilization {gmu} x {total:.1f} GiB = {need:.1f} GiB",
-            ),
+        return passed(
+            "gpu_memory", f"{free:.1f} GiB free >= {ask}", f"空闲 {free:.1f} GiB >= {ask}"
         )
     fits = int(gpu.free_mib / gpu.total_mib * 100) / 100
-    return Check(
+    return failed(
         "gpu_memory",
-        False,
-        en_zh(
-            f"{free:.1f} GiB free < gpu_memory_utilization {gmu} x {total:.1f} GiB = {need:.1f} GiB "
-            "(vLLM would stop at start-up: 'Free memory on device ... is less than desired GPU "
-            "memory utilization')",
-            f"空闲 {free:.1f} GiB < gpu_memory_utilization {gmu} x {total:.1f} GiB = {need:.1f} GiB"
-            "（vLLM 启动时会因 'Free memory on device ... is less than desired GPU memory "
-            "utilization' 退出）",
-        ),
-        en_zh(
-            f"stop the other processes on the GPU (nvidia-smi lists them), or lower "
-            f"gpu_memory_utilization to <= {fits}",
-            f"停掉占用这张 GPU 的其他进程（nvidia-smi 能看到），或把 gpu_memory_utilization 降到 {fits} 以下",
-        ),
+        f"{free:.1f} GiB free < {ask} (vLLM would stop at start-up: 'Free memory on device ... "
+        "is less than desired GPU memory utilization')",
+        f"空闲 {free:.1f} GiB < {ask}（vLLM 启动时会因 'Free memory on device ... is less than "
+        "desired GPU memory utilization' 退出）",
+        f"stop the other processes on the GPU (nvidia-smi lists them), or lower "
+        f"gpu_memory_utilization to <= {fits}",
+        f"停掉占用这张 GPU 的其他进程（nvidia-smi 能看到），或把 gpu_memory_utilization 降到 {fits} 以下",
     )
-
-
-# ------------------------------------------------------------------------------ model
-
-
-# ------------------------------------------------------------------------------ port, disk
-
-
-# ------------------------------------------------------------------------------ all of it
 
 
 def requested_gmu(
@@ -312,9 +213,6 @@ def requested_gmu(
     """The largest gpu_memory_utilization a run will ask for (base knobs and candidate
     values; papermill strings such as '[0.8, 0.9]' accepted), or None when it sets none."""
 
-    def listish(v: Any) -> Any:
-        return json.loads(v) if isinstance(v, str) and v.strip()[:1] in "[{" else v
-
     def is_gmu(name: str) -> bool:
         try:
             return knobs_mod.get(name).name == "gpu_memory_utilization"
@@ -322,12 +220,12 @@ def requested_gmu(
             return False
 
     asked: list[float] = []
-    for k, v in (listish(base_knobs) or {}).items():
+    for k, v in (listish(base_knobs, "base_knobs") or {}).items():
         if is_gmu(k) and v is not None:
             asked.append(float(v))
     for k, vs in (candidates or {}).items():
         if k and is_gmu(k):
-            vs = listish(vs)
+            vs = listish(vs, k)
             asked += [float(v) for v in (vs if isinstance(vs, list | tuple) else [vs])]
     return max(asked) if asked else None
 
@@ -348,11 +246,9 @@ def preflight(
     """Every check for one run. ``entry``: "serve" (vllm serve subprocesses: CLI on PATH,
     port) or "llm" (``LLM(...)`` in this Python: the package must import)."""
     t0 = time.monotonic()
-    gmu = (
-        gpu_memory_utilization
-        if gpu_memory_utilization is not None
-        else knobs_mod.default("gpu_memory_utilization", entry=entry)
-    )
+    gmu = gpu_memory_utilization
+    if gmu is None:
+        gmu = knobs_mod.default("gpu_memory_utilization", entry=entry)
     checks = [check_vllm_package(entry)]
     if entry == "serve":
         checks.append(check_vllm_cli(vllm_cmd))
@@ -385,16 +281,8 @@ def check_recorded(output_dir: str | Path) -> Check:
     try:
         check_run_folder(output_dir)
     except BadInput as exc:
-        return Check("output", False, en_zh(exc.what, exc.what), en_zh(exc.fix, exc.fix))
-    return Check("output", True, en_zh("recorded files readable", "已记录的文件可读"))
-
-
-def check_params(lab: str, params: Mapping[str, Any], root: str | Path | None = None) -> None:
-    """A lab's parameters, before its preflight: a bad one stops the notebook with one line
-    naming it (core.lab_params; the rules the command line uses)."""
-    from course_utils.core.lab_params import check_lab_params
-
-    check_lab_params(lab, params, root)
+        return failed("output", exc.what, exc.what, exc.fix, exc.fix)
+    return passed("output", "recorded files readable", "已记录的文件可读")
 
 
 def lab_check(

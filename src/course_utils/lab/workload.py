@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -14,22 +15,9 @@ from course_utils.core.workload import (
     CHUNK,
     TraceWorkload,
     distribution,
-    parse_trace,
     problem,
-    trace_lines,
+    trace_text,
 )
-
-__all__ = ["add_parser", "slice_path", "trace_from_args", "write_slice"]
-
-
-def _is_trace(text: str) -> bool:
-    """A file in vLLM's timed_trace format already (its first line has input_length)."""
-    first = next((ln for ln in text.splitlines() if ln.strip()), "")
-    try:
-        d = json.loads(first)
-    except json.JSONDecodeError:
-        return False
-    return isinstance(d, dict) and "input_length" in d and "output_length" in d
 
 
 def cmd_workload(a: argparse.Namespace) -> int:
@@ -37,27 +25,23 @@ def cmd_workload(a: argparse.Namespace) -> int:
     if not src.is_file():
         raise ValueError(problem(str(src), "no such file", "give the request log's path"))
     text = src.read_bytes().decode("utf-8", errors="replace")
-    if _is_trace(text):
-        reqs, fmt, known, notes = parse_trace(text, str(src), a.chunk), "vLLM timed_trace", True, []
-    else:
-        log = read_log(text, str(src), chunk=a.chunk, drop_failed=a.drop_failed)
-        reqs, fmt, known, notes = log.requests, log.fmt, log.prefixes_known, log.notes
+    log = read_log(text, str(src), chunk=a.chunk, drop_failed=a.drop_failed)
     out = Path(a.out) if a.out else None
     if out is not None and out.exists():
         raise ValueError(
             problem(str(out), "exists (a trace is never overwritten)", "give another --out")
         )
-    d = distribution(reqs, chunk=a.chunk, prefixes_known=known)
+    d = distribution(log.requests, chunk=a.chunk, prefixes_known=log.prefixes_known)
     if a.format == "json":
-        print(json.dumps({"format": fmt, **d.as_dict(), "notes": notes}, indent=2))
+        print(json.dumps({"format": log.fmt, **asdict(d), "notes": log.notes}, indent=2))
     else:
-        print(f"read {src} ({fmt})")
-        for n in notes:
+        print(f"read {src} ({log.fmt})")
+        for n in log.notes:
             print(f"note: {n}")
         print(d.text())
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text("\n".join(trace_lines(reqs)) + "\n")
+        out.write_text(trace_text(log.requests))
         if a.format != "json":
             print(
                 f"wrote {out}: replay with vllm bench serve --dataset-name timed_trace "
@@ -94,15 +78,9 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_workload)
 
 
-# --------------------------------------------------------------------------------------
-# --workload of tune / sweep, and the slice each bench call replays
-# --------------------------------------------------------------------------------------
-
-
 def trace_from_args(a: Any) -> TraceWorkload:
-    """The workload of ``--workload TRACE``: ``--num-prompts`` requests of it from the first
-    (wrapping round past its end; none given: all of it), the trace's time scaled so its mean rate is ``--rate`` (not given or
-    inf: as recorded). Sets ``a.rate`` to the rate replayed."""
+    """The workload of ``--workload TRACE``: ``--num-prompts`` requests of it (none: all), its
+    time scaled to a mean rate of ``--rate`` (none or inf: as recorded); sets ``a.rate``."""
     rate = getattr(a, "rate", None)
     given = rate is not None and not math.isinf(rate)
     w = TraceWorkload.load(
@@ -125,5 +103,5 @@ def write_slice(w: TraceWorkload, result_dir: str | Path, result_filename: str) 
     """Write the requests one bench call replays (its own seed's prompt blocks)."""
     path = slice_path(result_dir, result_filename)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(w.slice_text())
+    path.write_text(trace_text(w.requests()))
     return path

@@ -3,7 +3,6 @@ sweep points, bench results, metric series and start-up logs; shared text helper
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,14 +11,12 @@ from course_utils.core.records import GZ, is_present, read_text
 from course_utils.core.store import POINTS_FILE
 from course_utils.quiz.engine import PKG_DIR, REPO_ROOT, QuizError, fmt_num
 
+REPO_RUNS = "labs/results/"
+
 
 def resolve_path(p: str | Path) -> Path:
-    """A data path from YAML: absolute, relative to the repo root, or to the package data.
-
-    A glob (``labs/results/h200-*/metrics.jsonl``) picks the last match in sorted order, so
-    the newest recorded run wins once it lands. A file recorded gzipped (``X.jsonl.gz``) is
-    found as ``X.jsonl`` (core.records.resolve_path reads it).
-    """
+    """A data path (a glob picks its last match, so the newest run wins) under the repo root or
+    the package data; ``X.jsonl`` also finds a gzipped ``X.jsonl.gz``."""
     text = str(p)
     bases = [Path("/")] if Path(text).is_absolute() else [REPO_ROOT, PKG_DIR / "data"]
     for base in bases:
@@ -38,6 +35,17 @@ def option_list(items: Sequence[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:
     return [{"text": text, "correct": ok, "key": key} for text, ok, key in items]
 
 
+def keyed(rows: Mapping[str, tuple[str, str]], *right: str) -> list[dict[str, Any]]:
+    """Choices from ``key: (en, zh)`` rows, in order; those keyed ``right`` are correct."""
+    return option_list([({"en": en, "zh": zh}, k in right, k) for k, (en, zh) in rows.items()])
+
+
+def run_name(path: Path) -> str:
+    """``h200-2026-11-29c/slo`` for a path inside labs/results (what a prompt cites)."""
+    text = path.as_posix()
+    return text.split(REPO_RUNS, 1)[1] if REPO_RUNS in text else path.name
+
+
 def item_slo(p: Mapping[str, Any]) -> Any:
     from course_utils.core import slo
 
@@ -45,13 +53,9 @@ def item_slo(p: Mapping[str, Any]) -> Any:
 
 
 def item_data(p: Mapping[str, Any], key: str) -> Any:
-    """``params[key]``: inline data (a mapping), a path/glob, or a list of those tried in
-    order (e.g. a recorded ``labs/results/h200-*/`` file, then a package example); the
-    older ``{key}_fallback`` form is the last candidate."""
+    """``params[key]``: inline data, or the first path/glob found of one or a list of them."""
     v = p.get(key)
     cands = list(v) if isinstance(v, list) else [v]
-    if f"{key}_fallback" in p:
-        cands.append(p[f"{key}_fallback"])
     misses = []
     for c in cands:
         if not isinstance(c, str | Path):
@@ -66,13 +70,8 @@ def item_data(p: Mapping[str, Any], key: str) -> Any:
 
 
 def recorded_point(p: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A sweep point of a recorded run, found by its knobs rather than its hash.
-
-    ``params.point = {results: "labs/results/h200-*/slo", knobs: {max_num_seqs: 64}}``:
-    reads ``points.jsonl`` there (course_utils.lab.sweep records) and returns the last record
-    whose knobs include those given, with its ``bench`` and ``series`` files; None when the
-    run or the point is not there (the entry's ``series``/``bench`` are used instead).
-    """
+    """The last recorded sweep point (``params.point = {results, knobs}``) whose knobs include
+    those given, with its bench and series files; None when absent."""
     spec = p.get("point")
     if not spec:
         return None
@@ -82,21 +81,28 @@ def recorded_point(p: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     want = dict(spec.get("knobs") or {})
     found = None
-    index = root / POINTS_FILE
-    lines = index.read_text(encoding="utf-8").splitlines() if index.is_file() else []
-    for line in lines:
-        rec = json.loads(line) if line.strip() else {}
+    for rec, d in sweep_records(root):
         knobs_ = rec.get("knobs") or {}
-        if rec.get("key") and all(knobs_.get(k) == v for k, v in want.items()):
-            d = root / "points" / rec["key"]
-            if (d / "bench.json").is_file() and is_present(d / "metrics.jsonl"):
-                found = {
-                    "bench": d / "bench.json",
-                    "series": d / "metrics.jsonl",
-                    "knobs": knobs_,
-                    "workload": rec.get("workload") or {},
-                }
+        if all(knobs_.get(k) == v for k, v in want.items()) and is_present(d / "metrics.jsonl"):
+            found = {
+                "bench": d / "bench.json",
+                "series": d / "metrics.jsonl",
+                "knobs": knobs_,
+                "workload": rec.get("workload") or {},
+            }
     return found
+
+
+def sweep_records(root: Path) -> list[tuple[dict[str, Any], Path]]:
+    """(record, point folder) of each point in a sweep's points.jsonl that has a bench.json."""
+    from course_utils.core.records import read_jsonl
+
+    out = []
+    for rec in read_jsonl(root / POINTS_FILE):
+        d = root / "points" / str(rec.get("key"))
+        if rec.get("key") and (d / "bench.json").is_file():
+            out.append((rec, d))
+    return out
 
 
 def per_request_of(b: Any) -> Any:
@@ -116,12 +122,8 @@ def item_bench(v: Any) -> Any:
 
 
 def requests_bench(p: Mapping[str, Any]) -> Any:
-    """A BenchResult built the way vLLM's calculate_metrics would from per-request values.
-
-    params: ttft_ms (list), tpot_ms (list), output_len, duration_s. TPOT of a request is
-    ``(latency - ttft) / (output_len - 1)``; its ITLs are that value repeated, and the p99s
-    are ``np.percentile`` as in vllm/benchmarks/serve.py.
-    """
+    """A BenchResult from per-request ttft_ms/tpot_ms lists, as vLLM's calculate_metrics builds it
+    (np.percentile p99s; each request's ITLs are its TPOT repeated)."""
     import numpy as np
 
     src = item_data(p, "requests")
@@ -169,21 +171,12 @@ def recorded_sweep(p: Mapping[str, Any]) -> list[dict[str, Any]]:
         root = resolve_path(p["results"]) if "results" in p else None
     except QuizError:
         root = None
-    index = root / POINTS_FILE if root else None
-    if index and index.is_file():
-        for line in index.read_text(encoding="utf-8").splitlines():
-            rec = json.loads(line) if line.strip() else {}
-            value = (rec.get("knobs") or {}).get(knob)
-            bench = index.parent / "points" / str(rec.get("key")) / "bench.json"
-            if rec.get("knob") in (knob, "baseline") and value is not None and bench.is_file():
-                out = [o for o in out if o["value"] != value]  # a re-run replaces a point
-                out.append(
-                    {
-                        "value": value,
-                        "bench": item_bench(bench),
-                        "rate": (rec.get("workload") or {}).get("request_rate"),
-                    }
-                )
+    for rec, d in sweep_records(root) if root else []:
+        value = (rec.get("knobs") or {}).get(knob)
+        if rec.get("knob") in (knob, "baseline") and value is not None:
+            out = [o for o in out if o["value"] != value]  # a re-run replaces a point
+            rate = (rec.get("workload") or {}).get("request_rate")
+            out.append({"value": value, "bench": item_bench(d / "bench.json"), "rate": rate})
     if not out:
         out = [
             {"value": pt["value"], "bench": item_bench(pt["bench"]), "rate": p.get("rate")}
@@ -195,11 +188,8 @@ def recorded_sweep(p: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def synthetic_series(spec: Mapping[str, Any]) -> list[Any]:
-    """Snapshots parsed from Prometheus text built with the real 0.26.0 metric names.
-
-    spec: lists ``waiting``, ``running``, ``kv_usage`` (0..1) and optionally
-    ``preemptions`` (cumulative counter), one value per scrape, ``interval_s`` apart.
-    """
+    """Snapshots from Prometheus text with the real metric names: lists waiting, running,
+    kv_usage, preemptions (cumulative), one value per scrape ``interval_s`` apart."""
     from course_utils.core import metrics
 
     waiting = list(spec["waiting"])
@@ -214,22 +204,23 @@ def synthetic_series(spec: Mapping[str, Any]) -> list[Any]:
         )
     dt = float(spec.get("interval_s", 0.5))
     lab = 'engine="0",model_name="Qwen/Qwen2.5-7B-Instruct"'
-    out = []
-    for i in range(n):
-        text = (
-            f"# TYPE {metrics.WAITING} gauge\n{metrics.WAITING}{{{lab}}} {waiting[i]}\n"
-            f"# TYPE {metrics.RUNNING} gauge\n{metrics.RUNNING}{{{lab}}} {running[i]}\n"
-            f"# TYPE {metrics.KV_USAGE} gauge\n{metrics.KV_USAGE}{{{lab}}} {kv[i]}\n"
-            f"# TYPE {metrics.PREEMPTIONS}_total counter\n"
-            f"{metrics.PREEMPTIONS}_total{{{lab}}} {pre[i]}\n"
+    cols = [
+        (metrics.WAITING, "gauge", waiting),
+        (metrics.RUNNING, "gauge", running),
+        (metrics.KV_USAGE, "gauge", kv),
+        (f"{metrics.PREEMPTIONS}_total", "counter", pre),
+    ]
+    return [
+        metrics.Snapshot.parse(
+            "".join(f"# TYPE {m} {kind}\n{m}{{{lab}}} {v[i]}\n" for m, kind, v in cols), t=i * dt
         )
-        out.append(metrics.Snapshot.parse(text, t=i * dt))
-    return out
+        for i in range(n)
+    ]
 
 
-def diagnosis_inputs(p: Mapping[str, Any]) -> dict[str, Any]:
-    """Samples, bench result and max_num_seqs a diagnosis question reads (recorded point,
-    else ``series``/``bench`` params)."""
+def diagnosis_inputs(p: Mapping[str, Any]) -> tuple[list[Any], Any, int | None]:
+    """Samples, bench result and max_num_seqs of a diagnosis item: its recorded point, else
+    its ``series``/``bench`` params."""
     from course_utils.core import metrics
 
     rec = recorded_point(p)
@@ -239,28 +230,20 @@ def diagnosis_inputs(p: Mapping[str, Any]) -> dict[str, Any]:
     else:
         src, bsrc, mns = item_data(p, "series"), item_data(p, "bench"), p.get("max_num_seqs")
     samples = metrics.load_series(src) if isinstance(src, Path) else synthetic_series(src)
-    return {
-        "samples": samples,
-        "bench": None if bsrc is None else item_bench(bsrc),
-        "max_num_seqs": mns,
-        "recorded": rec is not None or isinstance(src, Path),
-    }
+    return samples, None if bsrc is None else item_bench(bsrc), mns
 
 
-def item_model(p: Mapping[str, Any]) -> Any:
+def item_model(p: Mapping[str, Any]) -> tuple[Any, str]:
+    """The item's model shape and its ``kv_dtype`` (auto by default)."""
     from course_utils.core import capacity
 
-    return capacity.load_model(p.get("model", "qwen2.5-7b-instruct"))
-
-
-def item_kv_dtype(p: Mapping[str, Any]) -> str:
-    return str(p.get("kv_dtype", "auto"))
+    return capacity.load_model(p.get("model", "qwen2.5-7b-instruct")), str(
+        p.get("kv_dtype", "auto")
+    )
 
 
 def logged_memory(p: Mapping[str, Any]) -> tuple[dict[str, float], bool]:
-    """Start-up facts from ``params.log`` (path/glob or candidates, read with
-    ``core.vllm_logs.startup_facts``) when found, else from the params themselves
-    (``kv_memory_gib``, ``logged_tokens``, ``logged_concurrency``)."""
+    """Start-up facts from ``params.log`` (core.vllm_logs) when found, else from the params."""
     from course_utils.core import vllm_logs
 
     if "log" in p:

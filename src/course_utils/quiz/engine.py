@@ -1,11 +1,5 @@
-"""Self-check quizzes: questions as data, graded in Python, rendered static or live.
-
-Content lives in ``data/quizzes/<lesson>.yaml`` (one home, zh + en side by side). An entry
-is either a written question or ``generator: NAME`` with ``params``; generators
-(``gen_*`` modules) compute their answers at load time from ``course_utils.core`` and the
-recorded runs, so a quiz cannot contradict the direction map, the SLO maths, the decision
-tree or the data it cites. Renderers live in ``render``.
-"""
+"""Self-check quizzes: questions as data (``data/quizzes/<lesson>.yaml``), graded in
+Python; ``generator`` entries compute their answers from ``core`` and the recorded runs."""
 
 from __future__ import annotations
 
@@ -142,35 +136,23 @@ class Question:
             tail = f"（{tail}）" if lang == "zh" else f" ({tail})"
         return f"{fmt_num(self.answer)}{unit}{tail}"
 
-    def to_dict(self, lang: Lang | None = None) -> dict[str, Any]:
-        """JSON-ready record; with ``lang`` the texts are resolved to that language."""
-
-        def t(v: dict[str, str] | None) -> Any:
-            return v if v is None or lang is None else v[lang]
-
-        d: dict[str, Any] = {"id": self.id, "type": self.type, "prompt": t(self.prompt)}
+    def to_dict(self, lang: Lang) -> dict[str, Any]:
+        """JSON-ready record with the texts in ``lang``."""
+        d: dict[str, Any] = {"id": self.id, "type": self.type, "prompt": self.prompt[lang]}
         if self.choices:
             d["choices"] = [
-                {
-                    "id": c.id,
-                    "text": t(c.text),
-                    "correct": c.correct,
-                    **({"key": c.key} if c.key else {}),
-                }
+                {"id": c.id, "text": c.text[lang], "correct": c.correct}
+                | ({"key": c.key} if c.key else {})
                 for c in self.choices
             ]
         if self.type == "numeric":
-            d.update(
-                answer=self.answer, abs_tol=self.abs_tol, rel_tol=self.rel_tol, unit=t(self.unit)
-            )
-        d["explain"] = t(self.explain)
-        if lang is not None:
-            d["expected"] = self.expected(lang)
+            unit = self.unit[lang] if self.unit else None
+            d.update(answer=self.answer, abs_tol=self.abs_tol, rel_tol=self.rel_tol, unit=unit)
+        d.update(explain=self.explain[lang], expected=self.expected(lang))
         if self.section is not None:
             d["section"] = self.section
         if self.generator:
-            d["generator"] = self.generator
-            d["params"] = self.params
+            d.update(generator=self.generator, params=self.params)
         return d
 
 
@@ -233,11 +215,8 @@ def _choice_ids(answer: Any) -> list[str]:
 
 
 def grade(question: Question, answer: Any, lang: Lang = "en") -> Result:
-    """Grade one answer. Never raises for a bad answer: ``Result.error`` says what is wrong.
-
-    single: a choice id (``"b"`` or ``["b"]``); multiple: ids (``["a", "c"]`` or ``"a,c"``);
-    numeric: a number or a string such as ``"2,063,088"``.
-    """
+    """Grade one answer (choice ids, or a number or numeric string); never raises for a bad
+    answer: ``Result.error`` says what is wrong."""
     s = STRINGS[pick_lang(lang)]
 
     def err(key: str, x: str = "") -> Result:
@@ -291,21 +270,10 @@ def generator(name: str) -> Callable[[GeneratorFn], GeneratorFn]:
     return deco
 
 
-GENERATOR_MODULES = (
-    "gen_knobs",
-    "gen_capacity",
-    "gen_slo",
-    "gen_runs",
-    "gen_trust",
-    "gen_scaleout",
-    "gen_grid",
-)
-
-
 def _register_generators() -> None:
-    """Import the generator modules (each registers its generators on import)."""
-    for mod in GENERATOR_MODULES:
-        importlib.import_module(f"course_utils.quiz.{mod}")
+    """Import the ``gen_*`` modules (each registers its generators on import)."""
+    for mod in sorted(Path(__file__).parent.glob("gen_*.py")):
+        importlib.import_module(f"course_utils.quiz.{mod.stem}")
 
 
 def pick_lang(lang: str) -> Lang:
@@ -321,9 +289,7 @@ def quiz_path(lesson: str) -> Path:
 
 
 def shuffled(n: int, qid: str) -> list[int]:
-    """The display order of ``n`` choices: a permutation fixed by the item id, so every
-    renderer (static page, widget, text) shows the same order and no key sits at one letter
-    because of how the item was written."""
+    """The display order of ``n`` choices: a permutation fixed by the item id."""
     digest = hashlib.sha256(f"{SHUFFLE_SALT}:{qid}".encode()).digest()
     order = list(range(n))
     random.Random(int.from_bytes(digest[:8], "big")).shuffle(order)
@@ -398,12 +364,8 @@ def _build(fields: Mapping[str, Any], where: str) -> Question:
 
 
 def expand(entry: Mapping[str, Any], where: str = "entry") -> Question:
-    """One YAML entry -> Question; ``generator`` entries are computed now.
-
-    A generator entry may replace the generated ``prompt``, put a written ``intro`` before
-    it, and add a written ``explain`` after the generated one; ``id`` and ``section`` come from
-    the entry.
-    """
+    """One YAML entry -> Question; a generator entry is computed now and may replace the
+    prompt, add an ``intro`` before it or an ``explain`` after the generated one."""
     if "generator" not in entry:
         return _build(entry, where)
     name = entry["generator"]
@@ -481,6 +443,14 @@ def title(lesson: str, lang: Lang = "en") -> str:
 
 
 # ---------------------------------------------------------------- formatting helpers
+
+
+_FULL_WIDTH = {",": "，", ";": "；", ":": "："}
+
+
+def sep(mark: str, lang: str) -> str:
+    """A joiner: ``mark`` (``,``, ``;`` or ``:``) and a space, or its full-width form in zh."""
+    return _FULL_WIDTH[mark] if lang == "zh" else mark + " "
 
 
 def fmt_num(x: float) -> str:

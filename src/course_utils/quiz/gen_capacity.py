@@ -9,11 +9,11 @@ from typing import Any
 
 from course_utils.quiz.data import (
     item_data,
-    item_kv_dtype,
     item_model,
+    keyed,
     logged_memory,
-    option_list,
     resolve_path,
+    run_name,
 )
 from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator
 
@@ -29,16 +29,23 @@ def _shape_text(m: Any, kv_dtype: str) -> dict[str, str]:
     }
 
 
+def _recorded(run: str) -> dict[str, str]:
+    """`` (the recorded run NAME)`` to follow a lab's name in a prompt; empty without a run."""
+    if not run:
+        return {"en": "", "zh": ""}
+    return {"en": f" (the recorded run {run})", "zh": f"（已录制的实测 {run}）"}
+
+
 def _log_name(p: Mapping[str, Any]) -> str:
     """The recorded log a kv item read, as ``h200-.../serve.log``."""
     path = item_data(p, "log")
-    return path.as_posix().split("labs/results/")[-1] if isinstance(path, Path) else ""
+    return run_name(path) if isinstance(path, Path) else ""
 
 
 @generator("kv_bytes_per_token")
 def _g_kv_bytes(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, kv_dtype. Answer: ModelShape.kv_bytes_per_token."""
-    m, dt = item_model(p), item_kv_dtype(p)
+    m, dt = item_model(p)
     shape = _shape_text(m, dt)
     return {
         "type": "numeric",
@@ -58,12 +65,10 @@ def _g_kv_bytes(p: Mapping[str, Any]) -> dict[str, Any]:
 
 @generator("kv_tokens")
 def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: model, kv_memory_gib | log, kv_dtype, rel_tol, logged_tokens.
-    Answer: ModelShape.kv_tokens of the KV memory (read from a recorded server log if
-    ``log`` is found)."""
+    """params: model, kv_memory_gib | log, kv_dtype, rel_tol. Answer: ModelShape.kv_tokens."""
     from course_utils.core import capacity
 
-    m, dt = item_model(p), item_kv_dtype(p)
+    m, dt = item_model(p)
     facts, from_log = logged_memory(p)
     gib = facts["kv_memory_gib"]
     tokens = m.kv_tokens(gib, dt)
@@ -109,7 +114,7 @@ def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
 def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, kv_memory_gib | log, max_model_len, kv_dtype, logged_concurrency.
     Answer: ModelShape.max_concurrency."""
-    m, dt = item_model(p), item_kv_dtype(p)
+    m, dt = item_model(p)
     facts, from_log = logged_memory(p)
     gib, mml = facts["kv_memory_gib"], int(p["max_model_len"])
     conc = m.max_concurrency(gib, mml, dt)
@@ -146,10 +151,8 @@ def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
 
 @generator("kv_gain")
 def _g_kv_gain(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: records (a recorded lab 01 results.jsonl), model, gpu, base, to, rel_tol.
-    Answer: the KV tokens vLLM logs at ``to``, predicted from the tokens it logged at
-    ``base``: the extra share of the GPU's total goes whole to KV. Refuses a record at ``to``
-    that the prediction misses."""
+    """params: records (lab 01 results.jsonl), model, gpu, base, to. Answer: the KV tokens at
+    ``to`` from those at ``base``, the extra memory share going whole to KV."""
     from course_utils.core import capacity
     from course_utils.core.records import read_jsonl
 
@@ -159,7 +162,7 @@ def _g_kv_gain(p: Mapping[str, Any]) -> dict[str, Any]:
         for r in read_jsonl(src)
         if r.get("status") == "ok" and r.get("kv_cache_tokens")
     }
-    m, g = item_model(p), capacity.get_gpu(p["gpu"])
+    (m, _), g = item_model(p), capacity.get_gpu(p["gpu"])
     base, to, tol = float(p["base"]), float(p["to"]), float(p.get("rel_tol", 0.005))
     if base not in logged or to not in logged:
         raise QuizError(f"kv_gain: {src} has no KV size at {base} and {to}")
@@ -188,14 +191,14 @@ def _g_kv_gain(p: Mapping[str, Any]) -> dict[str, Any]:
         "unit": {"en": "tokens", "zh": "token"},
         "prompt": head,
         "explain": {
-            "en": f"The weights, the activation peak and the CUDA graphs take the same memory at "
-            f"both settings, so the whole extra share goes to KV: {d:g} × {g.total_gib:.1f} GiB "
-            f"÷ {fmt_num(per)} bytes = {fmt_num(round(extra))} more tokens, {fmt_num(answer)} in all. "
-            f"vLLM logged {fmt_num(logged[to])}. Scaling the tokens by {to:g} / {base:g} "
-            f"({fmt_num(round(naive))}) treats the fixed costs as if they grew too.",
-            "zh": f"权重、激活峰值和 CUDA graph 在两个设置下占的显存一样，所以多出来的那一份全给了 KV："
+            "en": "Weights, activation peak and CUDA graphs take the same memory at both settings, "
+            f"so the extra share goes whole to KV: {d:g} × {g.total_gib:.1f} GiB ÷ "
+            f"{fmt_num(per)} bytes = {fmt_num(round(extra))} more tokens, {fmt_num(answer)} in "
+            f"all (vLLM logged {fmt_num(logged[to])}). Scaling by {to:g} / {base:g} "
+            f"({fmt_num(round(naive))}) grows the fixed costs too.",
+            "zh": "权重、激活峰值和 CUDA graph 在两个设置下占的显存一样，多出来的那一份全给了 KV："
             f"{d:g} × {g.total_gib:.1f} GiB ÷ {fmt_num(per)} 字节 = 多 {fmt_num(round(extra))} 个 token，"
-            f"一共 {fmt_num(answer)}。vLLM 实际打印 {fmt_num(logged[to])}。按 {to:g} / {base:g} 等比放大"
+            f"一共 {fmt_num(answer)}（vLLM 实际打印 {fmt_num(logged[to])}）。按 {to:g} / {base:g} 等比放大"
             f"（{fmt_num(round(naive))}）等于把固定开销也一起放大了。",
         },
     }
@@ -220,22 +223,16 @@ def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
     out_tokens, bs = kv["out_tokens"], capacity.BLOCK_SIZE
     share = kv["demand_tokens"] / kv["kv_tokens"]
     verdict = {
-        "en": (
-            "it does not bind: more KV cannot speed this pass up, so a gain from "
-            "raising the knob needs another explanation before you keep it"
-            if not kv["binding"]
-            else "it binds: more KV lets more requests run at once"
-        ),
-        "zh": (
-            "没有卡住：更多 KV 不可能让这一轮更快，所以调高旋钮带来的提升另有原因，保留之前要先查清"
-            if not kv["binding"]
-            else "卡住了：更多 KV 让更多请求同时运行"
-        ),
+        "en": "it binds: more KV lets more requests run at once",
+        "zh": "卡住了：更多 KV 让更多请求同时运行",
     }
-    where = {"en": "", "zh": ""}
-    if isinstance(src, Path):
-        rel = src.parent.parent.name
-        where = {"en": f" (the recorded run {rel})", "zh": f"（已录制的实测 {rel}）"}
+    if not kv["binding"]:
+        verdict = {
+            "en": "it does not bind: more KV cannot speed this pass up, so a gain from raising "
+            "the knob needs another explanation before you keep it",
+            "zh": "没有卡住：更多 KV 不可能让这一轮更快，所以调高旋钮带来的提升另有原因，保留之前要先查清",
+        }
+    where = _recorded(src.parent.parent.name if isinstance(src, Path) else "")
     at = kv["at_once"]
     return {
         "type": "numeric",
@@ -280,7 +277,7 @@ def _same_batch_points(
 
     if not isinstance(src, Path):
         pts = {(k if k == "window" else float(k)): dict(v) for k, v in src.items()}
-        return pts, {"en": "", "zh": ""}
+        return pts, _recorded("")
     recs = read_jsonl(src / "results.jsonl")
     spread = keep.same_batch_gap(src, recs, baseline=base)
     if spread is None:
@@ -293,53 +290,31 @@ def _same_batch_points(
         cand: {"tok_s": tok[cand], "gen_before_full": sm["value"]},
         "window": {"from_s": lo, "to_s": hi},
     }
-    where = {
-        "en": f" (the recorded run {src.parent.name})",
-        "zh": f"（已录制的实测 {src.parent.name}）",
-    }
-    return pts, where
+    return pts, _recorded(src.parent.name)
 
 
 def _same_batch_choices(base: Any, cand: Any, gap: float, faster: float) -> list[dict[str, Any]]:
-    """The four choices of same_batch_spread (the first is right). The wrong ones are the
-    readings a learner makes: the pass's total taken as the knob's effect (keep-base), a
-    bigger pool blamed for more preemption (preempt), "KV did not bind" where it did (no-bind)."""
-    return option_list(
-        [
-            (
-                {
-                    "en": f"No verdict: a {gap:+.0%} gap before the caches filled exceeds the effect",
-                    "zh": f"下不了结论：cache 填满前就有 {gap:+.0%} 的差距，比效应还大",
-                },
-                True,
-                "spread",
-            ),
-            (
-                {
-                    "en": f"Keep {base}: the smaller KV pool is {faster:.0%} faster over the pass",
-                    "zh": f"保留 {base}：整轮来看，KV 池小一些反而快 {faster:.0%}",
-                },
-                False,
-                "keep-base",
-            ),
-            (
-                {
-                    "en": f"Revert to {base}: {cand} preempts more because its pool is larger",
-                    "zh": f"退回 {base}：{cand} 的池子更大，所以抢占更多",
-                },
-                False,
-                "preempt",
-            ),
-            (
-                {
-                    "en": "Ignore the knob: the caches filled at the end only, too late to matter",
-                    "zh": "不必理会这个旋钮：cache 到最后才满，来不及起作用",
-                },
-                False,
-                "no-bind",
-            ),
-        ]
-    )
+    """Wrong: the pass's total taken as the knob's effect (keep-base), a bigger pool blamed
+    for more preemption (preempt), "KV did not bind" where it did (no-bind)."""
+    rows = {
+        "spread": (
+            f"No verdict: a {gap:+.0%} gap before the caches filled exceeds the effect",
+            f"下不了结论：cache 填满前就有 {gap:+.0%} 的差距，比效应还大",
+        ),
+        "keep-base": (
+            f"Keep {base}: the smaller KV pool is {faster:.0%} faster over the pass",
+            f"保留 {base}：整轮来看，KV 池小一些反而快 {faster:.0%}",
+        ),
+        "preempt": (
+            f"Revert to {base}: {cand} preempts more because its pool is larger",
+            f"退回 {base}：{cand} 的池子更大，所以抢占更多",
+        ),
+        "no-bind": (
+            "Ignore the knob: the caches filled at the end only, too late to matter",
+            "不必理会这个旋钮：cache 到最后才满，来不及起作用",
+        ),
+    }
+    return keyed(rows, "spread")
 
 
 def _repeat(p: Mapping[str, Any], base: Any) -> dict[str, str]:
@@ -355,7 +330,7 @@ def _repeat(p: Mapping[str, Any], base: Any) -> dict[str, str]:
         for d in dirs
     ]
     apart = max(tok) / min(tok) - 1.0
-    names = [d.as_posix().split("labs/results/")[-1] for d in dirs]
+    names = [run_name(d) for d in dirs]
     a, b = fmt_num(round(tok[0])), fmt_num(round(tok[1]))
     return {
         "en": f" The same sweep run twice in the same order (`{names[0]}`, `{names[1]}`) put "
@@ -368,10 +343,8 @@ def _repeat(p: Mapping[str, Any], base: Any) -> dict[str, str]:
 
 @generator("same_batch_spread")
 def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: run (a recorded lab 01 knobs folder, or inline {value: {tok_s,
-    gen_before_full, kv_full_at_s}}), baseline, candidate, min_gain, repeat (optional: two
-    folders of one sweep run twice). Answer: the gap before the KV cache filled is larger
-    than the effect, so the run cannot judge the knob."""
+    """params: run (lab 01 folder or inline points), baseline, candidate, min_gain, repeat.
+    Answer: the gap before the KV cache filled exceeds the effect: no verdict."""
     src = item_data(p, "run")
     base, cand = p["baseline"], p["candidate"]
     pts, where = _same_batch_points(src, base, cand)
@@ -402,17 +375,16 @@ def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
         "choices": _same_batch_choices(base, cand, gap, faster),
         "explain": {
             "en": f"Until a cache fills, every value of a capacity knob runs the same batch, so "
-            f"the {gap:+.0%} gap there cannot come from the knob. This run does not say "
-            f"what caused it (the points ran in one order, {base} first; clocks and memory "
-            f"placement are other candidates).{rep['en']} Either way the gap is larger than "
-            f"the {overall:+.0%} over the pass ({base} {faster:.0%} faster) and than the "
-            f"{gain:.0%} min_gain, so no verdict on the knob survives it. Lab 01 turns a keep "
-            "inside this spread into recheck (course_utils.core.keep.same_batch_gap).",
-            "zh": f"cache 填满之前，容量类旋钮的每个取值跑的都是同一批请求，所以那一段的 {gap:+.0%} 不可能来自旋钮。"
-            f"这次运行说明不了它的成因（两个点按固定顺序跑，{base} 在先；时钟、显存布局也都可能）。{rep['zh']}"
-            f"无论如何，这个差距比整轮的 {overall:+.0%}（{base} 快 {faster:.0%}）、也比 {gain:.0%} 的 "
-            "min_gain 都大，关于这个旋钮的任何结论都站不住。实验 01 会把落在这个差距之内的「保留」改判为 "
-            "recheck（course_utils.core.keep.same_batch_gap）。",
+            f"the {gap:+.0%} gap there cannot come from the knob (the points ran in one order, "
+            f"{base} first; clocks and memory placement are other candidates).{rep['en']} The "
+            f"gap exceeds both the {overall:+.0%} over the pass ({base} {faster:.0%} faster) "
+            f"and the {gain:.0%} min_gain, so no verdict on the knob survives it; lab 01 turns "
+            "such a keep into recheck (course_utils.core.keep.same_batch_gap).",
+            "zh": f"cache 填满之前，容量类旋钮的每个取值跑的都是同一批请求，所以那一段的 {gap:+.0%} 不可能"
+            f"来自旋钮（两个点按固定顺序跑，{base} 在先；时钟、显存布局也都可能）。{rep['zh']}这个差距比"
+            f"整轮的 {overall:+.0%}（{base} 快 {faster:.0%}）和 {gain:.0%} 的 min_gain 都大，关于这个旋钮"
+            "的任何结论都站不住；实验 01 会把这种「保留」改判为 recheck"
+            "（course_utils.core.keep.same_batch_gap）。",
         },
     }
 
@@ -422,7 +394,7 @@ def _g_tpot_floor(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, gpu, batch, context_tokens, rel_tol. Answer: capacity.tpot_floor_ms."""
     from course_utils.core import capacity
 
-    m = item_model(p)
+    m, _ = item_model(p)
     g = capacity.get_gpu(p.get("gpu", "rtx4090"))
     batch, ctx = int(p.get("batch", 1)), int(p.get("context_tokens", 0))
     ms = capacity.tpot_floor_ms(m, g, batch=batch, context_tokens=ctx)

@@ -3,15 +3,11 @@ recommendations, free wins, the knobs for a constraint, defaults and cross-knob 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from course_utils.quiz.data import option_list
-from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator
-
-# ---------------------------------------------------------------- generators
-# Each returns question fields (type, prompt, explain, choices | answer+tolerance+unit).
-# Answers are computed here from course_utils, never written in the YAML.
+from course_utils.quiz.data import keyed, option_list
+from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
 
 AXES: dict[str, dict[str, str]] = {
     "throughput": {"en": "throughput", "zh": "吞吐"},
@@ -29,10 +25,6 @@ NO_KNOB = {
     "en": "no engine knob: add replicas / route load (or stop tuning)",
     "zh": "没有引擎旋钮可拧：加副本 / 分流（或停止调参）",
 }
-
-
-def _bilist(items: Iterable[str], lang: str) -> str:
-    return ("、" if lang == "zh" else ", ").join(items)
 
 
 def _knob_text(k: Any, move: bool = True) -> dict[str, str]:
@@ -64,28 +56,20 @@ def move_word(move: str, lang: str) -> str:
     return MOVE_WORD.get(move, {"en": move, "zh": move})[lang]
 
 
-def condition(k: Any, axis: str, lang: str) -> str:
-    """The condition the map attaches to a knob's effect on ``axis`` ('' when none)."""
-    fn = getattr(k, "condition", None)
-    return fn(axis, lang) if callable(fn) else ""
-
-
 def effect_line(k: Any, axis: str, lang: str) -> str:
     """``flag ✓/✗: TTFT better (condition); trade: ...`` for per-option explanations."""
     from course_utils.core import knobs
 
     eff = getattr(k, axis)
-    cond = condition(k, axis, lang)
+    cond = k.condition(axis, lang)
     mark = "✓" if eff == "better" else "✗"
+    word = knobs.EFFECT_WORD[eff][lang]
     if lang == "zh":
-        c = f"（{cond}）" if cond else ""
         ax = AXES[axis]["zh"]
-        gap = " " if ax[-1:].isascii() else ""
-        return (
-            f"`{k.flag}` {mark}：{ax}{gap}{knobs.EFFECT_WORD[eff]['zh']}{c}，取舍：{k.trade['zh']}"
-        )
+        c = f"（{cond}）" if cond else ""
+        return f"`{k.flag}` {mark}：{ax}{' ' if ax[-1:].isascii() else ''}{word}{c}，取舍：{k.trade['zh']}"
     c = f" ({cond})" if cond else ""
-    return f"`{k.flag}` {mark}: {AXES[axis]['en']} {knobs.EFFECT_WORD[eff]['en']}{c}; trade: {k.trade['en']}"
+    return f"`{k.flag}` {mark}: {AXES[axis]['en']} {word}{c}; trade: {k.trade['en']}"
 
 
 def each(lines: Sequence[str], lang: str) -> str:
@@ -148,10 +132,9 @@ def _g_knob_recommend(p: Mapping[str, Any]) -> dict[str, Any]:
         "choices": choices,
         "explain": {
             "en": each([effect_line(k, axis, "en") for k in shown], "en")
-            + f" In all, knobs.recommend('{goal}') lists {len(flags)}: "
-            f"{_bilist(flags, 'en')}.",
+            + f" In all, knobs.recommend('{goal}') lists {len(flags)}: {', '.join(flags)}.",
             "zh": each([effect_line(k, axis, "zh") for k in shown], "zh")
-            + f"knobs.recommend('{goal}') 一共列出 {len(flags)} 个：{_bilist(flags, 'zh')}。",
+            + f"knobs.recommend('{goal}') 一共列出 {len(flags)} 个：{'、'.join(flags)}。",
         },
     }
 
@@ -180,17 +163,15 @@ def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
     choices = option_list([(_knob_text(k), helps_both(k), k.name) for k in shown])
 
     def line(k: Any, lg: str) -> str:
-        w = knobs.EFFECT_WORD
-        effs = "/".join(w[e][lg] for e in (k.throughput, k.ttft, k.itl))
-        mark = "✓" if helps_both(k) else "✗"
-        sep = "：" if lg == "zh" else ": "
+        effs = "/".join(knobs.EFFECT_WORD[e][lg] for e in (k.throughput, k.ttft, k.itl))
         head = "吞吐/TTFT/ITL " if lg == "zh" else "throughput/TTFT/ITL "
-        tr = "取舍" if lg == "zh" else "trade"
-        line = f"`{k.flag}` {mark}{sep}{head}{effs}{'，' if lg == 'zh' else '; '}{tr}{sep}{k.trade[lg]}"
+        tr = ("取舍" if lg == "zh" else "trade") + sep(":", lg) + k.trade[lg]
+        out = f"`{k.flag}` {'✓' if helps_both(k) else '✗'}{sep(':', lg)}{head}{effs}"
+        out += ("，" if lg == "zh" else "; ") + tr
         for ax in ("ttft", "itl"):
             if getattr(k, ax) == "depends" and helps_both(k):
-                line += DEPENDS_NOTE[lg].format(ax=AXES[ax][lg])
-        return line
+                out += DEPENDS_NOTE[lg].format(ax=AXES[ax][lg])
+        return out
 
     return {
         "type": "multiple",
@@ -208,10 +189,8 @@ def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
 
 @generator("default_cap")
 def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: gpu (a capacity.GPUS key), small_gpu (one that gets the small default),
-    field_default (the SchedulerConfig field's value), rate (req/s), e2e_s (mean seconds a
-    request spends in the server). Answer: by Little's law, whether the cap vLLM picks on
-    ``gpu`` without the flag (knobs.default, the value the server logs) holds the load."""
+    """params: gpu, small_gpu, field_default, rate, e2e_s. Answer: by Little's law, whether
+    the cap vLLM logs on ``gpu`` without the flag (knobs.default) holds the load."""
     from course_utils.core import capacity, knobs
 
     def cap(key: str) -> int:
@@ -230,32 +209,20 @@ def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     }
     # The wrong options are the two caps learners read instead of the logged one: the
     # field's declared default, and the small-GPU default remembered as "the" default.
-    opts = [
-        (
-            {
-                "en": f"No: {load['en']} in flight, under {logged}",
-                "zh": f"不会：同时在服务器里 {load['zh']} 个，低于 {logged}",
-            },
-            True,
-            "fits",
+    opts = {
+        "fits": (
+            f"No: {load['en']} in flight, under {logged}",
+            f"不会：同时在服务器里 {load['zh']} 个，低于 {logged}",
         ),
-        (
-            {
-                "en": f"Yes: {load['en']} in flight, over the {fd} the config declares",
-                "zh": f"会：同时在服务器里 {load['zh']} 个，超过配置字段声明的 {fd}",
-            },
-            False,
-            "field",
+        "field": (
+            f"Yes: {load['en']} in flight, over the {fd} the config declares",
+            f"会：同时在服务器里 {load['zh']} 个，超过配置字段声明的 {fd}",
         ),
-        (
-            {
-                "en": f"Yes: {load['en']} in flight, over the default of {small} requests",
-                "zh": f"会：同时在服务器里 {load['zh']} 个，超过默认的 {small} 个上限",
-            },
-            False,
-            "small",
+        "small": (
+            f"Yes: {load['en']} in flight, over the default of {small} requests",
+            f"会：同时在服务器里 {load['zh']} 个，超过默认的 {small} 个上限",
         ),
-    ]
+    }
     return {
         "type": "single",
         "prompt": {
@@ -269,19 +236,17 @@ def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
             f"同样的命令在 {sgpu.name} 上日志是 {small}。你的负载：{fmt_num(rate)} req/s，每个请求"
             f"平均在服务器里待 {fmt_num(e2e)} 秒。这个上限会让请求排队吗？",
         },
-        "choices": option_list(opts),
+        "choices": keyed(opts, "fits"),
         "explain": {
             "en": f"Little's law: requests in the server = rate × time each spends there = "
             f"{load['en']}. The cap that runs is the one the server logs: "
-            "`EngineArgs.get_batch_defaults` (vllm/engine/arg_utils.py) fills the unset flag "
-            f"by GPU memory, {logged} on this card and {small} on the {sgpu.name}; the field's "
-            f"{fd} is for tests. {fmt_num(n)} < {logged}, so the cap holds this load and any "
-            "queue has another cause (KV space or the step's token budget).",
+            "`EngineArgs.get_batch_defaults` (vllm/engine/arg_utils.py) sets the unset flag by "
+            f"GPU memory ({logged} here, {small} on the {sgpu.name}); the field's {fd} is for "
+            f"tests. {fmt_num(n)} < {logged}: any queue has another cause.",
             "zh": f"利特尔定律：服务器里的请求数 = 到达速率 × 每个请求停留的时间 = {load['zh']}。"
             "真正生效的上限是服务器日志里的那个：不设 flag 时由 `EngineArgs.get_batch_defaults`"
-            f"（vllm/engine/arg_utils.py）按显存来填，这张卡是 {logged}，{sgpu.name} 是 {small}；"
-            f"字段里的 {fd} 是给测试用的。{fmt_num(n)} < {logged}，所以上限装得下这份负载，"
-            "如果有排队，原因在别处（KV 空间或每步的 token 预算）。",
+            f"（vllm/engine/arg_utils.py）按显存来填（这张卡是 {logged}，{sgpu.name} 是 {small}）；"
+            f"字段里的 {fd} 是给测试用的。{fmt_num(n)} < {logged}：如果有排队，原因在别处。",
         },
     }
 
@@ -299,10 +264,10 @@ def _g_knob_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
     shown = [knobs.get(n) for n in p["knobs"]] if p.get("knobs") else list(knobs.KNOBS.values())
 
     def line(k: Any, lg: str) -> str:
-        sep = "：" if lg == "zh" else ": "
-        if k.name in names:
-            return f"`{k.flag}` ✓{sep}{move_word(k.relieves[c], lg)}{'，' if lg == 'zh' else '; '}{k.trade[lg]}"
-        return f"`{k.flag}` ✗{sep}{k.label[lg]}"
+        if k.name not in names:
+            return f"`{k.flag}` ✗{sep(':', lg)}{k.label[lg]}"
+        move = move_word(k.relieves[c], lg)
+        return f"`{k.flag}` ✓{sep(':', lg)}{move}{'，' if lg == 'zh' else '; '}{k.trade[lg]}"
 
     return {
         "type": "multiple",
@@ -313,8 +278,7 @@ def _g_knob_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
         "choices": _knob_choices(p.get("knobs"), names, move=False),
         "explain": {
             "en": each([line(k, "en") for k in shown], "en")
-            + " Turn one, re-measure goodput, keep it only if goodput rises "
-            "inside the SLO.",
+            + " Turn one, re-measure goodput, keep it only if goodput rises inside the SLO.",
             "zh": each([line(k, "zh") for k in shown], "zh")
             + "一次拧一个，重测 goodput，只有 SLO 内 goodput 上升才保留。",
         },
@@ -335,39 +299,18 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
     except knobs.KnobError as e:
         ok, why = False, str(e)
     on = f" ({fmt_num(gib)} GiB GPU)" if gib else ""
-    # The wrong options are the two ways learners expect a bad combination to be handled:
-    # accepted as given, or quietly adjusted by vLLM.
     on_zh = f"（{fmt_num(gib)} GiB 显卡）" if gib else ""
-    opts = [
-        (
-            {
-                "en": "It starts: the flags are accepted as given.",
-                "zh": "能启动：参数按给定值生效。",
-            },
-            ok,
-            "starts",
+    # Wrong: the two ways learners expect a bad combination to be handled.
+    opts = {
+        "starts": ("It starts: the flags are accepted as given.", "能启动：参数按给定值生效。"),
+        "rejected": ("Start-up fails with a config error.", "启动失败：配置校验报错。"),
+        "clamped": (
+            "It starts, and vLLM silently lowers one value to fit.",
+            "能启动，vLLM 悄悄把某个值调小以适配。",
         ),
-        (
-            {"en": "Start-up fails with a config error.", "zh": "启动失败：配置校验报错。"},
-            not ok,
-            "rejected",
-        ),
-        (
-            {
-                "en": "It starts, and vLLM silently lowers one value to fit.",
-                "zh": "能启动，vLLM 悄悄把某个值调小以适配。",
-            },
-            False,
-            "clamped",
-        ),
-    ]
-    where = sorted(
-        {
-            f"{kk.config.split('.')[0]} ({kk.source})"
-            for kk in knobs.KNOBS.values()
-            if why and kk.name in why
-        }
-    )
+    }
+    hit = [kk for kk in knobs.KNOBS.values() if why and kk.name in why]
+    where = sorted({f"{kk.config.split('.')[0]} ({kk.source})" for kk in hit})
     explain = (
         {
             "en": f"knobs.validate raises: {why}. vLLM checks it in {', '.join(where)} "
@@ -387,6 +330,6 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
             "en": f"`vllm serve MODEL {argv}`{on}: what happens?",
             "zh": f"`vllm serve MODEL {argv}`{on_zh}：会发生什么？",
         },
-        "choices": option_list(opts),
+        "choices": keyed(opts, "starts" if ok else "rejected"),
         "explain": explain,
     }

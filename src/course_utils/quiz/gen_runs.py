@@ -1,10 +1,4 @@
-"""Reasoning items generated from the recorded GPU runs (``labs/results/<run>/``): Little's
-law against the waiting/running series and TTFT split by the /metrics histograms ("can you
-trust this measurement?" items are in ``gen_trust``).
-
-Every generator names the exact run it reads and raises QuizError when the data does not
-support the keyed answer, so an item cannot teach what its own data contradicts.
-"""
+"""Items from recorded GPU runs: Little's law and the TTFT split by /metrics histograms."""
 
 from __future__ import annotations
 
@@ -13,17 +7,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.store import POINTS_FILE
-from course_utils.quiz.data import option_list, recorded_point, resolve_path
-from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator
-
-REPO_RUNS = "labs/results/"
-
-
-def run_name(path: Path) -> str:
-    """``h200-2026-11-29c/slo`` for a path inside labs/results (what a prompt cites)."""
-    text = path.as_posix()
-    return text.split(REPO_RUNS, 1)[1] if REPO_RUNS in text else path.name
+from course_utils.quiz.data import (
+    keyed,
+    option_list,
+    recorded_point,
+    resolve_path,
+    run_name,
+    sweep_records,
+)
+from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
 
 
 def point_load(p: Mapping[str, Any]) -> dict[str, Any]:
@@ -33,12 +25,9 @@ def point_load(p: Mapping[str, Any]) -> dict[str, Any]:
     rec = recorded_point(p)
     if rec is None:
         raise QuizError(f"recorded point {p.get('point')!r} not found")
-    bench = json.loads(rec["bench"].read_text(encoding="utf-8"))
-    samples = metrics.load_series(rec["series"])
     return {
-        "bench": bench,
-        "samples": samples,
-        "summary": metrics.summarize(samples),
+        "bench": json.loads(rec["bench"].read_text(encoding="utf-8")),
+        "summary": metrics.summarize(metrics.load_series(rec["series"])),
         "knobs": rec["knobs"],
         "workload": rec["workload"],
         "where": run_name(rec["bench"].parent.parent.parent),
@@ -48,9 +37,6 @@ def point_load(p: Mapping[str, Any]) -> dict[str, Any]:
 def in_flight(bench: Mapping[str, Any]) -> float:
     """Little's law: completed requests per second x mean end-to-end latency (s)."""
     return float(bench["request_throughput"]) * float(bench["mean_e2el_ms"]) / 1000.0
-
-
-# ---------------------------------------------------------------- Little's law
 
 
 @generator("littles_law")
@@ -98,25 +84,21 @@ def sweep_points(root: Path, knob: str) -> list[dict[str, Any]]:
     from course_utils.core import metrics
 
     out: dict[Any, dict[str, Any]] = {}
-    for line in (root / POINTS_FILE).read_text(encoding="utf-8").splitlines():
-        rec = json.loads(line) if line.strip() else {}
-        d = root / "points" / str(rec.get("key"))
+    for rec, d in sweep_records(root):
         value = (rec.get("knobs") or {}).get(knob)
-        if value is None or not (d / "bench.json").is_file():
-            continue
-        out[value] = {
-            "value": value,
-            "bench": json.loads((d / "bench.json").read_text()),
-            "summary": metrics.summarize(metrics.load_series(d / "metrics.jsonl")),
-        }
+        if value is not None:
+            out[value] = {
+                "value": value,
+                "bench": json.loads((d / "bench.json").read_text()),
+                "summary": metrics.summarize(metrics.load_series(d / "metrics.jsonl")),
+            }
     return [out[v] for v in sorted(out)]
 
 
 @generator("littles_cap")
 def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: results (a recorded sweep dir of max_num_seqs), reference (the value whose
-    point did not queue). Answer: the values below rate x mean E2E of the reference, each
-    checked against its own recorded waiting series (a queue iff below)."""
+    """params: results (a max_num_seqs sweep), reference. Answer: the caps below rate x mean
+    E2E of the reference, each checked against its recorded waiting series."""
     from course_utils.core import diagnose
 
     root = resolve_path(p["results"])
@@ -134,18 +116,12 @@ def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     where = run_name(root)
 
     def why(x: dict[str, Any], lg: str) -> str:
-        s = x["summary"]
+        s, below = x["summary"], x["value"] < n
+        w, r = f"{s.waiting_mean:.1f}", fmt_num(s.running_max)
         if lg == "zh":
-            verdict = "小于" if x["value"] < n else "不小于"
-            return (
-                f"{x['value']}：{verdict} {n:.0f}，实测排队均值 {s.waiting_mean:.1f}、"
-                f"运行数最多 {fmt_num(s.running_max)}"
-            )
-        verdict = "below" if x["value"] < n else "not below"
-        return (
-            f"{x['value']}: {verdict} {n:.0f}; recorded waiting mean {s.waiting_mean:.1f}, "
-            f"running max {fmt_num(s.running_max)}"
-        )
+            return f"{x['value']}：{'小于' if below else '不小于'} {n:.0f}，实测排队均值 {w}、运行数最多 {r}"
+        verdict = "below" if below else "not below"
+        return f"{x['value']}: {verdict} {n:.0f}; recorded waiting mean {w}, running max {r}"
 
     opts = [
         ({lg: f"`--max-num-seqs {x['value']}`" for lg in LANGS}, x["value"] < n, str(x["value"]))
@@ -178,8 +154,6 @@ def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------- TTFT split
-
 TTFT_PARTS = ("queue", "prefill", "outside", "decode")
 
 
@@ -205,53 +179,45 @@ def ttft_key(parts: Mapping[str, float]) -> str:
     raise QuizError("ttft_split: no part holds more than half of TTFT")
 
 
-# The options of ttft_split; the wrong ones are the readings learners bring: "under load
-# TTFT is queueing" (queue), "TTFT is the prompt's compute" (prefill), "the first token
-# needs a decode step" (decode).
-_PART_TEXT = {
-    "queue": {
-        "en": "Waiting in the engine core's queue for a free slot",
-        "zh": "在引擎核心的队列里等空出的名额",
-    },
-    "prefill": {
-        "en": "Prefill compute, from scheduling to the first token",
-        "zh": "prefill 计算：从被调度到产出首 token",
-    },
-    "outside": {
-        "en": "Before the engine queues it, or on the way back",
-        "zh": "进入引擎队列之前，或首 token 的回程上",
-    },
-    "decode": {
-        "en": "The first decode step, after the prefill ends",
-        "zh": "prefill 结束之后的第一个 decode 步",
-    },
+# key: (option en, option zh, why en, why zh); {ms}/{share}: the part's mean and share. The
+# wrong options are learners' readings: "under load TTFT is queueing" (queue), "TTFT is the
+# prompt's compute" (prefill), "the first token needs a decode step" (decode).
+_PARTS = {
+    "queue": (
+        "Waiting in the engine core's queue for a free slot",
+        "在引擎核心的队列里等空出的名额",
+        "queue time {ms} ({share}); `--max-num-seqs` or the token budget act here",
+        "排队时间 {ms}（{share}）；`--max-num-seqs` 或 token 预算作用在这里",
+    ),
+    "prefill": (
+        "Prefill compute, from scheduling to the first token",
+        "prefill 计算：从被调度到产出首 token",
+        "prefill time {ms} ({share}); `--max-num-batched-tokens` acts here",
+        "prefill 时间 {ms}（{share}）；`--max-num-batched-tokens` 作用在这里",
+    ),
+    "outside": (
+        "Before the engine queues it, or on the way back",
+        "进入引擎队列之前，或首 token 的回程上",
+        "TTFT minus both is {ms} ({share}): tokenising, the hand-off to the engine core, "
+        "waiting there for the running step to end, and the way back of the first token; "
+        "longer steps and bigger batches lengthen it",
+        "TTFT 减去前两段还剩 {ms}（{share}）：分词、交给引擎核心、在那里等正在跑的这一步结束，"
+        "以及首 token 的回程；每步越长、批越大，这一段就越长",
+    ),
+    "decode": (
+        "The first decode step, after the prefill ends",
+        "prefill 结束之后的第一个 decode 步",
+        "never part of TTFT: the step that finishes the prompt emits the first token",
+        "从来不属于 TTFT：算完 prompt 的那一步就产出首 token",
+    ),
 }
 
 
-def _part_why(k: str, parts: Mapping[str, float], lg: str) -> str:
-    ms = {x: f"{parts[x]:.0f} ms" for x in ("queue", "prefill", "outside")}
-    share = {x: f"{parts[x] / parts['ttft']:.0%}" for x in ("queue", "prefill", "outside")}
-    en = {
-        "queue": f"queue time {ms['queue']} ({share['queue']}); `--max-num-seqs` or the "
-        "token budget act here",
-        "prefill": f"prefill time {ms['prefill']} ({share['prefill']}); "
-        "`--max-num-batched-tokens` acts here",
-        "outside": f"TTFT minus both is {ms['outside']} ({share['outside']}): tokenising, "
-        "the hand-off to the engine core, waiting there for the running step to end (new "
-        "requests are taken only between steps) and the way back of the first token; "
-        "longer steps and bigger batches lengthen it",
-        "decode": "never part of TTFT: the step that finishes the prompt emits the first token",
-    }
-    zh = {
-        "queue": f"排队时间 {ms['queue']}（{share['queue']}）；`--max-num-seqs` 或 token 预算作用在这里",
-        "prefill": f"prefill 时间 {ms['prefill']}（{share['prefill']}）；"
-        "`--max-num-batched-tokens` 作用在这里",
-        "outside": f"TTFT 减去前两段还剩 {ms['outside']}（{share['outside']}）：分词、交给引擎核心、"
-        "在那里等正在跑的这一步结束（引擎核心只在两步之间接收新请求），以及首 token 的回程；"
-        "每步越长、批越大，这一段就越长",
-        "decode": "从来不属于 TTFT：算完 prompt 的那一步就产出首 token",
-    }
-    return (zh if lg == "zh" else en)[k]
+def _part_line(k: str, parts: Mapping[str, float], lg: str) -> str:
+    en, zh, why_en, why_zh = _PARTS[k]
+    ms, share = f"{parts.get(k, 0):.0f} ms", f"{parts.get(k, 0) / parts['ttft']:.0%}"
+    why = (why_zh if lg == "zh" else why_en).format(ms=ms, share=share)
+    return (zh if lg == "zh" else en) + sep(":", lg) + why
 
 
 @generator("ttft_split")
@@ -264,14 +230,8 @@ def _g_ttft_split(p: Mapping[str, Any]) -> dict[str, Any]:
     from course_utils.core import metrics
 
     q, pf, tt = metrics.QUEUE_TIME, metrics.PREFILL_TIME, metrics.TTFT
-    opts = [(_PART_TEXT[k], k == key, k) for k in TTFT_PARTS]
-    lines = {
-        lg: ("；" if lg == "zh" else "; ").join(
-            f"{_PART_TEXT[k][lg]}{'：' if lg == 'zh' else ': '}{_part_why(k, parts, lg)}"
-            for k in TTFT_PARTS
-        )
-        for lg in LANGS
-    }
+    opts = {k: _PARTS[k][:2] for k in TTFT_PARTS}
+    lines = {lg: sep(";", lg).join(_part_line(k, parts, lg) for k in TTFT_PARTS) for lg in LANGS}
     return {
         "type": "single",
         "prompt": {
@@ -283,17 +243,14 @@ def _g_ttft_split(p: Mapping[str, Any]) -> dict[str, Any]:
             f"它的 /metrics 直方图（每请求均值）：`{tt}` {parts['ttft']:.0f} ms，`{q}` "
             f"{parts['queue']:.1f} ms，`{pf}` {parts['prefill']:.1f} ms。TTFT 大部分花在哪？",
         },
-        "choices": option_list(opts),
+        "choices": keyed(opts, key),
         "explain": {
-            "en": "vLLM stamps a request's arrival before tokenising it "
-            "(vllm/renderers/base.py), then when the engine core queues it, when it is "
-            "scheduled and when the step with its first token ends; TTFT ends when the API "
-            "server has that token (vllm/v1/metrics/stats.py). The engine core takes new "
-            "requests only between steps (`run_busy_loop` in vllm/v1/engine/core.py). "
-            f"{lines['en']}. Turn the knob of the part that dominates, and only that one.",
-            "zh": "vLLM 在分词之前就记下请求的到达时间（vllm/renderers/base.py），之后依次记下进入引擎核心"
-            "队列、被调度、产出首 token 的那一步结束的时间；TTFT 到 API 服务器拿到这个 token 为止"
-            "（vllm/v1/metrics/stats.py）。引擎核心只在两步之间接收新请求（vllm/v1/engine/core.py 的 "
-            f"`run_busy_loop`）。{lines['zh']}。只去拧占大头的那一段对应的旋钮。",
+            "en": "vLLM stamps a request's arrival before tokenising it, then when the engine "
+            "core queues it, schedules it and ends the step with its first token "
+            "(vllm/v1/metrics/stats.py); the engine core takes new requests only between "
+            f"steps (`run_busy_loop`). {lines['en']}. Turn the knob of the part that dominates.",
+            "zh": "vLLM 在分词之前就记下请求的到达时间，之后依次记下进入引擎核心队列、被调度、产出首 token "
+            "的那一步结束的时间（vllm/v1/metrics/stats.py）；引擎核心只在两步之间接收新请求"
+            f"（`run_busy_loop`）。{lines['zh']}。只去拧占大头的那一段对应的旋钮。",
         },
     }

@@ -1,22 +1,12 @@
-"""A reasoning item from the recorded lab 03 run (``core.scaleout.RUN_DIR`` by default): how
-many replicas a target rate needs, from the one-GPU knee that run measured. The key follows
-from the cited data through ``core.keep.pick_knee`` and ``core.replicas.plan_replicas``; the
-generator refuses a run whose one-GPU scan found no rate that met the SLO."""
+"""How many replicas a target rate needs, from lab 03's recorded one-GPU knee."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from course_utils.quiz.data import resolve_path
 from course_utils.quiz.engine import QuizError, fmt_num, generator
-
-
-def run_cited(folder: Path) -> str:
-    """What a prompt cites: the run folder's name (``h200x2-2026-11-30``)."""
-    root = folder.parent if folder.name == "scaleout" else folder
-    return root.name
 
 
 @generator("replicas_plan")
@@ -36,7 +26,7 @@ def _g_replicas_plan(p: Mapping[str, Any]) -> dict[str, Any]:
         raise QuizError("replicas_plan: no one-GPU rate met the SLO in the recorded run")
     target, headroom = float(p["target"]), float(p["headroom"])
     plan = replicas.plan_replicas(lo, hi, target, headroom)
-    where = run_cited(folder)
+    where = (folder.parent if folder.name == "scaleout" else folder).name
     seen = sorted(
         (float(x["rate_key"]), keep.as_point(x).meets_slo) for x in recs if x.get("valid")
     )
@@ -47,6 +37,18 @@ def _g_replicas_plan(p: Mapping[str, Any]) -> dict[str, Any]:
     hi_en = "no rate above it that missed" if hi is None else f"{fmt_num(hi)} req/s (missed)"
     hi_zh = "（更高的速率没测到未达标）" if hi is None else f" {fmt_num(hi)} req/s（未达标）"
     h = f"{headroom:.0%}"
+    short = {"en": "", "zh": ""}
+    if plan.short == plan.safe:
+        short = {
+            "en": " Both ends of the range give the same count here.",
+            "zh": "这里区间两端算出的副本数相同。",
+        }
+    elif plan.short is not None:
+        short = {
+            "en": f" From the upper end you would get {plan.short}; fewer than that cannot keep "
+            "the headroom even at the knee's upper bound.",
+            "zh": f"按上端算是 {plan.short} 个；比它还少，就算拐点在上界也留不出余量。",
+        }
     return {
         "type": "numeric",
         "answer": plan.safe,
@@ -63,25 +65,10 @@ def _g_replicas_plan(p: Mapping[str, Any]) -> dict[str, Any]:
             "en": f"The knee lies between {fmt_num(lo)} req/s (met) and {hi_en}. Plan each replica "
             f"at {fmt_num(lo)} x (1 - {headroom:g}) = {plan.per_replica_low:.4g} req/s, so "
             f"{fmt_num(target)} / {plan.per_replica_low:.4g} rounds up to {plan.safe}: the safe "
-            "end, since no replica then runs above a rate measured to meet the SLO. "
-            + (
-                f"From the upper end you would get {plan.short}; fewer than that cannot keep "
-                "the headroom even at the knee's upper bound."
-                if plan.short is not None and plan.short != plan.safe
-                else "Both ends of the range give the same count here."
-                if plan.short is not None
-                else ""
-            ),
+            "end, since no replica then runs above a rate measured to meet the SLO." + short["en"],
             "zh": f"拐点在 {fmt_num(lo)} req/s（达标）和{hi_zh}之间。每个副本按 {fmt_num(lo)} ×"
             f"（1 - {headroom:g}）= {plan.per_replica_low:.4g} req/s 规划，{fmt_num(target)} / "
             f"{plan.per_replica_low:.4g} 向上取整得 {plan.safe}：这是安全端，每个副本都不会跑在"
-            "实测达标的速率之上。"
-            + (
-                f"按上端算是 {plan.short} 个；比它还少，就算拐点在上界也留不出余量。"
-                if plan.short is not None and plan.short != plan.safe
-                else "这里区间两端算出的副本数相同。"
-                if plan.short is not None
-                else ""
-            ),
+            "实测达标的速率之上。" + short["zh"],
         },
     }

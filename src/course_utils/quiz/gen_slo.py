@@ -11,19 +11,21 @@ from course_utils.quiz.data import (
     item_bench,
     item_data,
     item_slo,
+    keyed,
     option_list,
     per_request_of,
     recorded_point,
     recorded_sweep,
     requests_bench,
     resolve_path,
+    run_name,
     slo_text,
 )
-from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator
+from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
 from course_utils.quiz.gen_knobs import CONSTRAINTS, NO_KNOB, each, move_word
 
 
-def _requests_text(p: Mapping[str, Any], b: Any) -> dict[str, str]:
+def _requests_text(b: Any) -> dict[str, str]:
     per = per_request_of(b)
     pairs = [f"{t:.0f}/{d:.0f}" for t, d in zip(per["ttft"], per["tpot"], strict=True)]
     rows, rows_zh = "; ".join(pairs), "；".join(pairs)
@@ -46,7 +48,7 @@ def _g_request_goodput(p: Mapping[str, Any]) -> dict[str, Any]:
     if g is None:
         raise QuizError("this result has no per-request data")
     good = round(g * float(b.duration))
-    intro = _requests_text(p, b)
+    intro = _requests_text(b)
     targets = " ".join(s.goodput_args())
     return {
         "type": "numeric",
@@ -78,65 +80,40 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
 
     s = item_slo(p)
     rec = recorded_point(p)
-    if rec:
-        b = item_bench(rec["bench"])
+    if not rec and ("requests" in p or "ttft_ms" in p):
+        b = requests_bench(p)
     else:
-        b = (
-            requests_bench(p)
-            if "requests" in p or "ttft_ms" in p
-            else item_bench(item_data(p, "bench"))
-        )
+        b = item_bench(rec["bench"] if rec else item_data(p, "bench"))
     sc = slo_mod.score(b, s)
     keys = [k for k in s.targets() if b.percentile(k, s.percentile) is not None]
-    over = {k for k in keys if b.percentile(k, s.percentile) > s.targets()[k]}
-    each_p99 = [f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms" for k in keys]
-    pcts, pcts_zh = ", ".join(each_p99), "，".join(each_p99)
-    opts: list[tuple[dict[str, str], bool, str]] = [
-        (
-            {
-                "en": f"It passes: the score is the full throughput ({b.request_throughput:.2f} "
-                "req/s).",
-                "zh": f"通过：得分就是全部吞吐（{b.request_throughput:.2f} req/s）。",
-            },
-            sc.meets_slo,
-            "pass",
-        )
-    ]
-    for k in keys:
-        opts.append(
-            (
-                {
-                    "en": f"It fails on {k.upper()} only: score 0.",
-                    "zh": f"只在 {k.upper()} 上不达标：得 0 分。",
-                },
-                over == {k},
-                f"fail-{k}",
+    over = [k for k in keys if b.percentile(k, s.percentile) > s.targets()[k]]
+    p99s = [f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms" for k in keys]
+    thr = f"{b.request_throughput:.2f} req/s"
+    rows = {
+        "pass": (
+            f"It passes: the score is the full throughput ({thr}).",
+            f"通过：得分就是全部吞吐（{thr}）。",
+        ),
+        **{
+            f"fail-{k}": (
+                f"It fails on {k.upper()} only: score 0.",
+                f"只在 {k.upper()} 上不达标：得 0 分。",
             )
-        )
+            for k in keys
+        },
+    }
     if len(keys) > 1:
-        opts.append(
-            (
-                {
-                    "en": "It fails on more than one target: score 0.",
-                    "zh": "不止一个目标不达标：得 0 分。",
-                },
-                len(over) > 1,
-                "fail-several",
-            )
+        rows["fail-several"] = (
+            "It fails on more than one target: score 0.",
+            "不止一个目标不达标：得 0 分。",
         )
+    right = "pass" if sc.meets_slo else f"fail-{over[0]}" if len(over) == 1 else "fail-several"
     if per_request_of(b) is not None:
-        intro = _requests_text(p, b)
+        intro = _requests_text(b)
     else:  # a saved result: its p99s and throughput are what the gate reads
-        got = {
-            lg: ("，" if lg == "zh" else ", ").join(
-                f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms" for k in keys
-            )
-            for lg in LANGS
-        }
-        thr = f"{b.request_throughput:.2f} req/s"
         intro = {
-            "en": f"`vllm bench serve` reported {thr} completed, {got['en']}.",
-            "zh": f"`vllm bench serve` 报告完成 {thr}，{got['zh']}。",
+            "en": f"`vllm bench serve` reported {thr} completed, {', '.join(p99s)}.",
+            "zh": f"`vllm bench serve` 报告完成 {thr}，{'，'.join(p99s)}。",
         }
     return {
         "type": "single",
@@ -146,12 +123,12 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
             "zh": f"{intro['zh']}SLO：{slo_text(s, 'zh')}。本课的 p99 门槛（每个 p99 都达标就记全部吞吐，"
             "否则记 0）怎么判？".strip(),
         },
-        "choices": option_list(opts),
+        "choices": keyed(rows, right),
         "explain": {
-            "en": f"{pcts}. "
+            "en": f"{', '.join(p99s)}. "
             + (f"Violations: {'; '.join(sc.violations)}. " if sc.violations else "")
             + sc.why_they_differ("en"),
-            "zh": f"{pcts_zh}。"
+            "zh": f"{'，'.join(p99s)}。"
             + (f"不达标：{'; '.join(sc.violations)}。" if sc.violations else "")
             + sc.why_they_differ("zh"),
         },
@@ -160,9 +137,7 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
 
 @generator("slo_compare")
 def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: slo, configs: [{name, request_throughput, p99 fields, good_share}]. Answer:
-    the config that both vLLM's per-request goodput (throughput x share of requests within
-    every target) and the p99 gate rank first (QuizError when they disagree)."""
+    """params: slo, configs. Answer: the config both goodputs rank first."""
     from course_utils.core import slo as slo_mod
 
     s = item_slo(p)
@@ -182,51 +157,38 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
     best_gate = max(rows, key=lambda r: r["gate"])["name"]
     if best_req != best_gate:
         raise QuizError("slo_compare: the two goodputs rank the configs differently")
-    opts = [({lg: r["name"] for lg in LANGS}, r["name"] == best_req, r["name"]) for r in rows]
+    opts = {r["name"]: (r["name"], r["name"]) for r in rows}
     # "tie": the mistake of scoring both by the share of requests that met the SLO alone
-    opts.append(({"en": "Neither: they score the same", "zh": "都不是：得分一样"}, False, "tie"))
+    opts["tie"] = ("Neither: they score the same", "都不是：得分一样")
 
     def desc(r: dict[str, Any], lg: str) -> str:
         b = r["b"]
-        comma = "，" if lg == "zh" else ", "
-        p99 = comma.join(
-            f"p99 {k.upper()} {fmt_num(b.percentile(k))} ms"
-            for k in s.targets()
-            if b.percentile(k) is not None
-        )
-        if lg == "zh":
-            return (
-                f"{r['name']}：{b.request_throughput:.2f} req/s，{p99}，{r['share']:.0%} 的请求"
-                "各项都达标"
-            )
-        return (
-            f"{r['name']}: {b.request_throughput:.2f} req/s, {p99}, {r['share']:.0%} of "
-            "requests within every target"
-        )
+        p99 = [f"p99 {k.upper()} {fmt_num(b.percentile(k))} ms" for k in s.targets()]
+        ok = "的请求各项都达标" if lg == "zh" else "of requests within every target"
+        parts = [f"{b.request_throughput:.2f} req/s", *p99, f"{r['share']:.0%} {ok}"]
+        return r["name"] + sep(":", lg) + sep(",", lg).join(parts)
 
     def score(r: dict[str, Any], lg: str) -> str:
-        gate = f"{r['gate']:.2f} req/s"
-        if lg == "zh":
-            return f"{r['name']}：vLLM goodput {r['req']:.2f} req/s，p99 门槛 {gate}"
-        return f"{r['name']}: vLLM goodput {r['req']:.2f} req/s, p99 gate {gate}"
+        gate = f"{'p99 门槛' if lg == 'zh' else 'p99 gate'} {r['gate']:.2f} req/s"
+        return f"{r['name']}{sep(':', lg)}vLLM goodput {r['req']:.2f} req/s{sep(',', lg)}{gate}"
 
-    sep = {"en": "; ", "zh": "；"}
+    def joined(fn: Any, lg: str) -> str:
+        return sep(";", lg).join(fn(r, lg) for r in rows)
+
     return {
         "type": "single",
         "prompt": {
-            "en": f"{sep['en'].join(desc(r, 'en') for r in rows)}. SLO: "
-            f"{slo_text(s, 'en')}. Scored by goodput, which config is better?",
-            "zh": f"{sep['zh'].join(desc(r, 'zh') for r in rows)}。SLO：{slo_text(s, 'zh')}。"
-            "以 goodput 打分，哪个配置更好？",
+            "en": f"{joined(desc, 'en')}. SLO: {slo_text(s, 'en')}. Scored by goodput, which "
+            "config is better?",
+            "zh": f"{joined(desc, 'zh')}。SLO：{slo_text(s, 'zh')}。以 goodput 打分，哪个配置更好？",
         },
-        "choices": option_list(opts),
+        "choices": keyed(opts, best_req),
         "explain": {
-            "en": f"{sep['en'].join(score(r, 'en') for r in rows)}. vLLM counts "
-            "the requests that meet every target, per second; the lesson's "
-            "p99 gate gives the full throughput only when every p99 meets "
-            "its target, else 0. Here both pick the same config.",
-            "zh": f"{sep['zh'].join(score(r, 'zh') for r in rows)}。vLLM 统计每秒有多少请求"
-            "各项都达标；本课的 p99 门槛只有在每个 p99 都达标时才记全部吞吐，否则记 0。这里两种分数选的是同一个配置。",
+            "en": f"{joined(score, 'en')}. vLLM counts the requests that meet every target, per "
+            "second; the p99 gate gives the full throughput only when every p99 meets its "
+            "target, else 0. Here both pick the same config.",
+            "zh": f"{joined(score, 'zh')}。vLLM 统计每秒有多少请求各项都达标；p99 门槛只有在每个 p99 "
+            "都达标时才记全部吞吐，否则记 0。这里两种分数选的是同一个配置。",
         },
     }
 
@@ -268,9 +230,8 @@ def _sweep_rows(pts: list[dict[str, Any]], s: Any, how: str, lang: str) -> str:
 
 @generator("sweep_best")
 def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: knob, slo, score (gate|request), results (a recorded sweep dir) and/or
-    points (inline). Answer: the value with the highest score (slo.gate_goodput or
-    slo.request_goodput), or "none" when every point scores 0."""
+    """params: knob, slo, score (gate|request), results and/or points. Answer: the value
+    with the highest score, or "none" when all score 0."""
     from course_utils.core import knobs
     from course_utils.core import slo as slo_mod
 
@@ -286,7 +247,7 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
     flag = knobs.get(p["knob"]).flag
     rate = next((pt["rate"] for pt in pts if pt["rate"]), None)
     try:
-        run = f"`{resolve_path(p['results']).as_posix().split('labs/results/')[-1]}`"
+        run = f"`{run_name(resolve_path(p['results']))}`"
     except (KeyError, QuizError):
         run = ""
     at = f" at {fmt_num(rate)} req/s" if rate else ""
@@ -299,12 +260,12 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
         },
         "request": {"en": "vLLM's per-request goodput", "zh": "vLLM 的逐请求 goodput"},
     }[how]
-    opts = [({lg: f"`{flag} {v}`" for lg in LANGS}, win == v, str(v)) for v, _ in scores]
-    opts.append(
-        ({"en": "None: every value scores 0", "zh": "都不行：每个值都得 0"}, win == "none", "none")
-    )
-    listing = "; ".join(f"{v}: {sc:.2f} req/s" for v, sc in scores)
-    listing_zh = "；".join(f"{v}：{sc:.2f} req/s" for v, sc in scores)
+    opts = {str(v): (f"`{flag} {v}`", f"`{flag} {v}`") for v, _ in scores}
+    opts["none"] = ("None: every value scores 0", "都不行：每个值都得 0")
+    listing = {
+        lg: sep(";", lg).join(f"{v}{sep(':', lg)}{sc:.2f} req/s" for v, sc in scores)
+        for lg in LANGS
+    }
     shown = {lg: _sweep_rows(pts, s, how, lg) for lg in LANGS}
     return {
         "type": "single",
@@ -315,11 +276,11 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
             "zh": f"已录制的实测 {run} 里 `{flag}` 的 sweep（{vals}{at_zh}），SLO "
             f"{slo_text(s, 'zh')}。各取值：{shown['zh']}。以{_pad(name['zh'])}打分，哪个值胜出？",
         },
-        "choices": option_list(opts),
+        "choices": keyed(opts, str(win)),
         "explain": {
-            "en": f"Scores: {listing}. The gate is all-or-nothing on p99; vLLM "
+            "en": f"Scores: {listing['en']}. The gate is all-or-nothing on p99; vLLM "
             "counts good requests one by one, so the two can pick differently.",
-            "zh": f"得分：{listing_zh}。门槛对 p99 是全有或全无；vLLM 逐个数达标请求，"
+            "zh": f"得分：{listing['zh']}。门槛对 p99 是全有或全无；vLLM 逐个数达标请求，"
             "所以两种分数可能选出不同的值。",
         },
     }
@@ -331,10 +292,10 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
 def _diagnosis(p: Mapping[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
     from course_utils.core import diagnose, metrics
 
-    inp = diagnosis_inputs(p)
+    samples, bench, mns = diagnosis_inputs(p)
     s = item_slo(p)
-    d = diagnose.diagnose(inp["samples"], inp["bench"], s, max_num_seqs=inp["max_num_seqs"])
-    return d, metrics.summarize(inp["samples"]), inp["bench"], s, inp["max_num_seqs"]
+    d = diagnose.diagnose(samples, bench, s, max_num_seqs=mns)
+    return d, metrics.summarize(samples), bench, s, mns
 
 
 def _diag_text(cap: int | None, summary: Any, bench: Any, s: Any) -> dict[str, str]:
@@ -368,30 +329,26 @@ def _diag_text(cap: int | None, summary: Any, bench: Any, s: Any) -> dict[str, s
 # {r}: running max, {cap}: max_num_seqs, {kv}: KV usage max, {pre}: preemptions).
 LEAF_WHY: dict[str, dict[str, str]] = {
     "queue_cap": {
-        "en": "Requests wait (mean {w}) while the running batch sits at its cap ({r} of {cap}) "
-        "and the KV cache has room ({kv}): the cap, not memory, holds them back.",
-        "zh": "请求在排队（均值 {w}），运行批顶在上限（{r} / {cap}），KV cache 还有空间（{kv}）："
-        "挡住它们的是上限，不是显存。",
+        "en": "Requests wait (mean {w}) while the batch sits at its cap ({r} of {cap}) and KV "
+        "has room ({kv}): the cap, not memory, holds them back.",
+        "zh": "请求在排队（均值 {w}），运行批顶在上限（{r} / {cap}），KV 还有空间（{kv}）：挡住它们的是上限，不是显存。",
     },
     "queue_budget": {
         "en": "Requests wait (mean {w}) below the cap ({r} of {cap}) with KV room ({kv}), and "
-        "each step uses its whole token budget: the scheduler admits waiting requests "
-        "only while budget is left.",
+        "each step spends its whole token budget, the last thing that admits them.",
         "zh": "请求在排队（均值 {w}），运行数没到上限（{r} / {cap}），KV 也有空间（{kv}），而每步都用满了 "
         "token 预算：调度器只在预算有剩时才放排队的请求进来。",
     },
     "queue_replicas": {
-        "en": "Requests wait (mean {w}) although the batch is below its cap ({r} of {cap}) and "
-        "KV has room ({kv}). The scheduler also stops admitting once a step's token "
-        "budget is spent; when a bigger `--max-num-batched-tokens` does not help either, "
-        "arrivals outrun what this one server completes.",
-        "zh": "请求在排队（均值 {w}），可运行批没到上限（{r} / {cap}），KV 也有空间（{kv}）。"
-        "调度器在一步的 token 预算用完时也会停止放行；如果调大 `--max-num-batched-tokens` 也无济于事，"
-        "就是到达速度超过了这一台服务器的完成速度。",
+        "en": "Requests wait (mean {w}) below the cap ({r} of {cap}) with KV room ({kv}); when a "
+        "bigger `--max-num-batched-tokens` does not help either, arrivals outrun what this "
+        "one server completes.",
+        "zh": "请求在排队（均值 {w}），运行数没到上限（{r} / {cap}），KV 也有空间（{kv}）；如果调大 "
+        "`--max-num-batched-tokens` 也无济于事，就是到达速度超过了这一台服务器的完成速度。",
     },
     "kv": {
-        "en": "The KV cache is full ({kv}) and {pre} preemptions pushed running requests back "
-        "to the queue: memory for KV binds.",
+        "en": "The KV cache is full ({kv}) and {pre} preemptions pushed running requests back: "
+        "memory for KV binds.",
         "zh": "KV cache 满了（{kv}），{pre} 次抢占把运行中的请求推回队列：KV 显存在卡。",
     },
     "prefill": {
@@ -467,16 +424,13 @@ def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
     choices.append({"text": NO_KNOB, "correct": not good, "key": "none"})
 
     def line(k: Any, lg: str) -> str:
-        sep = "：" if lg == "zh" else ": "
         if k.name in good:
-            return (
-                f"`{k.flag}` ✓{sep}{move_word(d.moves[k.name], lg)}（{k.label[lg]}）"
-                if lg == "zh"
-                else f"`{k.flag}` ✓{sep}{move_word(d.moves[k.name], lg)} ({k.label[lg]})"
+            why = f"{move_word(d.moves[k.name], lg)}" + (
+                f"（{k.label[lg]}）" if lg == "zh" else f" ({k.label[lg]})"
             )
-        return f"`{k.flag}` ✗{sep}{k.label[lg]}" + (
-            "，不作用于这个约束" if lg == "zh" else ", not what binds here"
-        )
+            return f"`{k.flag}` ✓{sep(':', lg)}{why}"
+        off = "，不作用于这个约束" if lg == "zh" else ", not what binds here"
+        return f"`{k.flag}` ✗{sep(':', lg)}{k.label[lg]}{off}"
 
     return {
         "type": "multiple",

@@ -1,6 +1,5 @@
-"""Reasoning items on "can you trust this measurement?" from the recorded GPU runs: replayed
-prompts in a knee scan, a JIT compile inside the measured window, preemption under a full KV
-cache. Each generator refuses data that does not support its key."""
+"""Items on whether a measurement can be trusted: replayed prompts, a JIT compile inside
+the window, preemption under a full KV cache."""
 
 from __future__ import annotations
 
@@ -9,9 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from course_utils.quiz.data import option_list, resolve_path
-from course_utils.quiz.engine import QuizError, fmt_num, generator
-from course_utils.quiz.gen_runs import run_name
+from course_utils.quiz.data import keyed, resolve_path, run_name
+from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
 
 
 def _replay_rows(root: Path) -> list[dict[str, float]]:
@@ -32,45 +30,29 @@ def _replay_rows(root: Path) -> list[dict[str, float]]:
 def _replay_choices(
     rows: list[dict[str, float]], bad: list[dict[str, float]]
 ) -> list[dict[str, Any]]:
-    """The four choices of prefix_replay (the first is right). Wrong: a flat p99 taken as
-    proof (trust), the default prefix caching taken as what users get (default), the first
-    rate blamed as cold (cold)."""
+    """Wrong: a flat p99 taken as proof (trust), the default prefix caching taken as what
+    users get (default), the first rate blamed as cold (cold)."""
     bad_rates = "/".join(fmt_num(r["rate"]) for r in bad)
-    opts = [
-        (
-            {
-                "en": f"Not at {bad_rates} req/s: replayed prompts skipped their prefill",
-                "zh": f"{bad_rates} req/s 不可信：重放的 prompt 跳过了 prefill",
-            },
-            True,
-            "replay",
+    top, first = fmt_num(rows[-1]["rate"]), fmt_num(rows[0]["rate"])
+    rows_ = {
+        "replay": (
+            f"Not at {bad_rates} req/s: replayed prompts skipped their prefill",
+            f"{bad_rates} req/s 不可信：重放的 prompt 跳过了 prefill",
         ),
-        (
-            {
-                "en": f"Yes: p99 TTFT stays near 300 ms up to {fmt_num(rows[-1]['rate'])} req/s",
-                "zh": f"可信：直到 {fmt_num(rows[-1]['rate'])} req/s，p99 TTFT 都在 300 ms 附近",
-            },
-            False,
-            "trust",
+        "trust": (
+            f"Yes: p99 TTFT stays near 300 ms up to {top} req/s",
+            f"可信：直到 {top} req/s，p99 TTFT 都在 300 ms 附近",
         ),
-        (
-            {
-                "en": "Yes: prefix caching is on by default, so this is what your users will see too",
-                "zh": "可信：prefix caching 默认就是开启的，用户实际看到的也就是这个结果",
-            },
-            False,
-            "default",
+        "default": (
+            "Yes: prefix caching is on by default, so this is what your users will see too",
+            "可信：prefix caching 默认就是开启的，用户实际看到的也就是这个结果",
         ),
-        (
-            {
-                "en": f"Not at {fmt_num(rows[0]['rate'])} req/s: the first rate ran on a cold server, unwarmed",
-                "zh": f"{fmt_num(rows[0]['rate'])} req/s 的点不可信：第一个速率跑在还没预热的冷服务器上",
-            },
-            False,
-            "cold",
+        "cold": (
+            f"Not at {first} req/s: the first rate ran on a cold server, unwarmed",
+            f"{first} req/s 的点不可信：第一个速率跑在还没预热的冷服务器上",
         ),
-    ]
-    return option_list(opts)
+    }
+    return keyed(rows_, "replay")
 
 
 @generator("prefix_replay")
@@ -85,41 +67,36 @@ def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
     if not bad or len(bad) == len(rows):
         raise QuizError("prefix_replay: needs both replayed and fresh rates")
     where = run_name(root)
+    hits = {"en": "hits", "zh": "命中率"}
     listing = {
-        "en": "; ".join(
-            f"{fmt_num(r['rate'])} req/s: p99 TTFT {r['p99']:.0f} ms, hits {r['hit']:.1%}"
+        lg: sep(";", lg).join(
+            f"{fmt_num(r['rate'])} req/s{sep(':', lg)}p99 TTFT {r['p99']:.0f} ms{sep(',', lg)}"
+            f"{hits[lg]} {r['hit']:.1%}"
             for r in rows
         )
-        + ".",
-        "zh": "；".join(
-            f"{fmt_num(r['rate'])} req/s：p99 TTFT {r['p99']:.0f} ms，命中率 {r['hit']:.1%}"
-            for r in rows
-        )
-        + "。",
+        for lg in LANGS
     }
     return {
         "type": "single",
         "prompt": {
             "en": f"Knee scan of the recorded run `{where}`: random 512-token prompts (no shared "
             f"prefix), every rate on one server with the same `--seed`. Prefix-cache hits / "
-            f"queries over each run: {listing['en']} Can you trust this knee?",
+            f"queries over each run: {listing['en']}. Can you trust this knee?",
             "zh": f"已录制的实测 `{where}` 的拐点扫描：随机 512 token prompt（没有共享前缀），所有速率"
             f"在同一个服务器上、用同一个 `--seed`。每段的 prefix cache 命中 / 查询："
-            f"{listing['zh']}这个拐点可信吗？",
+            f"{listing['zh']}。这个拐点可信吗？",
         },
         "choices": _replay_choices(rows, bad),
         "explain": {
-            "en": "The same seed sent the same random prompts at every rate, and the server "
-            "kept their KV from the previous rate: at a hit rate above "
-            f"{validity.REPLAY_HIT_RATE:.0%} the prefill was mostly skipped, so those "
-            "TTFTs are not those of new prompts (fresh servers at 55 req/s missed 300 ms). "
-            "Users with random prompts get no such hits, and the first rate is the only "
-            "honest one. Give each rate its own seed or restart the server, and check the hit "
-            "rate before reading a knee.",
-            "zh": "同一个 seed 在每个速率都发出同样的随机 prompt，而服务器还留着上一个速率的 KV："
-            f"命中率超过 {validity.REPLAY_HIT_RATE:.0%} 时 prefill 大多被跳过，这些 TTFT 不是新 prompt "
-            "的 TTFT（新起的服务器在 55 req/s 下都超了 300 ms）。真实用户的随机 prompt 不会这样命中，"
-            "第一个速率反而是唯一可信的点。每个速率换一个 seed 或重启服务器，读拐点之前先看命中率。",
+            "en": "The same seed sent the same random prompts at every rate and the server kept "
+            f"their KV: above a {validity.REPLAY_HIT_RATE:.0%} hit rate the prefill was mostly "
+            "skipped, so those TTFTs are not those of new prompts (fresh servers at 55 req/s "
+            "missed 300 ms). Only the first rate is honest. Give each rate its own seed or a "
+            "fresh server, and check the hit rate before reading a knee.",
+            "zh": "同一个 seed 在每个速率都发出同样的随机 prompt，服务器还留着它们的 KV：命中率超过 "
+            f"{validity.REPLAY_HIT_RATE:.0%} 时 prefill 大多被跳过，这些 TTFT 不是新 prompt 的 TTFT"
+            "（新起的服务器在 55 req/s 下都超了 300 ms）。只有第一个速率可信。每个速率换一个 seed 或"
+            "新起服务器，读拐点之前先看命中率。",
         },
     }
 
@@ -134,45 +111,26 @@ def _overrides(text: Any) -> Any:
         return None
 
 
-def _jit_choices() -> list[dict[str, Any]]:
-    """The four choices of jit_window (the first is right). Wrong: the compile taken as part
-    of the setting's cost (cost), compiles taken to happen at start-up (startup), the queue
-    blamed on the cap (cap)."""
-    opts = [
-        (
-            {
-                "en": "No: a one-time compile stalled requests inside the window",
-                "zh": "不可信：一次性的编译卡住了窗口里的请求",
-            },
-            True,
-            "jit",
-        ),
-        (
-            {
-                "en": "Yes: compiling kernels is part of what this setting costs",
-                "zh": "可信：编译内核本来就是这个配置的代价",
-            },
-            False,
-            "cost",
-        ),
-        (
-            {
-                "en": "Yes: vLLM compiles its kernels at start-up, before any window",
-                "zh": "可信：vLLM 在启动时就编译好内核，不会落进窗口",
-            },
-            False,
-            "startup",
-        ),
-        (
-            {
-                "en": "No: the cap is too small, so the queue makes TTFT meaningless",
-                "zh": "不可信：上限太小，排队让 TTFT 失去意义",
-            },
-            False,
-            "cap",
-        ),
-    ]
-    return option_list(opts)
+# Wrong: the compile taken as part of the setting's cost (cost), compiles taken to happen
+# at start-up (startup), the queue blamed on the cap (cap).
+JIT_CHOICES = {
+    "jit": (
+        "No: a one-time compile stalled requests inside the window",
+        "不可信：一次性的编译卡住了窗口里的请求",
+    ),
+    "cost": (
+        "Yes: compiling kernels is part of what this setting costs",
+        "可信：编译内核本来就是这个配置的代价",
+    ),
+    "startup": (
+        "Yes: vLLM compiles its kernels at start-up, before any window",
+        "可信：vLLM 在启动时就编译好内核，不会落进窗口",
+    ),
+    "cap": (
+        "No: the cap is too small, so the queue makes TTFT meaningless",
+        "不可信：上限太小，排队让 TTFT 失去意义",
+    ),
+}
 
 
 @generator("jit_window")
@@ -209,18 +167,15 @@ def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
             f"during inference: {k}`。这次报告 p99 TTFT {fmt_num(round(res['p99_ttft_ms']))} ms。"
             "拿它和别的配置比，这个数可信吗？",
         },
-        "choices": _jit_choices(),
+        "choices": keyed(JIT_CHOICES, "jit"),
         "explain": {
             "en": f"vLLM compiles `{k}` the first time a sampling batch needs it, once per "
-            "process (vllm/utils/jit_monitor.py warns about it), so a run without warm-up "
-            "pays it inside its window: the requests that arrive meanwhile pile up and "
-            "the p99 TTFT measures the compile, not the setting. `--num-warmups 8` moved "
-            "the same compile before the window in the later run (h200-2026-11-29c). "
-            "`core.vllm_logs.parse_sweep_log` finds such lines per window.",
-            "zh": f"vLLM 在采样第一次用到 `{k}` 时才编译它，每个进程一次（vllm/utils/jit_monitor.py 会告警），"
-            "所以没有预热的压测会在计时窗口里付这笔开销：编译期间到达的请求堆积起来，p99 TTFT 量的是编译，"
-            "不是配置本身。后来那次实测（h200-2026-11-29c）加了 `--num-warmups 8`，同一次编译就落到了"
-            "窗口之前。`core.vllm_logs.parse_sweep_log` 能按窗口找出这类日志行。",
+            "process (vllm/utils/jit_monitor.py warns), so a run without warm-up pays it inside "
+            "its window: the p99 TTFT measures the compile, not the setting. `--num-warmups 8` "
+            "moved it before the window in the later run (h200-2026-11-29c).",
+            "zh": f"vLLM 在采样第一次用到 `{k}` 时才编译它，每个进程一次（vllm/utils/jit_monitor.py "
+            "会告警），所以没有预热的压测在计时窗口里付这笔开销：p99 TTFT 量的是编译，不是配置。后来那次"
+            "实测（h200-2026-11-29c）加了 `--num-warmups 8`，编译就落到了窗口之前。",
         },
     }
 
@@ -231,14 +186,8 @@ def _preempt_stats(root: Path, value: Any) -> tuple[dict[str, Any], list[Any], A
     from course_utils.core import vllm_logs
     from course_utils.core.records import read_jsonl, read_text
 
-    rec = next(
-        (
-            r
-            for r in read_jsonl(root / "results.jsonl")
-            if r.get("value") == value and r.get("status") == "ok"
-        ),
-        None,
-    )
+    recs = [r for r in read_jsonl(root / "results.jsonl") if r.get("value") == value]
+    rec = next((r for r in recs if r.get("status") == "ok"), None)
     if rec is None:
         raise QuizError(f"kv_preempt: no point {value} in {root}")
     log = root / "points" / str(rec["key"]) / "llm.log"
@@ -250,44 +199,25 @@ def _preempt_stats(root: Path, value: Any) -> tuple[dict[str, Any], list[Any], A
     return rec, stats, full, peak
 
 
-def _preempt_choices() -> list[dict[str, Any]]:
-    """The four choices of kv_preempt (the first is right). Wrong: the usual causes of a queue
-    read without the stats lines (arrivals, cap, budget)."""
-    opts = [
-        (
-            {
-                "en": "The KV cache filled, so vLLM preempted running requests",
-                "zh": "KV cache 满了，vLLM 把运行中的请求抢占回队列",
-            },
-            True,
-            "preempt",
-        ),
-        (
-            {
-                "en": "New requests kept arriving faster than the running ones finished",
-                "zh": "新请求持续到达，来得比运行中的请求完成得还快",
-            },
-            False,
-            "arrivals",
-        ),
-        (
-            {
-                "en": "The running batch hit its `max_num_seqs` cap, so the rest had to wait",
-                "zh": "运行批顶到了 `max_num_seqs` 上限，其余的请求只能等",
-            },
-            False,
-            "cap",
-        ),
-        (
-            {
-                "en": "Each step's token budget was spent on prefill, so no one else got in",
-                "zh": "每步的 token 预算都花在了 prefill 上，别的请求挤不进来",
-            },
-            False,
-            "budget",
-        ),
-    ]
-    return option_list(opts)
+# Wrong: the usual causes of a queue, read without the stats lines.
+PREEMPT_CHOICES = {
+    "preempt": (
+        "The KV cache filled, so vLLM preempted running requests",
+        "KV cache 满了，vLLM 把运行中的请求抢占回队列",
+    ),
+    "arrivals": (
+        "New requests kept arriving faster than the running ones finished",
+        "新请求持续到达，来得比运行中的请求完成得还快",
+    ),
+    "cap": (
+        "The running batch hit its `max_num_seqs` cap, so the rest had to wait",
+        "运行批顶到了 `max_num_seqs` 上限，其余的请求只能等",
+    ),
+    "budget": (
+        "Each step's token budget was spent on prefill, so no one else got in",
+        "每步的 token 预算都花在了 prefill 上，别的请求挤不进来",
+    ),
+}
 
 
 @generator("kv_preempt")
@@ -313,18 +243,16 @@ def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
             f"{p['value']}`：{n} 个请求一次性提交，之后不再有新请求。vLLM 每 10 秒的统计行："
             f"{rows_zh}。为什么会有请求在等？",
         },
-        "choices": _preempt_choices(),
+        "choices": keyed(PREEMPT_CHOICES, "preempt"),
         "explain": {
-            "en": f"Nothing new arrived, and the running count fell below its start of "
-            f"{first.running}, so neither arrivals nor the cap explain the queue. It starts "
-            f"when KV usage reaches {full.kv_usage:.1%}: each generated token needs KV "
-            "space, and when a running request cannot get a new block the v1 scheduler "
-            "preempts the newest running request, frees its blocks and puts it back to "
-            "waiting, to be recomputed later (`_preempt_request` in "
-            "vllm/v1/core/sched/scheduler.py). A bigger KV pool moves this point later.",
-            "zh": f"没有新请求到达，运行数也从一开始的 {first.running} 往下掉，所以既不是到达太快，也不是上限在卡。"
-            f"排队从 KV 使用率到 {full.kv_usage:.1%} 时开始：每生成一个 token 都要 KV 空间，运行中的请求"
-            "拿不到新 block 时，v1 调度器会抢占最新进入运行的请求，释放它的 block，把它放回等待队列，之后重算"
-            "（vllm/v1/core/sched/scheduler.py 的 `_preempt_request`）。KV 池更大，这个时刻就来得更晚。",
+            "en": f"Nothing new arrived and the running count fell below its start of "
+            f"{first.running}, so neither arrivals nor the cap explain the queue. It starts when "
+            f"KV usage reaches {full.kv_usage:.1%}: a running request that cannot get a new "
+            "block makes the v1 scheduler preempt the newest one back to waiting, to be "
+            "recomputed (`_preempt_request` in vllm/v1/core/sched/scheduler.py).",
+            "zh": f"没有新请求到达，运行数也从一开始的 {first.running} 往下掉，所以既不是到达太快，也不是"
+            f"上限在卡。排队从 KV 使用率到 {full.kv_usage:.1%} 时开始：运行中的请求拿不到新 block 时，v1 "
+            "调度器把最新进入运行的请求抢占回等待队列，之后重算（vllm/v1/core/sched/scheduler.py 的 "
+            "`_preempt_request`）。",
         },
     }

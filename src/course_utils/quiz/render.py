@@ -51,11 +51,7 @@ def dom_id(lesson: str, lang: str, n: int) -> str:
 
 
 def html(lesson: str, lang: Lang = "en", *, questions: Sequence[Question] | None = None) -> str:
-    """Self-contained quiz: markup, inline CSS, answer data and inline JS grader.
-
-    Works in the built book (no kernel, no network) and in a trusted Jupyter output.
-    Deterministic: the same inputs give the same bytes.
-    """
+    """Self-contained quiz (markup, CSS, answer data, JS grader): grades with no kernel."""
     lang = pick_lang(lang)
     qs = list(questions) if questions is not None else load(lesson)
     s = STRINGS[lang]
@@ -176,14 +172,8 @@ def widget(lesson: str, lang: Lang = "en", *, questions: Sequence[Question] | No
 
 
 def live_frontend() -> bool:
-    """True when a Jupyter frontend that renders widgets is driving this kernel.
-
-    ``COURSE_UTILS_QUIZ_LIVE=1/0`` forces it (the book build should export 0). Otherwise:
-    an IPython kernel, ipywidgets importable, and a frontend marker: ``JPY_SESSION_NAME``
-    (set by jupyter_server for kernels of notebook sessions, never by nbclient, so not under
-    myst-nb, nbval or papermill) or Colab. Elsewhere (VS Code, nbconvert) the static HTML
-    is shown, and it grades there too.
-    """
+    """True when a Jupyter frontend that renders widgets drives this kernel
+    (``COURSE_UTILS_QUIZ_LIVE=1/0`` forces it; nbclient, nbval and the book build are not)."""
     force = os.environ.get("COURSE_UTILS_QUIZ_LIVE")
     if force in ("0", "1"):
         return force == "1"
@@ -214,12 +204,7 @@ class _Both:
 
 
 def show(lesson: str, lang: Lang = "en", *, live: bool | None = None) -> None:
-    """Display the quiz in a notebook cell.
-
-    Always the static HTML (what the built book shows and grades). When a live widget
-    frontend is present (``live_frontend()``, or ``live=True``), the same output also
-    carries the ipywidgets view, which such a frontend renders in preference to the HTML.
-    """
+    """Display the static quiz; with a live widget frontend the output also carries widgets."""
     from IPython.display import HTML, display
 
     static = html(lesson, lang)

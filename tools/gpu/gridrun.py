@@ -1,62 +1,158 @@
-"""Running vLLM's grid (lab.grid): the sweep's inputs, its bench command, the combos to
-measure again, and the CLI of tools/gpu/side_by_side.sh (its files: tools/gpu/sweep_files.py).
+#!/usr/bin/env python3
+"""vLLM's grid on the GPU host (tools/gpu/side_by_side.sh, grid_decode.sh, case.sh): the
+sweep's inputs, its bench command, the combos to measure again, and the loop against the
+grid. Reading and comparing the results is course_utils.lab.grid.
 
-    python -m course_utils.lab.gridrun prepare DIR --model M --port P (--preset NAME | --input-len
-        N --output-len N --num-prompts N --rate R --slo S --grid SPEC) [--base K=V ...]
+    python tools/gpu/gridrun.py prepare DIR --model M --port P (--preset NAME | --input-len N
+        --output-len N --num-prompts N --rate R --slo S --grid SPEC) [--base K=V ...]
         [--part I/N] [--num-warmups N | --warmup-share S]
-    python -m course_utils.lab.gridrun bench --workload JSON [--warmup-share S] -- vllm bench serve ...
-    python -m course_utils.lab.gridrun reopen DIR
-    python -m course_utils.lab.gridrun compare GRID_DIR TUNE_DIR [--json F] [--lang zh]
-    python -m course_utils.lab.gridrun table [--lang zh] [--json]      (the book's table)
+    python tools/gpu/gridrun.py bench --workload JSON [--warmup-share S] -- vllm bench serve ...
+    python tools/gpu/gridrun.py reopen DIR
+    python tools/gpu/gridrun.py compare GRID_DIR TUNE_DIR [--json F] [--lang zh]
 
-The grid's bench command is ``bench``: lab.measure's warm-up (the load's shape and rate, a
+vLLM 0.26.0 (vllm/benchmarks/sweep/): ``--serve-params`` is a JSON list of dicts, one server
+each, in order; ``_benchmark_name`` names a combo's folder, every other key is a serve flag.
+``run_benchmark`` appends ``--percentile-metrics ... --save-result --result-dir D
+--result-filename run=N.json`` to the bench command; ``--resume`` starts no server for a
+combo that has a summary.json.
+
+``bench`` is the grid's bench command: lab.measure's warm-up (the load's shape and rate, a
 share of its prompts, its own seed) as ``D/<run>.warmup.json``, then the sweep's own argv,
-unchanged, its output streamed to the sweep's log and kept in ``D/<run>.bench.log``, then
+its output streamed to the sweep's log and kept in ``D/<run>.bench.log``, then
 ``D/<run>.harness.json``: both calls' walls and engine peaks (/metrics), the prefix-cache hit
-rate and lab.measure's validity gate (core.validity). vLLM's own ``--num-warmups N`` (N copies
-of the first request at once, vllm/benchmarks/serve.py) never reaches a load's batch sizes;
-``prepare --num-warmups`` keeps it as an option. vLLM 0.26.0's sweep (sweep/serve.py
-``run_benchmark``) appends ``--percentile-metrics ... --save-result --result-dir D
---result-filename run=N.json`` to the bench command itself.
+rate and lab.measure's validity gate. vLLM's own ``--num-warmups N`` (N copies of the first
+request at once) never reaches a load's batch sizes; ``prepare --num-warmups`` keeps it as
+an option.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import re
 import shlex
 import shutil
 import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from course_utils.core import knobs as knobs_mod
+from course_utils.core import presets
 from course_utils.core.metrics import MetricsSampler, summarize
 from course_utils.core.records import Workload
 from course_utils.core.slo import SLO
-from course_utils.core.validate import CourseArgumentParser, error_line
+from course_utils.core.texts import loop_vs_grid
+from course_utils.core.validate import (
+    CourseArgumentParser,
+    error_line,
+    parse_assign,
+    parse_values,
+    workload_from_args,
+)
 from course_utils.core.validity import prefix_cache_hit_rate, validity_issues, warmup_issue
+from course_utils.lab import rehearsal
 from course_utils.lab.bench import BenchError, bench_args, run_bench
 from course_utils.lab.grid import (
+    DEFAULTS_NAME,
     GRID_FILE,
     GridError,
-    GridSpec,
     combo_label,
     compare,
     experiment_dir,
-    grid_combos,
     grid_points,
     harness_path,
-    parse_grid,
     read_grid_meta,
 )
 from course_utils.lab.measure import MeasureConfig
 from course_utils.lab.proc import run_logged
+from course_utils.lab.server import VllmServer
+from course_utils.lab.sweep import couple_knobs, validate_each
 
-__all__ = ["bench", "main", "prepare", "reopen_rejected"]
+# --------------------------------------------------------------------------------------
+# the grid: knobs and values, and the combos vLLM will serve
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """One or two knobs with their values. ``mode`` "product": every pair; "one-at-a-time":
+    each value of each knob from the base knobs (vLLM's defaults first, as the loop starts)."""
+
+    axes: tuple[tuple[str, tuple[Any, ...]], ...]
+    mode: str = "product"
+    with_defaults: bool = False
+
+
+def parse_grid(spec: str, *, with_defaults: bool | None = None) -> GridSpec:
+    """``K=V1,V2`` (one knob), ``K1=... x K2=...`` (every pair) or ``K1=... + K2=...`` (one
+    knob at a time from the base, vLLM's defaults included). Knob names are checked."""
+    text = spec.strip()
+    if " x " in text and " + " in text:
+        raise ValueError(f"grid {spec!r}: use ' x ' or ' + ', not both")
+    mode = "one-at-a-time" if " + " in text else "product"
+    parts = [p.strip() for p in re.split(r" [x+] ", text) if p.strip()]
+    if not 1 <= len(parts) <= 2:
+        raise ValueError(f"grid {spec!r}: one or two knobs (K=V1,V2 x K2=V3,V4)")
+    axes = []
+    for p in parts:
+        k, sep, v = p.partition("=")
+        if not sep or not v.strip():
+            raise ValueError(f"grid {spec!r}: expected KNOB=V1,V2,..., got {p!r}")
+        name = knobs_mod.get(k.strip().lstrip("-").replace("-", "_")).name
+        axes.append((name, tuple(parse_values(v))))
+    if len({a[0] for a in axes}) != len(axes):
+        raise ValueError(f"grid {spec!r}: a knob appears twice")
+    wd = (mode == "one-at-a-time") if with_defaults is None else with_defaults
+    return GridSpec(axes=tuple(axes), mode=mode, with_defaults=wd)
+
+
+def grid_combos(
+    spec: GridSpec,
+    base: Mapping[str, Any] | None = None,
+    *,
+    gpu_memory_gib: float = 24.0,
+    couple: bool = True,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The ``--serve-params`` records and the combos left out (one line each).
+
+    Every combo is validated with the base knobs (this GPU size's defaults) before any
+    server starts: a server vLLM rejects aborts its whole sweep. A swept knob is coupled
+    like ``tune(couple=True)`` (lab.sweep.couple_knobs); a product combo vLLM would reject
+    is left out (both values were chosen)."""
+    base_ = knobs_mod.validate(dict(base or {}), entry="serve")
+    raw: list[tuple[dict[str, Any], str | None]] = [({}, None)] if spec.with_defaults else []
+    if spec.mode == "product":
+        names = [a[0] for a in spec.axes]
+        one = names[0] if len(names) == 1 else None  # one knob: coupled like tune()
+        raw += [
+            (dict(zip(names, vs, strict=True)), one)
+            for vs in itertools.product(*(a[1] for a in spec.axes))
+        ]
+    else:
+        raw += [({k: v}, k) for k, vals in spec.axes for v in vals]
+    out: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for over, swept in raw:
+        try:
+            checked = validate_each({**base_, **over})  # each alone; the pair after coupling
+            coupled: dict[str, Any] = {}
+            if couple and swept is not None:
+                checked, coupled = couple_knobs(checked, swept, gpu_memory_gib)
+            knobs_mod.validate(checked, gpu_memory_gib=gpu_memory_gib, entry="serve")
+        except knobs_mod.KnobError as exc:
+            skipped.append(f"{combo_label(over) or DEFAULTS_NAME}: {exc}")
+            continue
+        combo = {k: checked[k] for k in over} | coupled if over else {}
+        combo = combo or {"_benchmark_name": DEFAULTS_NAME}
+        if combo not in out:
+            out.append(combo)
+    return out, skipped
+
 
 # flags vllm/benchmarks/sweep/serve.py run_benchmark appends itself (value-taking, or not)
 SWEEP_APPENDED_FLAGS = {
@@ -110,8 +206,6 @@ def prepare(
     """Write serve_params.json (this part's combos: every ``part[1]``-th from ``part[0]``),
     serve_cmd.txt, bench_cmd.txt and grid.json into ``out``; return grid.json's content.
     ``num_warmups`` (vLLM's own warm-up) replaces ``bench`` with plain `vllm bench serve`."""
-    from course_utils.lab.server import VllmServer
-
     if not 0 <= part[0] < part[1]:
         raise ValueError(f"part {part[0]} of {part[1]}: give 0 <= part < parts")
     o = Path(out)
@@ -135,8 +229,7 @@ def prepare(
         opts = [] if warmup_share is None else ["--warmup-share", f"{warmup_share:g}"]
         cmd = [
             python,
-            "-m",
-            "course_utils.lab.gridrun",
+            str(Path(__file__).resolve()),
             "bench",
             "--workload",
             w,
@@ -221,7 +314,7 @@ def _warm_up(
         return {"status": "none"}
     base_url, model = _flag(argv, "--base-url"), _flag(argv, "--model")
     if base_url is None or model is None:
-        raise SystemExit("gridrun bench: the bench command needs --base-url and --model")
+        raise SystemExit("gridrun.py bench: the bench command needs --base-url and --model")
     sampler = MetricsSampler(base_url + "/metrics", interval_s=cfg.metrics_interval_s)
     t0 = time.monotonic()
     print(f"gridbench: warm-up {ww.num_prompts} prompts at {ww.request_rate:g} req/s", flush=True)
@@ -260,7 +353,7 @@ def bench(argv: Sequence[str]) -> int:
         print("error: no `vllm bench serve ...` after -- → fix: give it after --", file=sys.stderr)
         return 2
     cut = args.index("--")
-    ap = argparse.ArgumentParser(prog="python -m course_utils.lab.gridrun bench")
+    ap = argparse.ArgumentParser(prog="python tools/gpu/gridrun.py bench")
     ap.add_argument("--workload", required=True, help="core.records.Workload as JSON")
     ap.add_argument("--warmup-share", type=float, default=MeasureConfig.warmup_share)
     ap.add_argument("--warmup-min-prompts", type=int, default=MeasureConfig.warmup_min_prompts)
@@ -353,9 +446,6 @@ def reopen_rejected(grid_dir: str | Path, slo: SLO | str, rejected: str | Path) 
 def _from_args(a: argparse.Namespace) -> tuple[GridSpec, Workload, SLO, dict[str, Any]]:
     """Explicit flags over the preset's values; a preset's grid starts, like the loop, from
     vLLM's defaults."""
-    from course_utils.core import presets
-    from course_utils.core.validate import parse_assign, workload_from_args
-
     pre = presets.get(a.preset, a.gpu) if a.preset else None
     given = pre is not None or None not in (a.input_len, a.output_len, a.num_prompts, a.rate)
     if not given or not (a.slo or pre) or not (a.grid or pre):
@@ -376,8 +466,6 @@ def _from_args(a: argparse.Namespace) -> tuple[GridSpec, Workload, SLO, dict[str
         return spec, w, slo, base
     # the target's budget and defaults in the base knobs, every gpu_memory_utilization
     # scaled, as the loop's --rehearse-gpu does (lab.rehearsal); saved next to the grid
-    from course_utils.lab import rehearsal
-
     Path(a.out).mkdir(parents=True, exist_ok=True)
     sweeps = {k: list(vals) for k, vals in spec.axes}
     r, base, scaled = rehearsal.apply(target, "serve", base, sweeps, cache=Path(a.out) / "gpu.json")
@@ -389,7 +477,7 @@ def _from_args(a: argparse.Namespace) -> tuple[GridSpec, Workload, SLO, dict[str
 
 def _parser() -> argparse.ArgumentParser:
     ap = CourseArgumentParser(
-        prog="python -m course_utils.lab.gridrun", description=__doc__.split("\n\n")[0]
+        prog="python tools/gpu/gridrun.py", description=__doc__.split("\n\n")[0]
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare", help="serve_params.json, serve/bench commands, grid.json")
@@ -421,11 +509,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--slo", help="default: grid.json's")
     c.add_argument("--plateau", type=float, default=0.02)
     c.add_argument("--objective", default="request_goodput")
-    for s in (c, tb := sub.add_parser("table", help="the book's loop-vs-grid table")):
-        s.add_argument("--lang", choices=("en", "zh"), default="en")
+    c.add_argument("--lang", choices=("en", "zh"), default="en")
     c.add_argument("--json")
-    tb.add_argument("--index", type=Path, help="default: labs/results/loop_vs_grid.json")
-    tb.add_argument("--json", action="store_true", help="the rows as JSON")
     r = sub.add_parser("reopen", help="combos with no valid run aside, for --resume")
     r.add_argument("out", help="the side-by-side folder (grid.json, vllm_sweep/)")
     return ap
@@ -480,23 +565,15 @@ def _dispatch(a: argparse.Namespace) -> int:
         for label in reopen_rejected(d / "vllm_sweep", str(meta["slo"]), d / "rejected"):
             print(f"reopen: {label} had no valid run: moved to {d / 'rejected'}, measured again")
     elif a.cmd == "compare":
-        from course_utils.core.texts import loop_vs_grid as table
-
         slo_text = a.slo or (read_grid_meta(a.grid_dir) or {}).get("slo")
         if not slo_text:
             raise ValueError("no SLO → fix: give --slo, or a grid folder with its grid.json")
         cmp = compare(
             a.grid_dir, a.tune_dir, str(slo_text), plateau=a.plateau, objective=a.objective
         )
-        print(table(cmp, a.lang))
+        print(loop_vs_grid(cmp, a.lang))
         if a.json:
             Path(a.json).write_text(json.dumps(cmp, indent=1, default=str))
-    elif a.cmd == "table":
-        from course_utils.lab.grid import INDEX, case_table, rows
-
-        rs = rows(a.index or INDEX)
-        out = json.dumps([r.as_dict() for r in rs], indent=1, default=str)
-        print(out if a.json else case_table(rs, a.lang))
     return 0
 
 

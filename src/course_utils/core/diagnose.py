@@ -57,11 +57,10 @@ class Thresholds:
                 "mean tokens per step / max_num_batched_tokens that counts as spent",
             ),
         }
-        d = Thresholds()
         return [
             {
                 "name": f.name,
-                "default": str(getattr(d, f.name)),
+                "default": str(f.default),
                 "meaning": docs[f.name][0 if lang == "zh" else 1],
             }
             for f in fields(Thresholds)

@@ -332,6 +332,8 @@ def predict(
     non_torch = TERMS["non_torch_gib"].value
     overhead = act + non_torch if overhead_gib is None else overhead_gib
     weights = shape.loaded_weight_gib()
+    if kv_dtype.startswith("fp8"):
+        weights += TERMS["fp8_kv_load_gib"].value
     kv_mem = requested - weights - overhead
     blocks = shape.kv_blocks(max(kv_mem, 0.0), kv_dtype)
     per_req = math.ceil(max_model_len / BLOCK_SIZE)

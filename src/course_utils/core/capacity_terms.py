@@ -29,6 +29,14 @@ TERMS: dict[str, Term] = {
         "the same on any GPU (the loader allocates the same tensors); assumed for other "
         "dense 7-8B models until the probe's Llama-3-8B and AWQ cases measure them",
     ),
+    "fp8_kv_load_gib": Term(
+        0.03,
+        "GiB",
+        "'Model loading took 14.32 GiB' with kv_cache_dtype=fp8 against 14.29 GiB with the "
+        "model's dtype, the same model and budget",
+        "labs/results/h200-2026-12-02/grid-kv sweep-2/3 (two fp8 starts)",
+        "assumed the same on any GPU; measured for Qwen2.5-7B only",
+    ),
     # profile_run's forward pass: the compiled MLP holds gate_up (2 x intermediate) and the
     # activation (intermediate) at once, plus the residual stream
     "forward_factor": Term(

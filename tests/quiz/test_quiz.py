@@ -40,6 +40,12 @@ MULTI = dict(type="multiple", choices=[
     {"text": {"zh": "丙", "en": "C"}, "correct": True}])
 
 
+def _entry(lesson: str, qid: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A lesson's item as written (its templates), with other params."""
+    raw = yaml.safe_load(quiz.quiz_path(lesson).read_text(encoding="utf-8"))["questions"]
+    return {**next(e for e in raw if e["id"] == qid), "params": params}
+
+
 def _num(answer: float, **tol: float) -> quiz.Question:
     return _q(type="numeric", answer=answer, tolerance=tol, unit={"zh": "个", "en": "things"})
 
@@ -449,15 +455,45 @@ def test_kv_binding_question_reads_the_recorded_lab01_run() -> None:
     assert "does not bind" in q.explain["en"] and "没有卡住" in q.explain["zh"]
     assert quiz.grade(q, 345_088).correct  # without the block rounding: within 5 %
     assert not quiz.grade(q, 1_782_064).correct
-    fallback = {"id": "kv", "generator": "kv_binding",
-                "params": {**q.params, "records": [q.params["records"][1]]}}
-    inline = quiz.expand(fallback)
+    inline = quiz.expand(_entry("knobs", q.id, {**q.params, "records": [q.params["records"][1]]}))
     assert inline.answer == q.answer and "h200" not in inline.prompt["en"]
 
 
 def test_every_generator_is_used_and_checked() -> None:
     used = {q.generator for lesson in quiz.LESSONS for q in quiz.load(lesson) if q.generator}
     assert used == set(quiz.GENERATORS)
+
+
+def test_a_template_uses_every_value_and_no_other_name(tmp_path: Path) -> None:
+    """A generator's values fill its item's {name}s; a name it does not compute, a value the
+    text leaves out (in either language) or a right key with no choice is refused, naming
+    the item."""
+    params = {"model": "qwen2.5-7b-instruct", "gpu": "rtx4090", "batch": 1}
+    entry = _entry("knobs", "tpot-floor-4090", params)
+    q = quiz.expand(entry)
+    assert "batch 1," in q.prompt["en"] and "batch 1，" in q.prompt["zh"]
+    assert not re.search("[{}]", q.prompt["en"] + q.prompt["zh"] + q.explain["en"])
+
+    def load(item: dict[str, Any]) -> list[quiz.Question]:
+        f = tmp_path / f"{len(list(tmp_path.iterdir()))}.yaml"  # load caches by path
+        f.write_text(yaml.safe_dump({"lesson": "knobs", "title": {"zh": "题", "en": "t"},
+                                     "questions": [item]}, allow_unicode=True))
+        return quiz.load("knobs", f)
+
+    assert load(entry)[0].prompt == q.prompt
+    en, zh = entry["explain"]["en"], entry["explain"]["zh"]
+    bad = [({"en": en + " {nope}", "zh": zh}, r"en placeholders unknown \['nope'\], unused \[\]"),
+           ({"en": en.replace("{ms}", "1"), "zh": zh}, r"en placeholders unknown \[\], unused \['ms'\]"),
+           ({"en": en, "zh": zh.replace("{gb}", "1")}, r"zh placeholders .* unused \['gb'\]")]
+    for explain, msg in bad:
+        with pytest.raises(quiz.QuizError, match=r"\(tpot-floor-4090\): " + msg):
+            load({**entry, "explain": explain})
+    preempt = _entry("knobs", "kv-preempt-lab01", {"run": "labs/results/h200-2026-11-29c/knobs",
+                                                   "value": 0.8})
+    assert _keys(load(preempt)[0]) == {"preempt"}
+    choices = {k: v for k, v in preempt["choices"].items() if k != "preempt"}
+    with pytest.raises(quiz.QuizError, match=r"\(kv-preempt-lab01\): no choice keyed preempt"):
+        load({**preempt, "choices": choices})
 
 
 def test_written_choice_questions_have_no_duplicate_texts(lesson: str) -> None:
@@ -540,13 +576,13 @@ def test_startup_facts_come_from_core_vllm_logs(tmp_path: Path) -> None:
     facts, from_log = qdata.logged_memory({"log": str(tmp_path / "serve.log"), "kv_memory_gib": 1})
     assert from_log and facts == {"kv_memory_gib": 5.98, "kv_tokens": 112048.0,
                                   "concurrency": 27.36, "concurrency_len": 4096.0}
-    q = quiz.expand({"id": "k", "generator": "kv_tokens",
-                     "params": {"model": "qwen2.5-7b-instruct", "kv_memory_gib": 99,
-                                "log": [str(tmp_path / "nope.log"), str(tmp_path / "serve.log")]}})
+    logs = [str(tmp_path / "nope.log"), str(tmp_path / "serve.log")]
+    q = quiz.expand(_entry("knobs", "kv-tokens-h200",
+                           {"model": "qwen2.5-7b-instruct", "kv_memory_gib": 99, "log": logs}))
     assert q.answer == capacity.load_model().kv_tokens(5.98)
     assert quiz.grade(q, 112048).correct and "112,048 tokens" in q.explain["en"]
     missing = {"model": "qwen2.5-7b-instruct", "kv_memory_gib": 99, "log": "nope/*.log"}
-    q = quiz.expand({"id": "k", "generator": "kv_tokens", "params": missing})
+    q = quiz.expand(_entry("knobs", "kv-tokens-h200", missing))
     assert q.answer == capacity.load_model().kv_tokens(99)
 
 
@@ -750,8 +786,7 @@ def test_same_batch_spread_question_reads_the_recorded_run() -> None:
     ids = {c.key: c.id for c in q.choices}
     assert quiz.grade(q, ids["spread"]).correct
     assert not any(quiz.grade(q, ids[k]).correct for k in ("keep-base", "preempt", "no-bind"))
-    fallback = quiz.expand({"id": "s", "generator": "same_batch_spread",
-                            "params": {**q.params, "run": [q.params["run"][1]]}})
+    fallback = quiz.expand(_entry("knobs", q.id, {**q.params, "run": [q.params["run"][1]]}))
     assert _keys(fallback) == _keys(q) == {"spread"}
     assert fallback.explain == q.explain and "h200" not in fallback.prompt["en"]
 

@@ -386,6 +386,8 @@ def expand(entry: Mapping[str, Any], where: str = "entry") -> Question:
         "generator": name,
         "params": params,
     }
+    if "values" in gen:
+        return _build(fields | _filled(entry, gen, where), where)
     if "prompt" in entry:
         fields["prompt"] = entry["prompt"]
     elif "intro" in entry:
@@ -399,6 +401,38 @@ def expand(entry: Mapping[str, Any], where: str = "entry") -> Question:
             lg: _end(gen["explain"][lg], lg) + STRINGS[lg]["sep"] + extra[lg] for lg in LANGS
         }
     return _build(fields, where)
+
+
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
+def _filled(entry: Mapping[str, Any], gen: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A templated item: its prompt, explain and ``choices`` (``key: {zh, en}``, correct when
+    the generator's ``right`` names the key) with each ``{name}`` replaced by the generator's
+    ``values[name]`` ({zh, en}, or one value for both); every name must be used in each
+    language, and nothing else written in braces."""
+    choices = entry.get("choices") or {}
+    if not isinstance(choices, Mapping):
+        raise QuizError(f"{where}: a generator item's choices map keys to {{zh, en}} texts")
+    raw = {"prompt": entry.get("prompt"), "explain": entry.get("explain")}
+    texts = {k: _bi(v, f"{where} {k}") for k, v in (raw | dict(choices)).items()}
+    right = gen.get("right", ())
+    right = {right} if isinstance(right, str) else set(right)
+    if choices and not right <= set(choices):
+        raise QuizError(f"{where}: no choice keyed {', '.join(sorted(right - set(choices)))}")
+    out: dict[str, dict[str, str]] = {k: {} for k in texts}
+    for lg in LANGS:
+        vals = {k: str(v[lg] if isinstance(v, Mapping) else v) for k, v in gen["values"].items()}
+        used = {n for t in texts.values() for n in _FIELD.findall(t[lg])}
+        if used != set(vals):
+            unknown, unused = sorted(used - set(vals)), sorted(set(vals) - used)
+            raise QuizError(f"{where}: {lg} placeholders unknown {unknown}, unused {unused}")
+        for k, t in texts.items():
+            out[k][lg] = _FIELD.sub(lambda m: vals[m[1]], t[lg])  # noqa: B023 (used at once)
+    filled: dict[str, Any] = {"prompt": out.pop("prompt"), "explain": out.pop("explain")}
+    if choices:
+        filled["choices"] = [{"text": t, "correct": k in right, "key": k} for k, t in out.items()]
+    return filled
 
 
 def _end(text: str, lang: str) -> str:

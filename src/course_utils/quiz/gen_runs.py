@@ -49,34 +49,26 @@ def _g_littles_law(p: Mapping[str, Any]) -> dict[str, Any]:
     seen = s.running_mean + s.waiting_mean
     if abs(seen - n) > 0.15 * n:
         raise QuizError(f"littles_law: gauges say {seen:.1f} in flight, the law {n:.1f}")
-    cap = pt["knobs"].get("max_num_seqs")
-    thr, e2e = b["request_throughput"], b["mean_e2el_ms"]
     return {
         "type": "numeric",
         "answer": round(n, 1),
         "tolerance": {"rel": p.get("rel_tol", 0.05)},
         "unit": {"en": "requests", "zh": "个请求"},
-        "prompt": {
-            "en": f"Recorded run `{pt['where']}`, point `--max-num-seqs {cap}`: `vllm bench "
-            f"serve` completed {thr:.2f} req/s with a mean end-to-end latency of "
-            f"{fmt_num(round(e2e))} ms. On average, how many requests were inside the server "
-            "(running or waiting)?",
-            "zh": f"已录制的实测 `{pt['where']}`，`--max-num-seqs {cap}` 这个点：`vllm bench serve` "
-            f"完成 {thr:.2f} req/s，平均端到端延迟 {fmt_num(round(e2e))} ms。平均有多少个请求"
-            "在服务器里（运行中或排队中）？",
-        },
-        "explain": {
-            "en": f"Little's law: requests in the system = rate x time each spends there = "
-            f"{thr:.2f} x {e2e / 1000:.3f} s = {n:.1f}. The /metrics gauges sampled "
-            f"under load agree: running {s.running_mean:.1f} + waiting "
-            f"{s.waiting_mean:.1f} on average. A `--max-num-seqs` below this number "
-            "cannot hold the load, so the rest must queue.",
-            "zh": f"利特尔定律：系统里的请求数 = 到达速率 × 每个请求停留的时间 = {thr:.2f} × "
-            f"{e2e / 1000:.3f} 秒 = {n:.1f}。负载期间采样的 /metrics gauge 也对得上：平均运行 "
-            f"{s.running_mean:.1f} 个 + 排队 {s.waiting_mean:.1f} 个。`--max-num-seqs` "
-            "比这个数小，就装不下这份负载，多出来的只能排队。",
+        "values": {
+            "run": pt["where"],
+            "cap": pt["knobs"].get("max_num_seqs"),
+            **_law(b, f"{n:.1f}"),
+            "running": f"{s.running_mean:.1f}",
+            "waiting": f"{s.waiting_mean:.1f}",
         },
     }
+
+
+def _law(b: Mapping[str, Any], n: str) -> dict[str, str]:
+    """Little's law's terms as a prompt shows them: throughput, mean E2E in ms and s, n."""
+    e2e = float(b["mean_e2el_ms"])
+    thr = f"{b['request_throughput']:.2f}"
+    return {"thr": thr, "e2e": fmt_num(round(e2e)), "e2e_s": f"{e2e / 1000:.3f}", "n": n}
 
 
 def sweep_points(root: Path, knob: str) -> list[dict[str, Any]]:
@@ -112,8 +104,6 @@ def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
         if (x["value"] < n) != (x["summary"].waiting_mean >= deep):
             raise QuizError(f"littles_cap: {x['value']} disagrees with its waiting series")
     b = ref["bench"]
-    rate = b.get("request_rate")
-    where = run_name(root)
 
     def why(x: dict[str, Any], lg: str) -> str:
         s, below = x["summary"], x["value"] < n
@@ -129,27 +119,13 @@ def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     ]
     return {
         "type": "multiple",
-        "prompt": {
-            "en": f"Recorded run `{where}`: {fmt_num(rate)} req/s offered, 512 tokens in / 128 out. "
-            f"With `--max-num-seqs {ref['value']}` nothing queued: it completed "
-            f"{b['request_throughput']:.2f} req/s at a mean end-to-end latency of "
-            f"{fmt_num(round(b['mean_e2el_ms']))} ms. By Little's law, which caps must make "
-            "requests queue at this load?",
-            "zh": f"已录制的实测 `{where}`：压测速率 {fmt_num(rate)} req/s，512 入 / 128 出。"
-            f"`--max-num-seqs {ref['value']}` 时没有排队：完成 {b['request_throughput']:.2f} "
-            f"req/s，平均端到端延迟 {fmt_num(round(b['mean_e2el_ms']))} ms。按利特尔定律，"
-            "在这个负载下哪些上限一定会让请求排队？",
-        },
         "choices": option_list(opts),
-        "explain": {
-            "en": f"Requests in flight = {b['request_throughput']:.2f} x "
-            f"{b['mean_e2el_ms'] / 1000:.3f} s = {n:.0f}. A cap below that cannot hold "
-            "them, so the rest wait; each point's own /metrics confirm it: "
-            + "; ".join(why(x, "en") for x in pts)
-            + ".",
-            "zh": f"同时在服务器里的请求 = {b['request_throughput']:.2f} × "
-            f"{b['mean_e2el_ms'] / 1000:.3f} 秒 = {n:.0f}。上限比它小就装不下，其余的只能排队；"
-            "每个点自己的 /metrics 也证实了这一点：" + "；".join(why(x, "zh") for x in pts) + "。",
+        "values": {
+            "run": run_name(root),
+            "rate": fmt_num(b.get("request_rate")),
+            "ref": ref["value"],
+            **_law(b, f"{n:.0f}"),
+            "points": {lg: sep(";", lg).join(why(x, lg) for x in pts) for lg in LANGS},
         },
     }
 
@@ -229,28 +205,21 @@ def _g_ttft_split(p: Mapping[str, Any]) -> dict[str, Any]:
     cap, rate = pt["knobs"].get("max_num_seqs"), pt["workload"].get("request_rate")
     from course_utils.core import metrics
 
-    q, pf, tt = metrics.QUEUE_TIME, metrics.PREFILL_TIME, metrics.TTFT
-    opts = {k: _PARTS[k][:2] for k in TTFT_PARTS}
-    lines = {lg: sep(";", lg).join(_part_line(k, parts, lg) for k in TTFT_PARTS) for lg in LANGS}
     return {
         "type": "single",
-        "prompt": {
-            "en": f"Recorded run `{pt['where']}`, `--max-num-seqs {cap}` at {fmt_num(rate)} req/s. "
-            f"From its /metrics histograms (mean per request): `{tt}` "
-            f"{parts['ttft']:.0f} ms, `{q}` {parts['queue']:.1f} ms, `{pf}` "
-            f"{parts['prefill']:.1f} ms. Where does most of the TTFT go?",
-            "zh": f"已录制的实测 `{pt['where']}`，`--max-num-seqs {cap}`，{fmt_num(rate)} req/s。"
-            f"它的 /metrics 直方图（每请求均值）：`{tt}` {parts['ttft']:.0f} ms，`{q}` "
-            f"{parts['queue']:.1f} ms，`{pf}` {parts['prefill']:.1f} ms。TTFT 大部分花在哪？",
-        },
-        "choices": keyed(opts, key),
-        "explain": {
-            "en": "vLLM stamps a request's arrival before tokenising it, then when the engine "
-            "core queues it, schedules it and ends the step with its first token "
-            "(vllm/v1/metrics/stats.py); the engine core takes new requests only between "
-            f"steps (`run_busy_loop`). {lines['en']}. Turn the knob of the part that dominates.",
-            "zh": "vLLM 在分词之前就记下请求的到达时间，之后依次记下进入引擎核心队列、被调度、产出首 token "
-            "的那一步结束的时间（vllm/v1/metrics/stats.py）；引擎核心只在两步之间接收新请求"
-            f"（`run_busy_loop`）。{lines['zh']}。只去拧占大头的那一段对应的旋钮。",
+        "choices": keyed({k: _PARTS[k][:2] for k in TTFT_PARTS}, key),
+        "values": {
+            "run": pt["where"],
+            "cap": cap,
+            "rate": fmt_num(rate),
+            "ttft_name": metrics.TTFT,
+            "queue_name": metrics.QUEUE_TIME,
+            "prefill_name": metrics.PREFILL_TIME,
+            "ttft": f"{parts['ttft']:.0f}",
+            "queue": f"{parts['queue']:.1f}",
+            "prefill": f"{parts['prefill']:.1f}",
+            "parts": {
+                lg: sep(";", lg).join(_part_line(k, parts, lg) for k in TTFT_PARTS) for lg in LANGS
+            },
         },
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from course_utils.quiz.data import keyed, option_list
+from course_utils.quiz.data import option_list
 from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
 
 AXES: dict[str, dict[str, str]] = {
@@ -175,15 +175,8 @@ def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
 
     return {
         "type": "multiple",
-        "prompt": {
-            "en": "By the direction map, which moves raise throughput and improve a latency, "
-            'with no latency marked worse (a "depends" is a condition, not a cost), '
-            "because what they pay lies off the throughput↔latency curve?",
-            "zh": "按方向地图，哪些动作既提高吞吐、又改善某项延迟，而且没有哪项延迟被标为变差"
-            "（「看情况」是前提，不是代价）？它们付出的东西不在吞吐↔延迟曲线上。",
-        },
         "choices": choices,
-        "explain": {lg: each([line(k, lg) for k in shown], lg) for lg in LANGS},
+        "values": {"lines": {lg: each([line(k, lg) for k in shown], lg) for lg in LANGS}},
     }
 
 
@@ -203,50 +196,22 @@ def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     n = rate * e2e
     if not fd < small < n < logged:
         raise QuizError("default_cap: needs field default < small-GPU default < load < cap")
-    load = {
-        "en": f"{fmt_num(rate)} × {fmt_num(e2e)} s = {fmt_num(n)}",
-        "zh": f"{fmt_num(rate)} × {fmt_num(e2e)} 秒 = {fmt_num(n)}",
-    }
-    # The wrong options are the two caps learners read instead of the logged one: the
-    # field's declared default, and the small-GPU default remembered as "the" default.
-    opts = {
-        "fits": (
-            f"No: {load['en']} in flight, under {logged}",
-            f"不会：同时在服务器里 {load['zh']} 个，低于 {logged}",
-        ),
-        "field": (
-            f"Yes: {load['en']} in flight, over the {fd} the config declares",
-            f"会：同时在服务器里 {load['zh']} 个，超过配置字段声明的 {fd}",
-        ),
-        "small": (
-            f"Yes: {load['en']} in flight, over the default of {small} requests",
-            f"会：同时在服务器里 {load['zh']} 个，超过默认的 {small} 个上限",
-        ),
-    }
     return {
         "type": "single",
-        "prompt": {
-            "en": f"`vllm serve` on one {gpu.name}, started without `--max-num-seqs`, logs "
-            f"`max_num_seqs={logged}`; `SchedulerConfig.max_num_seqs` is declared with "
-            f"{fd}, and on an {sgpu.name} the same command logs {small}. Your load: "
-            f"{fmt_num(rate)} req/s, each request in the server for {fmt_num(e2e)} s on average. "
-            "Does this cap make requests queue?",
-            "zh": f"在一张 {gpu.name} 上不设 `--max-num-seqs` 启动 `vllm serve`，日志是 "
-            f"`max_num_seqs={logged}`；`SchedulerConfig.max_num_seqs` 声明的默认值是 {fd}，"
-            f"同样的命令在 {sgpu.name} 上日志是 {small}。你的负载：{fmt_num(rate)} req/s，每个请求"
-            f"平均在服务器里待 {fmt_num(e2e)} 秒。这个上限会让请求排队吗？",
-        },
-        "choices": keyed(opts, "fits"),
-        "explain": {
-            "en": f"Little's law: requests in the server = rate × time each spends there = "
-            f"{load['en']}. The cap that runs is the one the server logs: "
-            "`EngineArgs.get_batch_defaults` (vllm/engine/arg_utils.py) sets the unset flag by "
-            f"GPU memory ({logged} here, {small} on the {sgpu.name}); the field's {fd} is for "
-            f"tests. {fmt_num(n)} < {logged}: any queue has another cause.",
-            "zh": f"利特尔定律：服务器里的请求数 = 到达速率 × 每个请求停留的时间 = {load['zh']}。"
-            "真正生效的上限是服务器日志里的那个：不设 flag 时由 `EngineArgs.get_batch_defaults`"
-            f"（vllm/engine/arg_utils.py）按显存来填（这张卡是 {logged}，{sgpu.name} 是 {small}）；"
-            f"字段里的 {fd} 是给测试用的。{fmt_num(n)} < {logged}：如果有排队，原因在别处。",
+        "right": "fits",
+        "values": {
+            "gpu": gpu.name,
+            "sgpu": sgpu.name,
+            "logged": logged,
+            "small": small,
+            "fd": fd,
+            "rate": fmt_num(rate),
+            "e2e": fmt_num(e2e),
+            "n": fmt_num(n),
+            "load": {
+                "en": f"{fmt_num(rate)} × {fmt_num(e2e)} s = {fmt_num(n)}",
+                "zh": f"{fmt_num(rate)} × {fmt_num(e2e)} 秒 = {fmt_num(n)}",
+            },
         },
     }
 
@@ -271,16 +236,10 @@ def _g_knob_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
 
     return {
         "type": "multiple",
-        "prompt": {
-            "en": f"The binding constraint is {CONSTRAINTS[c]['en']}. Which knobs relieve it?",
-            "zh": f"卡住的约束是 {CONSTRAINTS[c]['zh']}。哪些旋钮能缓解它？",
-        },
         "choices": _knob_choices(p.get("knobs"), names, move=False),
-        "explain": {
-            "en": each([line(k, "en") for k in shown], "en")
-            + " Turn one, re-measure goodput, keep it only if goodput rises inside the SLO.",
-            "zh": each([line(k, "zh") for k in shown], "zh")
-            + "一次拧一个，重测 goodput，只有 SLO 内 goodput 上升才保留。",
+        "values": {
+            "constraint": CONSTRAINTS[c],
+            "lines": {lg: each([line(k, lg) for k in shown], lg) for lg in LANGS},
         },
     }
 
@@ -298,17 +257,6 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
         ok, why = True, None
     except knobs.KnobError as e:
         ok, why = False, str(e)
-    on = f" ({fmt_num(gib)} GiB GPU)" if gib else ""
-    on_zh = f"（{fmt_num(gib)} GiB 显卡）" if gib else ""
-    # Wrong: the two ways learners expect a bad combination to be handled.
-    opts = {
-        "starts": ("It starts: the flags are accepted as given.", "能启动：参数按给定值生效。"),
-        "rejected": ("Start-up fails with a config error.", "启动失败：配置校验报错。"),
-        "clamped": (
-            "It starts, and vLLM silently lowers one value to fit.",
-            "能启动，vLLM 悄悄把某个值调小以适配。",
-        ),
-    }
     hit = [kk for kk in knobs.KNOBS.values() if why and kk.name in why]
     where = sorted({f"{kk.config.split('.')[0]} ({kk.source})" for kk in hit})
     explain = (
@@ -326,10 +274,12 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
     )
     return {
         "type": "single",
-        "prompt": {
-            "en": f"`vllm serve MODEL {argv}`{on}: what happens?",
-            "zh": f"`vllm serve MODEL {argv}`{on_zh}：会发生什么？",
+        "right": "starts" if ok else "rejected",
+        "values": {
+            "argv": argv,
+            "on": {"en": f" ({fmt_num(gib)} GiB GPU)", "zh": f"（{fmt_num(gib)} GiB 显卡）"}
+            if gib
+            else "",
+            "why": explain,
         },
-        "choices": keyed(opts, "starts" if ok else "rejected"),
-        "explain": explain,
     }

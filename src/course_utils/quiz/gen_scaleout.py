@@ -30,13 +30,6 @@ def _g_replicas_plan(p: Mapping[str, Any]) -> dict[str, Any]:
     seen = sorted(
         (float(x["rate_key"]), keep.as_point(x).meets_slo) for x in recs if x.get("valid")
     )
-    rows = {
-        "en": ", ".join(f"{fmt_num(r)}: {'met' if m else 'missed'}" for r, m in seen),
-        "zh": "，".join(f"{fmt_num(r)}：{'达标' if m else '未达标'}" for r, m in seen),
-    }
-    hi_en = "no rate above it that missed" if hi is None else f"{fmt_num(hi)} req/s (missed)"
-    hi_zh = "（更高的速率没测到未达标）" if hi is None else f" {fmt_num(hi)} req/s（未达标）"
-    h = f"{headroom:.0%}"
     short = {"en": "", "zh": ""}
     if plan.short == plan.safe:
         short = {
@@ -54,21 +47,26 @@ def _g_replicas_plan(p: Mapping[str, Any]) -> dict[str, Any]:
         "answer": plan.safe,
         "tolerance": {"abs": 0},
         "unit": {"en": "replicas", "zh": "个副本"},
-        "prompt": {
-            "en": f"Recorded run `{where}`, lab 03: one GPU's offered-rate scan under the SLO "
-            f"({rows['en']}; req/s). You must serve {fmt_num(target)} req/s with {h} of each "
-            "replica's knee kept free. How many replicas do you provision?",
-            "zh": f"已录制的实测 `{where}`，实验 03：单卡在 SLO 下的速率扫描（{rows['zh']}；单位 "
-            f"req/s）。要服务 {fmt_num(target)} req/s，每个副本的拐点留出 {h} 余量。要部署几个副本？",
-        },
-        "explain": {
-            "en": f"The knee lies between {fmt_num(lo)} req/s (met) and {hi_en}. Plan each replica "
-            f"at {fmt_num(lo)} x (1 - {headroom:g}) = {plan.per_replica_low:.4g} req/s, so "
-            f"{fmt_num(target)} / {plan.per_replica_low:.4g} rounds up to {plan.safe}: the safe "
-            "end, since no replica then runs above a rate measured to meet the SLO." + short["en"],
-            "zh": f"拐点在 {fmt_num(lo)} req/s（达标）和{hi_zh}之间。每个副本按 {fmt_num(lo)} ×"
-            f"（1 - {headroom:g}）= {plan.per_replica_low:.4g} req/s 规划，{fmt_num(target)} / "
-            f"{plan.per_replica_low:.4g} 向上取整得 {plan.safe}：这是安全端，每个副本都不会跑在"
-            "实测达标的速率之上。" + short["zh"],
+        "values": {
+            "run": (folder.parent if folder.name == "scaleout" else folder).name,
+            "rows": {
+                "en": ", ".join(f"{fmt_num(r)}: {'met' if m else 'missed'}" for r, m in seen),
+                "zh": "，".join(f"{fmt_num(r)}：{'达标' if m else '未达标'}" for r, m in seen),
+            },
+            "target": fmt_num(target),
+            "h": f"{headroom:.0%}",
+            "lo": fmt_num(lo),
+            "hi": {
+                "en": "no rate above it that missed"
+                if hi is None
+                else f"{fmt_num(hi)} req/s (missed)",
+                "zh": "（更高的速率没测到未达标）"
+                if hi is None
+                else f" {fmt_num(hi)} req/s（未达标）",
+            },
+            "headroom": f"{headroom:g}",
+            "per": f"{plan.per_replica_low:.4g}",
+            "safe": plan.safe,
+            "short": short,
         },
     }

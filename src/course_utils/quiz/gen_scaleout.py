@@ -26,7 +26,6 @@ def _g_replicas_plan(p: Mapping[str, Any]) -> dict[str, Any]:
         raise QuizError("replicas_plan: no one-GPU rate met the SLO in the recorded run")
     target, headroom = float(p["target"]), float(p["headroom"])
     plan = replicas.plan_replicas(lo, hi, target, headroom)
-    where = (folder.parent if folder.name == "scaleout" else folder).name
     seen = sorted(
         (float(x["rate_key"]), keep.as_point(x).meets_slo) for x in recs if x.get("valid")
     )

@@ -47,28 +47,19 @@ def _g_request_goodput(p: Mapping[str, Any]) -> dict[str, Any]:
     g = slo_mod.request_goodput(b, s)
     if g is None:
         raise QuizError("this result has no per-request data")
-    good = round(g * float(b.duration))
-    intro = _requests_text(b)
-    targets = " ".join(s.goodput_args())
     return {
         "type": "numeric",
         "answer": round(g, 4),
         "tolerance": {"abs": 0.01},
         "unit": {"en": "req/s", "zh": "req/s"},
-        "prompt": {
-            "en": f"{intro['en']} With `--goodput {targets}`, what request goodput "
-            "does `vllm bench serve` report?",
-            "zh": f"{intro['zh']}用 `--goodput {targets}`，`vllm bench serve` 报告的 "
-            "request goodput 是多少？",
-        },
-        "explain": {
-            "en": f"vLLM counts a request as good when each of its own values is ≤ "
-            f"its target (a value equal to the target counts): {good} of "
-            f"{b.completed} requests, ÷ {fmt_num(b.duration)} s = {g:.2f} req/s "
-            f"(throughput {b.request_throughput:.2f} req/s).",
-            "zh": f"vLLM 逐个请求判断：每项都 ≤ 目标（等于也算）才算好请求：{b.completed} 个里 "
-            f"{good} 个，÷ {fmt_num(b.duration)} 秒 = {g:.2f} req/s"
-            f"（吞吐 {b.request_throughput:.2f} req/s）。",
+        "values": {
+            "requests": _requests_text(b),
+            "targets": " ".join(s.goodput_args()),
+            "good": round(g * float(b.duration)),
+            "completed": b.completed,
+            "duration": fmt_num(b.duration),
+            "g": f"{g:.2f}",
+            "thr": f"{b.request_throughput:.2f}",
         },
     }
 
@@ -109,28 +100,24 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
         )
     right = "pass" if sc.meets_slo else f"fail-{over[0]}" if len(over) == 1 else "fail-several"
     if per_request_of(b) is not None:
-        intro = _requests_text(b)
+        measured = _requests_text(b)
     else:  # a saved result: its p99s and throughput are what the gate reads
-        intro = {
+        measured = {
             "en": f"`vllm bench serve` reported {thr} completed, {', '.join(p99s)}.",
             "zh": f"`vllm bench serve` 报告完成 {thr}，{'，'.join(p99s)}。",
         }
     return {
         "type": "single",
-        "prompt": {
-            "en": f"{intro['en']} SLO: {slo_text(s, 'en')}. What does the lesson's p99 gate (full "
-            "throughput if every p99 meets its target, else 0) say?".strip(),
-            "zh": f"{intro['zh']}SLO：{slo_text(s, 'zh')}。本课的 p99 门槛（每个 p99 都达标就记全部吞吐，"
-            "否则记 0）怎么判？".strip(),
-        },
         "choices": keyed(rows, right),
-        "explain": {
-            "en": f"{', '.join(p99s)}. "
-            + (f"Violations: {'; '.join(sc.violations)}. " if sc.violations else "")
-            + sc.why_they_differ("en"),
-            "zh": f"{'，'.join(p99s)}。"
-            + (f"不达标：{'; '.join(sc.violations)}。" if sc.violations else "")
-            + sc.why_they_differ("zh"),
+        "values": {
+            "measured": measured,
+            "slo": {lg: slo_text(s, lg) for lg in LANGS},
+            "p99s": {"en": ", ".join(p99s), "zh": "，".join(p99s)},
+            "violations": {
+                "en": f"Violations: {'; '.join(sc.violations)}. " if sc.violations else "",
+                "zh": f"不达标：{'; '.join(sc.violations)}。" if sc.violations else "",
+            },
+            "why": {lg: sc.why_they_differ(lg) for lg in LANGS},
         },
     }
 
@@ -177,18 +164,11 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
 
     return {
         "type": "single",
-        "prompt": {
-            "en": f"{joined(desc, 'en')}. SLO: {slo_text(s, 'en')}. Scored by goodput, which "
-            "config is better?",
-            "zh": f"{joined(desc, 'zh')}。SLO：{slo_text(s, 'zh')}。以 goodput 打分，哪个配置更好？",
-        },
         "choices": keyed(opts, best_req),
-        "explain": {
-            "en": f"{joined(score, 'en')}. vLLM counts the requests that meet every target, per "
-            "second; the p99 gate gives the full throughput only when every p99 meets its "
-            "target, else 0. Here both pick the same config.",
-            "zh": f"{joined(score, 'zh')}。vLLM 统计每秒有多少请求各项都达标；p99 门槛只有在每个 p99 "
-            "都达标时才记全部吞吐，否则记 0。这里两种分数选的是同一个配置。",
+        "values": {
+            "rows": {lg: joined(desc, lg) for lg in LANGS},
+            "slo": {lg: slo_text(s, lg) for lg in LANGS},
+            "scores": {lg: joined(score, lg) for lg in LANGS},
         },
     }
 
@@ -250,38 +230,33 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
         run = f"`{run_name(resolve_path(p['results']))}`"
     except (KeyError, QuizError):
         run = ""
-    at = f" at {fmt_num(rate)} req/s" if rate else ""
-    at_zh = f"，{fmt_num(rate)} req/s" if rate else ""
-    vals = ", ".join(str(v) for v, _ in scores)
     name = {
         "gate": {
             "en": "the lesson's p99 gate (throughput if every p99 meets the SLO, else 0)",
-            "zh": "本课的 p99 门槛（每个 p99 都达标记吞吐，否则记 0）",
+            "zh": _pad("本课的 p99 门槛（每个 p99 都达标记吞吐，否则记 0）"),
         },
-        "request": {"en": "vLLM's per-request goodput", "zh": "vLLM 的逐请求 goodput"},
+        "request": {"en": "vLLM's per-request goodput", "zh": _pad("vLLM 的逐请求 goodput")},
     }[how]
     opts = {str(v): (f"`{flag} {v}`", f"`{flag} {v}`") for v, _ in scores}
     opts["none"] = ("None: every value scores 0", "都不行：每个值都得 0")
-    listing = {
-        lg: sep(";", lg).join(f"{v}{sep(':', lg)}{sc:.2f} req/s" for v, sc in scores)
-        for lg in LANGS
-    }
-    shown = {lg: _sweep_rows(pts, s, how, lg) for lg in LANGS}
     return {
         "type": "single",
-        "prompt": {
-            "en": f"A recorded sweep {run} of `{flag}` over {vals}{at}, SLO "
-            f"{slo_text(s, 'en')}. Per value: {shown['en']}. Scored by {name['en']}, which "
-            "value wins?",
-            "zh": f"已录制的实测 {run} 里 `{flag}` 的 sweep（{vals}{at_zh}），SLO "
-            f"{slo_text(s, 'zh')}。各取值：{shown['zh']}。以{_pad(name['zh'])}打分，哪个值胜出？",
-        },
         "choices": keyed(opts, str(win)),
-        "explain": {
-            "en": f"Scores: {listing['en']}. The gate is all-or-nothing on p99; vLLM "
-            "counts good requests one by one, so the two can pick differently.",
-            "zh": f"得分：{listing['zh']}。门槛对 p99 是全有或全无；vLLM 逐个数达标请求，"
-            "所以两种分数可能选出不同的值。",
+        "values": {
+            "run": run,
+            "flag": flag,
+            "vals": ", ".join(str(v) for v, _ in scores),
+            "at": {
+                "en": f" at {fmt_num(rate)} req/s" if rate else "",
+                "zh": f"，{fmt_num(rate)} req/s" if rate else "",
+            },
+            "slo": {lg: slo_text(s, lg) for lg in LANGS},
+            "shown": {lg: _sweep_rows(pts, s, how, lg) for lg in LANGS},
+            "name": name,
+            "listing": {
+                lg: sep(";", lg).join(f"{v}{sep(':', lg)}{sc:.2f} req/s" for v, sc in scores)
+                for lg in LANGS
+            },
         },
     }
 

@@ -505,8 +505,7 @@ def test_written_choice_questions_have_no_duplicate_texts(lesson: str) -> None:
 
 def test_answers_follow_the_direction_map(monkeypatch: pytest.MonkeyPatch) -> None:
     """Generated answers are read at load time: change the map and the quiz follows."""
-    entry = {"id": "d", "generator": "knob_direction",
-             "params": {"knob": "max_num_seqs", "axis": "itl"}}
+    entry = _entry("knobs", "dir-max-num-seqs-itl", {"knob": "max_num_seqs", "axis": "itl"})
     assert _keys(quiz.expand(entry)) == {knobs.KNOBS["max_num_seqs"].itl}
     flipped = dataclasses.replace(knobs.KNOBS["max_num_seqs"], itl="neutral")
     monkeypatch.setitem(knobs.KNOBS, "max_num_seqs", flipped)
@@ -521,8 +520,8 @@ def test_data_paths_switch_to_recorded_files(tmp_path: Path) -> None:
     bench = tmp_path / "b.json"
     bench.write_text(json.dumps({**{k: 1 for k in slo.REQUIRED_KEYS}, "p99_ttft_ms": 100,
                                  "p99_tpot_ms": 90}))
-    entry = {"id": "d", "generator": "diagnose_constraint",
-             "params": {"slo": "ttft:300 tpot:50", "series": str(series), "bench": str(bench)}}
+    entry = _entry("slo-loop", "diag-kv",
+                   {"slo": "ttft:300 tpot:50", "series": str(series), "bench": str(bench)})
     assert _keys(quiz.expand(entry)) == {"decode"}
     missing = {**entry["params"], "bench": [str(tmp_path / "h200-*" / "nope.json"),
                                             {"p99_ttft_ms": 900, "p99_tpot_ms": 20}]}
@@ -556,7 +555,7 @@ def test_recorded_points_are_found_by_knobs(tmp_path: Path) -> None:
                         "knobs": {"max_num_seqs": 256}}}
     rec = quiz.recorded_point(params)
     assert rec and rec["bench"].parent.name == "bbb" and rec["knobs"]["max_num_seqs"] == 256
-    entry = {"id": "d", "generator": "diagnose_constraint", "params": params}
+    entry = _entry("slo-loop", "diag-kv", params)
     assert _keys(quiz.expand(entry)) == {"decode"}  # the recorded point, not the inline data
     params["point"]["knobs"] = {"max_num_seqs": 64}
     assert _keys(quiz.expand(entry)) == {"prefill"}

@@ -261,7 +261,8 @@ GENERATORS: dict[str, GeneratorFn] = {}
 
 
 def generator(name: str) -> Callable[[GeneratorFn], GeneratorFn]:
-    """Register a generator: params -> question fields (prompt, explain, type, choices...)."""
+    """Register a generator: params -> type, the answer (``answer``, ``choices`` or the
+    ``right`` keys of the entry's choices) and the ``values`` its texts name."""
 
     def deco(fn: GeneratorFn) -> GeneratorFn:
         GENERATORS[name] = fn
@@ -364,8 +365,8 @@ def _build(fields: Mapping[str, Any], where: str) -> Question:
 
 
 def expand(entry: Mapping[str, Any], where: str = "entry") -> Question:
-    """One YAML entry -> Question; a generator entry is computed now and may replace the
-    prompt, add an ``intro`` before it or an ``explain`` after the generated one."""
+    """One YAML entry -> Question; a generator entry is computed now and its values fill
+    the entry's texts."""
     if "generator" not in entry:
         return _build(entry, where)
     name = entry["generator"]
@@ -386,21 +387,7 @@ def expand(entry: Mapping[str, Any], where: str = "entry") -> Question:
         "generator": name,
         "params": params,
     }
-    if "values" in gen:
-        return _build(fields | _filled(entry, gen, where), where)
-    if "prompt" in entry:
-        fields["prompt"] = entry["prompt"]
-    elif "intro" in entry:
-        intro = _bi(entry["intro"], f"{where} intro")
-        fields["prompt"] = {
-            lg: _end(intro[lg], lg) + STRINGS[lg]["sep"] + gen["prompt"][lg] for lg in LANGS
-        }
-    if "explain" in entry:
-        extra = _bi(entry["explain"], f"{where} explain")
-        fields["explain"] = {
-            lg: _end(gen["explain"][lg], lg) + STRINGS[lg]["sep"] + extra[lg] for lg in LANGS
-        }
-    return _build(fields, where)
+    return _build(fields | _filled(entry, gen, where), where)
 
 
 _FIELD = re.compile(r"\{(\w+)\}")
@@ -422,7 +409,9 @@ def _filled(entry: Mapping[str, Any], gen: Mapping[str, Any], where: str) -> dic
         raise QuizError(f"{where}: no choice keyed {', '.join(sorted(right - set(choices)))}")
     out: dict[str, dict[str, str]] = {k: {} for k in texts}
     for lg in LANGS:
-        vals = {k: str(v[lg] if isinstance(v, Mapping) else v) for k, v in gen["values"].items()}
+        vals = {
+            k: str(v[lg] if isinstance(v, Mapping) else v) for k, v in gen.get("values", {}).items()
+        }
         used = {n for t in texts.values() for n in _FIELD.findall(t[lg])}
         if used != set(vals):
             unknown, unused = sorted(used - set(vals)), sorted(set(vals) - used)
@@ -433,12 +422,6 @@ def _filled(entry: Mapping[str, Any], gen: Mapping[str, Any], where: str) -> dic
     if choices:
         filled["choices"] = [{"text": t, "correct": k in right, "key": k} for k, t in out.items()]
     return filled
-
-
-def _end(text: str, lang: str) -> str:
-    """``text`` ending in a sentence stop, so a written explanation can follow it."""
-    text = text.rstrip()
-    return text if text[-1:] in ".。!?！？)）" else text + ("。" if lang == "zh" else ".")
 
 
 def load(lesson: str, path: str | Path | None = None) -> list[Question]:

@@ -87,23 +87,19 @@ def _g_knob_direction(p: Mapping[str, Any]) -> dict[str, Any]:
     if axis not in AXES:
         raise QuizError(f"axis must be one of {', '.join(AXES)}, got {axis!r}")
     eff = getattr(k, axis)
-    given = p.get("given") or {"en": "", "zh": ""}
     order = ("better", "worse", "neutral", "depends")
-    note = {lg: k.note.get(lg, "") for lg in LANGS}
     return {
         "type": "single",
-        "prompt": {
-            "en": f"{given['en']} Direction map: {k.label['en']} (`{k.flag}`), move: "
-            f"{k.move['en']}. Which way does {AXES[axis]['en']} go?".strip(),
-            "zh": f"{given['zh']}方向地图：{k.label['zh']}（`{k.flag}`），动作：{k.move['zh']}。"
-            f"{AXES[axis]['zh']} 会怎样？",
-        },
         "choices": option_list([(knobs.EFFECT_WORD[e], e == eff, e) for e in order]),
-        "explain": {
-            "en": f"{AXES[axis]['en']}: {knobs.EFFECT_WORD[eff]['en']}. Trade: {k.trade['en']}. "
-            f"{note['en']}".strip(),
-            "zh": f"{AXES[axis]['zh']}：{knobs.EFFECT_WORD[eff]['zh']}。取舍：{k.trade['zh']}。"
-            f"{note['zh']}",
+        "values": {
+            "given": p.get("given") or "",
+            "label": k.label,
+            "flag": k.flag,
+            "move": k.move,
+            "axis": AXES[axis],
+            "effect": knobs.EFFECT_WORD[eff],
+            "trade": k.trade,
+            "note": {lg: k.note.get(lg, "") for lg in LANGS},
         },
     }
 
@@ -119,22 +115,17 @@ def _g_knob_recommend(p: Mapping[str, Any]) -> dict[str, Any]:
     choices = _knob_choices(p.get("knobs"), set(good))
     if not any(c["correct"] for c in choices):
         raise QuizError(f"none of the listed knobs helps {goal}")
-    gname = {**AXES, "capacity": {"en": "KV capacity", "zh": "KV 容量"}}[goal]
     axis = goal if goal in AXES else "throughput"
     shown = [knobs.get(c["key"]) for c in choices]
     flags = [f"`{knobs.get(n).flag}`" for n in good]
     return {
         "type": "multiple",
-        "prompt": {
-            "en": f"Which knobs push {gname['en']} the right way, moved as the direction map says?",
-            "zh": f"按方向地图的动作去拧，哪些旋钮能把 {gname['zh']} 往好的方向推？",
-        },
         "choices": choices,
-        "explain": {
-            "en": each([effect_line(k, axis, "en") for k in shown], "en")
-            + f" In all, knobs.recommend('{goal}') lists {len(flags)}: {', '.join(flags)}.",
-            "zh": each([effect_line(k, axis, "zh") for k in shown], "zh")
-            + f"knobs.recommend('{goal}') 一共列出 {len(flags)} 个：{'、'.join(flags)}。",
+        "values": {
+            "lines": {lg: each([effect_line(k, axis, lg) for k in shown], lg) for lg in LANGS},
+            "goal": goal,
+            "n": len(flags),
+            "flags": {"en": ", ".join(flags), "zh": "、".join(flags)},
         },
     }
 

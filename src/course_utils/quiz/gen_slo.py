@@ -363,15 +363,13 @@ def _g_diagnose_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: series (path/glob of a metrics JSONL, or inline lists), bench (path or dict of
     p99 keys), slo, max_num_seqs. Answer: diagnose.diagnose(...).constraint."""
     d, summary, bench, s, cap = _diagnosis(p)
-    intro = _diag_text(cap, summary, bench, s)
     return {
         "type": "single",
-        "prompt": {
-            "en": f"{intro['en']} Which constraint binds?",
-            "zh": f"{intro['zh']}哪个约束在绑定？",
-        },
         "choices": option_list([(CONSTRAINTS[c], c == d.constraint, c) for c in CONSTRAINTS]),
-        "explain": {lg: diag_why(d, summary, cap, lg) for lg in LANGS},
+        "values": {
+            "observed": _diag_text(cap, summary, bench, s),
+            "why": {lg: diag_why(d, summary, cap, lg) for lg in LANGS},
+        },
     }
 
 
@@ -382,7 +380,6 @@ def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
     from course_utils.core import knobs
 
     d, summary, bench, s, cap = _diagnosis(p)
-    intro = _diag_text(cap, summary, bench, s)
     names = p.get("knobs") or list(knobs.KNOBS)
     shown = [knobs.get(n) for n in names]
     good = set(d.knobs)
@@ -409,15 +406,10 @@ def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
 
     return {
         "type": "multiple",
-        "prompt": {
-            "en": f"{intro['en']} Which moves would you try next (one at a time)?",
-            "zh": f"{intro['zh']}接下来该试哪些动作（一次一个）？",
-        },
         "choices": choices,
-        "explain": {
-            lg: diag_why(d, summary, cap, lg)
-            + ("" if lg == "zh" else " ")
-            + each([line(k, lg) for k in shown], lg)
-            for lg in LANGS
+        "values": {
+            "observed": _diag_text(cap, summary, bench, s),
+            "why": {lg: diag_why(d, summary, cap, lg) for lg in LANGS},
+            "lines": {lg: each([line(k, lg) for k in shown], lg) for lg in LANGS},
         },
     }

@@ -66,7 +66,8 @@ def _g_request_goodput(p: Mapping[str, Any]) -> dict[str, Any]:
 
 @generator("p99_gate")
 def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: slo, requests (as request_goodput) or bench (a result). Answer: slo.score."""
+    """params: slo, requests (as request_goodput) or bench (a result). Answer: slo.score, as
+    the item's choice pass, fail-<target> (the one target missed) or fail-several."""
     from course_utils.core import slo as slo_mod
 
     s = item_slo(p)
@@ -80,24 +81,6 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
     over = [k for k in keys if b.percentile(k, s.percentile) > s.targets()[k]]
     p99s = [f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms" for k in keys]
     thr = f"{b.request_throughput:.2f} req/s"
-    rows = {
-        "pass": (
-            f"It passes: the score is the full throughput ({thr}).",
-            f"通过：得分就是全部吞吐（{thr}）。",
-        ),
-        **{
-            f"fail-{k}": (
-                f"It fails on {k.upper()} only: score 0.",
-                f"只在 {k.upper()} 上不达标：得 0 分。",
-            )
-            for k in keys
-        },
-    }
-    if len(keys) > 1:
-        rows["fail-several"] = (
-            "It fails on more than one target: score 0.",
-            "不止一个目标不达标：得 0 分。",
-        )
     right = "pass" if sc.meets_slo else f"fail-{over[0]}" if len(over) == 1 else "fail-several"
     if per_request_of(b) is not None:
         measured = _requests_text(b)
@@ -108,9 +91,10 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
         }
     return {
         "type": "single",
-        "choices": keyed(rows, right),
+        "right": right,
         "values": {
             "measured": measured,
+            "thr": thr,
             "slo": {lg: slo_text(s, lg) for lg in LANGS},
             "p99s": {"en": ", ".join(p99s), "zh": "，".join(p99s)},
             "violations": {

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.quiz.data import (
-    keyed,
     option_list,
     recorded_point,
     resolve_path,
@@ -130,9 +129,6 @@ def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-TTFT_PARTS = ("queue", "prefill", "outside", "decode")
-
-
 def ttft_parts(summary: Any) -> dict[str, float]:
     """Mean TTFT (ms) split by the /metrics histograms: queue, prefill, and the rest, which
     lies outside the engine core's two intervals (vllm/v1/metrics/stats.py)."""
@@ -155,50 +151,10 @@ def ttft_key(parts: Mapping[str, float]) -> str:
     raise QuizError("ttft_split: no part holds more than half of TTFT")
 
 
-# key: (option en, option zh, why en, why zh); {ms}/{share}: the part's mean and share. The
-# wrong options are learners' readings: "under load TTFT is queueing" (queue), "TTFT is the
-# prompt's compute" (prefill), "the first token needs a decode step" (decode).
-_PARTS = {
-    "queue": (
-        "Waiting in the engine core's queue for a free slot",
-        "在引擎核心的队列里等空出的名额",
-        "queue time {ms} ({share}); `--max-num-seqs` or the token budget act here",
-        "排队时间 {ms}（{share}）；`--max-num-seqs` 或 token 预算作用在这里",
-    ),
-    "prefill": (
-        "Prefill compute, from scheduling to the first token",
-        "prefill 计算：从被调度到产出首 token",
-        "prefill time {ms} ({share}); `--max-num-batched-tokens` acts here",
-        "prefill 时间 {ms}（{share}）；`--max-num-batched-tokens` 作用在这里",
-    ),
-    "outside": (
-        "Before the engine queues it, or on the way back",
-        "进入引擎队列之前，或首 token 的回程上",
-        "TTFT minus both is {ms} ({share}): tokenising, the hand-off to the engine core, "
-        "waiting there for the running step to end, and the way back of the first token; "
-        "longer steps and bigger batches lengthen it",
-        "TTFT 减去前两段还剩 {ms}（{share}）：分词、交给引擎核心、在那里等正在跑的这一步结束，"
-        "以及首 token 的回程；每步越长、批越大，这一段就越长",
-    ),
-    "decode": (
-        "The first decode step, after the prefill ends",
-        "prefill 结束之后的第一个 decode 步",
-        "never part of TTFT: the step that finishes the prompt emits the first token",
-        "从来不属于 TTFT：算完 prompt 的那一步就产出首 token",
-    ),
-}
-
-
-def _part_line(k: str, parts: Mapping[str, float], lg: str) -> str:
-    en, zh, why_en, why_zh = _PARTS[k]
-    ms, share = f"{parts.get(k, 0):.0f} ms", f"{parts.get(k, 0) / parts['ttft']:.0%}"
-    why = (why_zh if lg == "zh" else why_en).format(ms=ms, share=share)
-    return (zh if lg == "zh" else en) + sep(":", lg) + why
-
-
 @generator("ttft_split")
 def _g_ttft_split(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: point {results, knobs}. Answer: the part of the mean TTFT above one half."""
+    """params: point {results, knobs}. Answer: the part of the mean TTFT above one half, as the
+    item's choice queue, prefill, outside (the rest of TTFT) or decode (never part of it)."""
     pt = point_load(p)
     parts = ttft_parts(pt["summary"])
     key = ttft_key(parts)
@@ -207,7 +163,7 @@ def _g_ttft_split(p: Mapping[str, Any]) -> dict[str, Any]:
 
     return {
         "type": "single",
-        "choices": keyed({k: _PARTS[k][:2] for k in TTFT_PARTS}, key),
+        "right": key,
         "values": {
             "run": pt["where"],
             "cap": cap,
@@ -218,8 +174,10 @@ def _g_ttft_split(p: Mapping[str, Any]) -> dict[str, Any]:
             "ttft": f"{parts['ttft']:.0f}",
             "queue": f"{parts['queue']:.1f}",
             "prefill": f"{parts['prefill']:.1f}",
-            "parts": {
-                lg: sep(";", lg).join(_part_line(k, parts, lg) for k in TTFT_PARTS) for lg in LANGS
+            **{f"{k}_ms": f"{parts[k]:.0f} ms" for k in ("queue", "prefill", "outside")},
+            **{
+                f"{k}_share": f"{parts[k] / parts['ttft']:.0%}"
+                for k in ("queue", "prefill", "outside")
             },
         },
     }

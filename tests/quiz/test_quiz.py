@@ -494,6 +494,13 @@ def test_a_template_uses_every_value_and_no_other_name(tmp_path: Path) -> None:
     choices = {k: v for k, v in preempt["choices"].items() if k != "preempt"}
     with pytest.raises(quiz.QuizError, match=r"\(kv-preempt-lab01\): no choice keyed preempt"):
         load({**preempt, "choices": choices})
+    # a note the generator picks must be written; the ones it does not pick are left out
+    raw = yaml.safe_load(quiz.quiz_path("knobs").read_text(encoding="utf-8"))["questions"]
+    binding = next(e for e in raw if e["id"] == "kv-binding-lab01")
+    q = load(binding)[0]
+    assert "does not bind" in q.explain["en"] and " it binds" not in q.explain["en"]
+    with pytest.raises(quiz.QuizError, match=r"\(kv-binding-lab01\): no note keyed free"):
+        load({**binding, "notes": {k: v for k, v in binding["notes"].items() if k != "free"}})
 
 
 def test_written_choice_questions_have_no_duplicate_texts(lesson: str) -> None:

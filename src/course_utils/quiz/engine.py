@@ -394,30 +394,40 @@ _FIELD = re.compile(r"\{(\w+)\}")
 
 
 def _filled(entry: Mapping[str, Any], gen: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """A templated item: its prompt, explain and ``choices`` (``key: {zh, en}``, correct when
-    the generator's ``right`` names the key) with each ``{name}`` replaced by the generator's
-    ``values[name]`` ({zh, en}, or one value for both); every name must be used in each
-    language, and nothing else written in braces."""
-    choices = entry.get("choices") or {}
-    if not isinstance(choices, Mapping):
-        raise QuizError(f"{where}: a generator item's choices map keys to {{zh, en}} texts")
-    raw = {"prompt": entry.get("prompt"), "explain": entry.get("explain")}
-    texts = {k: _bi(v, f"{where} {k}") for k, v in (raw | dict(choices)).items()}
+    """A generator item's texts: its prompt, explain and ``choices`` (``key: {zh, en}``, right
+    when the generator's ``right`` names the key) with each ``{name}`` replaced by the value
+    the generator computed (``values[name]``: {zh, en}, one value for both, or a list of keys
+    of the item's ``notes``, optional sentences: those notes, filled, each after a space in
+    en). Every value must be named in each language, and nothing else in braces."""
+    choices, notes = entry.get("choices") or {}, entry.get("notes") or {}
+    if not isinstance(choices, Mapping) or not isinstance(notes, Mapping):
+        raise QuizError(f"{where}: a generator item's choices and notes map keys to texts")
+    raw = {"prompt": entry.get("prompt"), "explain": entry.get("explain")} | dict(choices)
+    texts = {k: _bi(v, f"{where} {k}") for k, v in raw.items()}
+    notes = {k: _bi(v, f"{where} note {k}") for k, v in notes.items()}
     right = gen.get("right", ())
     right = {right} if isinstance(right, str) else set(right)
-    if choices and not right <= set(choices):
-        raise QuizError(f"{where}: no choice keyed {', '.join(sorted(right - set(choices)))}")
+    values = dict(gen.get("values", {}))
+    picked = {n for v in values.values() if isinstance(v, list) for n in v}
+    for keys, known, what in ((right, choices, "choice"), (picked, notes, "note")):
+        if keys - set(known) and (known or what == "note"):
+            raise QuizError(f"{where}: no {what} keyed {', '.join(sorted(keys - set(known)))}")
     out: dict[str, dict[str, str]] = {k: {} for k in texts}
     for lg in LANGS:
-        vals = {
-            k: str(v[lg] if isinstance(v, Mapping) else v) for k, v in gen.get("values", {}).items()
-        }
-        used = {n for t in texts.values() for n in _FIELD.findall(t[lg])}
-        if used != set(vals):
-            unknown, unused = sorted(used - set(vals)), sorted(set(vals) - used)
+        used = {n for t in [*texts.values(), *notes.values()] for n in _FIELD.findall(t[lg])}
+        if used != set(values):
+            unknown, unused = sorted(used - set(values)), sorted(set(values) - used)
             raise QuizError(f"{where}: {lg} placeholders unknown {unknown}, unused {unused}")
+        vals = {k: str(v[lg] if isinstance(v, Mapping) else v) for k, v in values.items()}
+
+        def fill(text: str, vals: dict[str, str] = vals) -> str:
+            return _FIELD.sub(lambda m: vals[m[1]], text)
+
+        for k, v in values.items():
+            if isinstance(v, list):
+                vals[k] = "".join(STRINGS[lg]["sep"] + fill(notes[n][lg]) for n in v)
         for k, t in texts.items():
-            out[k][lg] = _FIELD.sub(lambda m: vals[m[1]], t[lg])  # noqa: B023 (used at once)
+            out[k][lg] = fill(t[lg])
     filled: dict[str, Any] = {"prompt": out.pop("prompt"), "explain": out.pop("explain")}
     if choices:
         filled["choices"] = [{"text": t, "correct": k in right, "key": k} for k, t in out.items()]

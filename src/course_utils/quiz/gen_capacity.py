@@ -28,13 +28,6 @@ def _shape_text(m: Any, kv_dtype: str) -> dict[str, str]:
     }
 
 
-def _recorded(run: str) -> dict[str, str]:
-    """`` (the recorded run NAME)`` to follow a lab's name in a prompt; empty without a run."""
-    if not run:
-        return {"en": "", "zh": ""}
-    return {"en": f" (the recorded run {run})", "zh": f"（已录制的实测 {run}）"}
-
-
 def _log_name(p: Mapping[str, Any]) -> str:
     """The recorded log a kv item read, as ``h200-.../serve.log``."""
     path = item_data(p, "log")
@@ -70,20 +63,7 @@ def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
     facts, from_log = logged_memory(p)
     gib = facts["kv_memory_gib"]
     tokens = m.kv_tokens(gib, dt)
-    logged = {"en": "", "zh": ""}
-    if "kv_tokens" in facts:
-        log = _log_name(p) if from_log else ""
-        src = {
-            "en": f"the recorded start-up log `{log}`" if from_log else "the measured log",
-            "zh": f"已录制的启动日志 `{log}` " if from_log else "实测日志",
-        }
-        logged = {
-            "en": f" vLLM's own line in {src['en']}: `GPU KV cache size: "
-            f"{fmt_num(facts['kv_tokens'])} tokens` (the GiB figure it prints is "
-            "rounded).",
-            "zh": f"{src['zh']}里 vLLM 自己的一行：`GPU KV cache size: "
-            f"{fmt_num(facts['kv_tokens'])} tokens`（它打印的 GiB 数是四舍五入后的）。",
-        }
+    logged = [] if "kv_tokens" not in facts else ["log"] if from_log else ["measured"]
     return {
         "type": "numeric",
         "answer": tokens,
@@ -96,6 +76,8 @@ def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
             "shape": _shape_text(m, dt),
             "bs": capacity.BLOCK_SIZE,
             "tokens": fmt_num(tokens),
+            "log": _log_name(p) if from_log else "",
+            "logged_tokens": fmt_num(facts.get("kv_tokens", 0)),
             "logged": logged,
         },
     }
@@ -110,14 +92,7 @@ def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
     gib, mml = facts["kv_memory_gib"], int(p["max_model_len"])
     conc = m.max_concurrency(gib, mml, dt)
     blocks = m.kv_blocks(gib, dt)
-    logged = {"en": "", "zh": ""}
-    if "concurrency" in facts and facts.get("concurrency_len", mml) == mml:
-        where = f" (`{_log_name(p)}`)" if from_log else ""
-        logged = {
-            "en": f" vLLM logged {facts['concurrency']:.2f}x{where}.",
-            "zh": f"vLLM 日志{where.replace(' (', '（').replace(')', '）')}里是 "
-            f"{facts['concurrency']:.2f}x。",
-        }
+    logged = "concurrency" in facts and facts.get("concurrency_len", mml) == mml
     return {
         "type": "numeric",
         "answer": round(conc, 2),
@@ -129,7 +104,11 @@ def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
             "mml": mml,
             "blocks": fmt_num(blocks),
             "conc": f"{conc:.2f}",
-            "logged": logged,
+            "logged_conc": f"{facts.get('concurrency', 0):.2f}",
+            "log": {"en": f" (`{_log_name(p)}`)", "zh": f"（`{_log_name(p)}`）"}
+            if from_log
+            else "",
+            "logged": ["logged"] if logged else [],
         },
     }
 
@@ -196,23 +175,14 @@ def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
     )
     if kv is None:
         raise QuizError(f"kv_binding: no baseline {base!r} with a KV size in the records")
-    verdict = {
-        "en": "it binds: more KV lets more requests run at once",
-        "zh": "卡住了：更多 KV 让更多请求同时运行",
-    }
-    if not kv["binding"]:
-        verdict = {
-            "en": "it does not bind: more KV cannot speed this pass up, so a gain from raising "
-            "the knob needs another explanation before you keep it",
-            "zh": "没有卡住：更多 KV 不可能让这一轮更快，所以调高旋钮带来的提升另有原因，保留之前要先查清",
-        }
     return {
         "type": "numeric",
         "answer": kv["demand_tokens"],
         "tolerance": {"rel": p.get("rel_tol", 0.05)},
         "unit": {"en": "tokens", "zh": "token"},
         "values": {
-            "where": _recorded(src.parent.parent.name if isinstance(src, Path) else ""),
+            "run": src.parent.parent.name if isinstance(src, Path) else "",
+            "where": ["recorded"] if isinstance(src, Path) else [],
             "n": kv["load_prompts"],
             "pt": kv["prompt_tokens"],
             "out": kv["out_tokens"],
@@ -223,22 +193,19 @@ def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
             "per": kv["per_request_tokens"],
             "demand": fmt_num(kv["demand_tokens"]),
             "share": f"{kv['demand_tokens'] / kv['kv_tokens']:.0%}",
-            "verdict": verdict,
+            "verdict": ["binds" if kv["binding"] else "free"],
         },
     }
 
 
-def _same_batch_points(
-    src: Any, base: Any, cand: Any
-) -> tuple[dict[Any, dict[str, Any]], dict[str, str]]:
-    """same_batch_spread's points {value: {tok_s, gen_before_full}, "window": {from_s, to_s}}
-    and the (en, zh) note naming the recorded run ("" for inline data)."""
+def _same_batch_points(src: Any, base: Any, cand: Any) -> dict[Any, dict[str, Any]]:
+    """same_batch_spread's points {value: {tok_s, gen_before_full}, "window": {from_s, to_s}}."""
     from course_utils.core import keep
     from course_utils.core.records import read_jsonl
 
     if not isinstance(src, Path):
         pts = {(k if k == "window" else float(k)): dict(v) for k, v in src.items()}
-        return pts, _recorded("")
+        return pts
     recs = read_jsonl(src / "results.jsonl")
     spread = keep.same_batch_gap(src, recs, baseline=base)
     if spread is None:
@@ -251,30 +218,28 @@ def _same_batch_points(
         cand: {"tok_s": tok[cand], "gen_before_full": sm["value"]},
         "window": {"from_s": lo, "to_s": hi},
     }
-    return pts, _recorded(src.parent.name)
+    return pts
 
 
-def _repeat(p: Mapping[str, Any], base: Any) -> dict[str, str]:
-    """The explanation's sentence on ``params.repeat`` (two recorded folders of the same
-    sweep, run in the same order): the baseline's output tok/s in each; '' when absent."""
+def _repeat(p: Mapping[str, Any], base: Any) -> dict[str, Any]:
+    """The values of the note on ``params.repeat`` (two recorded folders of the same sweep,
+    run in the same order): the baseline's output tok/s in each; no note when absent."""
     from course_utils.core.records import read_jsonl
 
     dirs = [resolve_path(d) for d in p.get("repeat") or []]
     if len(dirs) != 2 or not all((d / "results.jsonl").is_file() for d in dirs):
-        return {"en": "", "zh": ""}
+        return {"rep": [], **dict.fromkeys(("run_a", "run_b", "rep_a", "rep_b", "apart"), "")}
     tok = [
         next(r["output_tok_s"] for r in read_jsonl(d / "results.jsonl") if r["value"] == base)
         for d in dirs
     ]
-    apart = max(tok) / min(tok) - 1.0
-    names = [run_name(d) for d in dirs]
-    a, b = fmt_num(round(tok[0])), fmt_num(round(tok[1]))
     return {
-        "en": f" The same sweep run twice in the same order (`{names[0]}`, `{names[1]}`) put "
-        f"{base} at {a} and {b} tok/s, {apart:.0%} apart with nothing changed, so gaps of "
-        "this size come without the knob.",
-        "zh": f"同一个 sweep 按同样顺序跑两次（`{names[0]}`、`{names[1]}`），{base} 分别是 {a} 和 "
-        f"{b} tok/s，什么都没改也差了 {apart:.0%}，所以这么大的差距不需要旋钮也会出现。",
+        "rep": ["repeat"],
+        "run_a": run_name(dirs[0]),
+        "run_b": run_name(dirs[1]),
+        "rep_a": fmt_num(round(tok[0])),
+        "rep_b": fmt_num(round(tok[1])),
+        "apart": f"{max(tok) / min(tok) - 1.0:.0%}",
     }
 
 
@@ -284,14 +249,15 @@ def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
     Answer: the gap before the KV cache filled exceeds the effect: no verdict."""
     src = item_data(p, "run")
     base, cand = p["baseline"], p["candidate"]
-    pts, where = _same_batch_points(src, base, cand)
+    pts = _same_batch_points(src, base, cand)
     b, c = pts[base], pts[cand]
     lo, hi = pts["window"]["from_s"], pts["window"]["to_s"]
     return {
         "type": "single",
         "right": "spread",
         "values": {
-            "where": where,
+            "run": src.parent.name if isinstance(src, Path) else "",
+            "where": ["recorded"] if isinstance(src, Path) else [],
             "base": base,
             "cand": cand,
             "tok_b": fmt_num(round(b["tok_s"])),
@@ -304,7 +270,7 @@ def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
             "gen_c": fmt_num(round(c["gen_before_full"])),
             "gap": f"{c['gen_before_full'] / b['gen_before_full'] - 1.0:+.0%}",
             "gain": f"{float(p.get('min_gain', 0.05)):.0%}",
-            "rep": _repeat(p, base),
+            **_repeat(p, base),
         },
     }
 

@@ -480,6 +480,12 @@ def sep(mark: str, lang: str) -> str:
     return _FULL_WIDTH[mark] if lang == "zh" else mark + " "
 
 
+def listed(items: Iterable[Any]) -> dict[str, str]:
+    """``items`` as a list in each language: ``a, b`` in en, ``a、b`` in zh."""
+    texts = [str(x) for x in items]
+    return {"en": ", ".join(texts), "zh": "、".join(texts)}
+
+
 def fmt_num(x: float) -> str:
     """Readable number: thousands separators, no trailing zeros."""
     x = float(x)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.quiz.data import resolve_path, run_name
-from course_utils.quiz.engine import QuizError, fmt_num, generator
+from course_utils.quiz.engine import QuizError, fmt_num, generator, listed
 
 
 def _loop(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[Any]]:
@@ -105,28 +105,6 @@ def _zh_label(label: str) -> str:
     return "默认配置" if label == "defaults" else label
 
 
-def _named_knobs_note(untried: list[str], in_effect: list[str]) -> tuple[str, str]:
-    """The explanation's last sentence: named knobs the loop had no values for, and named
-    knobs already on by vLLM's default (keep.loop_outcome's ``untried`` / ``in_effect``)."""
-    en, zh = "", ""
-    if untried:
-        en += (
-            f" The diagnosis also named {', '.join(f'`{k}`' for k in untried)}, which had no "
-            "candidates: a claim about them needs a run that tries them."
-        )
-        zh += (
-            f"诊断还点名了 {'、'.join(f'`{k}`' for k in untried)}，但没有给候选值："
-            "要对它们下结论，得另跑一次把它们试上。"
-        )
-    if in_effect:
-        en += (
-            f" It also named {', '.join(f'`{k}`' for k in in_effect)}, already on by "
-            "vLLM's default."
-        )
-        zh += f"诊断还点名了 {'、'.join(f'`{k}`' for k in in_effect)}，它本来就已开启（vLLM 的默认值）。"
-    return en, zh
-
-
 @generator("loop_ending")
 def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: run (a loop folder). Answer: keep.loop_outcome's past_knee, as run."""
@@ -155,7 +133,7 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
         raise QuizError(f"loop_ending: {root} ended {o['outcome']}, not past the knee")
     if b.knob != "baseline" or summary.get("knobs") != b.knobs:
         raise QuizError(f"loop_ending: {root} kept a value: the item says it kept nothing")
-    named_en, named_zh = _named_knobs_note(o["untried"], o.get("in_effect") or [])
+    untried, in_effect = o["untried"], o.get("in_effect") or []
     return {
         "type": "single",
         "right": "past_knee",
@@ -163,13 +141,13 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
             "run": run_name(root),
             "wl": _workload(w),
             "slo": str(b.slo).split(" @ ")[0],
-            "knobs": {
-                "en": ", ".join(f"`{k}`" for k in o["tried"]),
-                "zh": "、".join(f"`{k}`" for k in o["tried"]),
-            },
+            "knobs": listed(f"`{k}`" for k in o["tried"]),
             "share": f"{o['goodput_share']:.0%}",
             "best": f"{float(summary['request_goodput'] or 0):.2f}",
-            "named": {"en": named_en, "zh": named_zh},
+            # the knobs the diagnosis named with no values, and those on by vLLM's default
+            "untried": listed(f"`{k}`" for k in untried),
+            "in_effect": listed(f"`{k}`" for k in in_effect),
+            "named": ["untried"] * bool(untried) + ["in_effect"] * bool(in_effect),
         },
     }
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from course_utils.quiz.data import option_list
-from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
+from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, listed, sep
 
 AXES: dict[str, dict[str, str]] = {
     "throughput": {"en": "throughput", "zh": "吞吐"},
@@ -125,7 +125,7 @@ def _g_knob_recommend(p: Mapping[str, Any]) -> dict[str, Any]:
             "lines": {lg: each([effect_line(k, axis, lg) for k in shown], lg) for lg in LANGS},
             "goal": goal,
             "n": len(flags),
-            "flags": {"en": ", ".join(flags), "zh": "、".join(flags)},
+            "flags": listed(flags),
         },
     }
 
@@ -250,19 +250,6 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
         ok, why = False, str(e)
     hit = [kk for kk in knobs.KNOBS.values() if why and kk.name in why]
     where = sorted({f"{kk.config.split('.')[0]} ({kk.source})" for kk in hit})
-    explain = (
-        {
-            "en": f"knobs.validate raises: {why}. vLLM checks it in {', '.join(where)} "
-            "while building the engine config, before loading the model.",
-            "zh": f"knobs.validate 报错：{why}。vLLM 在构建引擎配置时（加载模型之前）由 "
-            f"{'、'.join(where)} 检查它。",
-        }
-        if why
-        else {
-            "en": "knobs.validate accepts it: no cross-knob rule of 0.26.0 is broken.",
-            "zh": "knobs.validate 通过：没有违反 0.26.0 的跨旋钮规则。",
-        }
-    )
     return {
         "type": "single",
         "right": "starts" if ok else "rejected",
@@ -271,6 +258,8 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
             "on": {"en": f" ({fmt_num(gib)} GiB GPU)", "zh": f"（{fmt_num(gib)} GiB 显卡）"}
             if gib
             else "",
-            "why": explain,
+            "why": why or "",
+            "where": listed(where),
+            "verdict": ["raises" if why else "accepts"],
         },
     }

@@ -29,18 +29,6 @@ def _g_replicas_plan(p: Mapping[str, Any]) -> dict[str, Any]:
     seen = sorted(
         (float(x["rate_key"]), keep.as_point(x).meets_slo) for x in recs if x.get("valid")
     )
-    short = {"en": "", "zh": ""}
-    if plan.short == plan.safe:
-        short = {
-            "en": " Both ends of the range give the same count here.",
-            "zh": "这里区间两端算出的副本数相同。",
-        }
-    elif plan.short is not None:
-        short = {
-            "en": f" From the upper end you would get {plan.short}; fewer than that cannot keep "
-            "the headroom even at the knee's upper bound.",
-            "zh": f"按上端算是 {plan.short} 个；比它还少，就算拐点在上界也留不出余量。",
-        }
     return {
         "type": "numeric",
         "answer": plan.safe,
@@ -66,6 +54,11 @@ def _g_replicas_plan(p: Mapping[str, Any]) -> dict[str, Any]:
             "headroom": f"{headroom:g}",
             "per": f"{plan.per_replica_low:.4g}",
             "safe": plan.safe,
-            "short": short,
+            "upper": plan.short or "",
+            "short": ["same"]
+            if plan.short == plan.safe
+            else []
+            if plan.short is None
+            else ["upper"],
         },
     }

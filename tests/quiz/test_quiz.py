@@ -19,7 +19,6 @@ from course_utils import quiz
 from course_utils.core import capacity, diagnose, knobs, metrics, scaleout, slo
 from course_utils.quiz import data as qdata
 from course_utils.quiz import engine as qengine
-from course_utils.quiz import gen_slo
 from course_utils.quiz import render as qrender
 from tests.quiz.run_checks import RUN_CHECKS
 
@@ -317,9 +316,14 @@ def _check_diagnosis(q: quiz.Question, p: dict[str, Any]) -> diagnose.Diagnosis:
     d = diagnose.diagnose(_load_series(p), _load_bench(p), slo.SLO.parse(p["slo"]),
                           max_num_seqs=mns)
     summary = metrics.summarize(_load_series(p))
-    for lg in quiz.LANGS:  # the explanation teaches the leaf the tree reached
-        why = qengine._bi({x: gen_slo.diag_why(d, summary, mns, lg) for x in quiz.LANGS}, "w")
-        assert why[lg] in q.explain[lg], q.id
+    raw = [e for lesson in quiz.LESSONS for e in  # ids are unique within a lesson only
+           yaml.safe_load(quiz.quiz_path(lesson).read_text(encoding="utf-8"))["questions"]]
+    entry = next(e for e in raw if e["id"] == q.id and e.get("generator") == q.generator)
+    note = qengine._bi(entry["notes"][d.leaf], "note")
+    for lg in quiz.LANGS:  # the explanation teaches the leaf the tree reached, with its numbers
+        words = [w.strip() for w in re.split(r"\{\w+\}", note[lg]) if w.strip()]
+        assert words and all(w in q.explain[lg] for w in words), (q.id, lg)
+        assert f"{summary.waiting_mean:.1f}" in q.explain[lg] or "{w}" not in note[lg]
     return d
 
 

@@ -284,62 +284,16 @@ def _diag_text(cap: int | None, summary: Any, bench: Any, s: Any) -> dict[str, s
     }
 
 
-# What each leaf of the decision tree means, in the learner's terms ({w}: waiting mean,
-# {r}: running max, {cap}: max_num_seqs, {kv}: KV usage max, {pre}: preemptions).
-LEAF_WHY: dict[str, dict[str, str]] = {
-    "queue_cap": {
-        "en": "Requests wait (mean {w}) while the batch sits at its cap ({r} of {cap}) and KV "
-        "has room ({kv}): the cap, not memory, holds them back.",
-        "zh": "请求在排队（均值 {w}），运行批顶在上限（{r} / {cap}），KV 还有空间（{kv}）：挡住它们的是上限，不是显存。",
-    },
-    "queue_budget": {
-        "en": "Requests wait (mean {w}) below the cap ({r} of {cap}) with KV room ({kv}), and "
-        "each step spends its whole token budget, the last thing that admits them.",
-        "zh": "请求在排队（均值 {w}），运行数没到上限（{r} / {cap}），KV 也有空间（{kv}），而每步都用满了 "
-        "token 预算：调度器只在预算有剩时才放排队的请求进来。",
-    },
-    "queue_replicas": {
-        "en": "Requests wait (mean {w}) below the cap ({r} of {cap}) with KV room ({kv}); when a "
-        "bigger `--max-num-batched-tokens` does not help either, arrivals outrun what this "
-        "one server completes.",
-        "zh": "请求在排队（均值 {w}），运行数没到上限（{r} / {cap}），KV 也有空间（{kv}）；如果调大 "
-        "`--max-num-batched-tokens` 也无济于事，就是到达速度超过了这一台服务器的完成速度。",
-    },
-    "kv": {
-        "en": "The KV cache is full ({kv}) and {pre} preemptions pushed running requests back: "
-        "memory for KV binds.",
-        "zh": "KV cache 满了（{kv}），{pre} 次抢占把运行中的请求推回队列：KV 显存在卡。",
-    },
-    "prefill": {
-        "en": "Nothing queues (mean {w}) and KV has room ({kv}), but p99 TTFT is over its "
-        "target: the time goes into getting the first token.",
-        "zh": "没有排队（均值 {w}），KV 也有空间（{kv}），但 p99 TTFT 超了目标：时间花在了产出首 token 上。",
-    },
-    "decode": {
-        "en": "Nothing queues (mean {w}) and TTFT is inside its target, but p99 TPOT is over: "
-        "each decode step of a {r}-request batch takes too long.",
-        "zh": "没有排队（均值 {w}），TTFT 也达标，但 p99 TPOT 超了：{r} 个请求的 decode 批每一步都太慢。",
-    },
-    "none": {
-        "en": "Nothing queues, KV has room ({kv}) and every p99 meets its target: nothing "
-        "binds, so stop tuning or raise the rate.",
-        "zh": "没有排队，KV 有空间（{kv}），每个 p99 都达标：没有约束在卡，停下或提高速率。",
-    },
-}
-
-
-def diag_why(d: Any, summary: Any, cap: int | None, lang: str) -> str:
-    """The diagnosis in the learner's terms (falls back to the tree's own leaf text)."""
-    from course_utils.core import diagnose
-
-    tmpl = LEAF_WHY.get(d.leaf, diagnose.TREE[d.leaf].text)[lang]
-    return tmpl.format(
-        w=f"{summary.waiting_mean:.1f}",
-        r=fmt_num(summary.running_max),
-        cap=cap if cap else "?",
-        kv=f"{summary.kv_usage_max:.0%}",
-        pre=fmt_num(summary.preemptions),
-    )
+def _leaf(d: Any, summary: Any, cap: int | None) -> dict[str, Any]:
+    """The item's note on the leaf the tree reached, and the numbers it may cite."""
+    return {
+        "why": [d.leaf],
+        "w": f"{summary.waiting_mean:.1f}",
+        "r": fmt_num(summary.running_max),
+        "cap": cap if cap else "?",
+        "kv": f"{summary.kv_usage_max:.0%}",
+        "pre": fmt_num(summary.preemptions),
+    }
 
 
 @generator("diagnose_constraint")
@@ -352,7 +306,7 @@ def _g_diagnose_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
         "choices": option_list([(CONSTRAINTS[c], c == d.constraint, c) for c in CONSTRAINTS]),
         "values": {
             "observed": _diag_text(cap, summary, bench, s),
-            "why": {lg: diag_why(d, summary, cap, lg) for lg in LANGS},
+            **_leaf(d, summary, cap),
         },
     }
 
@@ -393,7 +347,7 @@ def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
         "choices": choices,
         "values": {
             "observed": _diag_text(cap, summary, bench, s),
-            "why": {lg: diag_why(d, summary, cap, lg) for lg in LANGS},
+            **_leaf(d, summary, cap),
             "lines": {lg: each([line(k, lg) for k in shown], lg) for lg in LANGS},
         },
     }

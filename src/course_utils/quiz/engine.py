@@ -384,6 +384,7 @@ def expand(entry: Mapping[str, Any], where: str = "entry") -> Question:
         **gen,
         "id": entry.get("id"),
         "section": entry.get("section"),
+        "unit": entry.get("unit"),
         "generator": name,
         "params": params,
     }

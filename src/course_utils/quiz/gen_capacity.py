@@ -42,7 +42,6 @@ def _g_kv_bytes(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "numeric",
         "answer": m.kv_bytes_per_token(dt),
         "tolerance": {"abs": 0},
-        "unit": {"en": "bytes", "zh": "字节"},
         "values": {
             "name": m.name,
             "layers": m.layers,
@@ -68,7 +67,6 @@ def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "numeric",
         "answer": tokens,
         "tolerance": {"rel": p.get("rel_tol", 0.01)},
-        "unit": {"en": "tokens", "zh": "token"},
         "values": {
             "name": m.name,
             "gib": fmt_num(gib),
@@ -97,7 +95,6 @@ def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "numeric",
         "answer": round(conc, 2),
         "tolerance": {"rel": p.get("rel_tol", 0.01)},
-        "unit": {"en": "requests", "zh": "个请求"},
         "values": {
             "name": m.name,
             "gib": fmt_num(gib),
@@ -140,7 +137,6 @@ def _g_kv_gain(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "numeric",
         "answer": answer,
         "tolerance": {"rel": tol},
-        "unit": {"en": "tokens", "zh": "token"},
         "values": {
             "run": src.parent.parent.name,
             "name": m.name,
@@ -179,7 +175,6 @@ def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "numeric",
         "answer": kv["demand_tokens"],
         "tolerance": {"rel": p.get("rel_tol", 0.05)},
-        "unit": {"en": "tokens", "zh": "token"},
         "values": {
             "run": src.parent.parent.name if isinstance(src, Path) else "",
             "where": ["recorded"] if isinstance(src, Path) else [],
@@ -288,7 +283,6 @@ def _g_tpot_floor(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "numeric",
         "answer": round(ms, 2),
         "tolerance": {"rel": p.get("rel_tol", 0.1)},
-        "unit": {"en": "ms", "zh": "ms"},
         "values": {
             "name": m.name,
             "wgib": f"{m.weight_gib():.2f}",

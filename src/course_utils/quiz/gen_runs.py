@@ -52,7 +52,6 @@ def _g_littles_law(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "numeric",
         "answer": round(n, 1),
         "tolerance": {"rel": p.get("rel_tol", 0.05)},
-        "unit": {"en": "requests", "zh": "个请求"},
         "values": {
             "run": pt["where"],
             "cap": pt["knobs"].get("max_num_seqs"),

@@ -33,7 +33,6 @@ def _g_replicas_plan(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "numeric",
         "answer": plan.safe,
         "tolerance": {"abs": 0},
-        "unit": {"en": "replicas", "zh": "个副本"},
         "values": {
             "run": (folder.parent if folder.name == "scaleout" else folder).name,
             "rows": {

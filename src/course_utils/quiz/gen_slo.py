@@ -51,7 +51,6 @@ def _g_request_goodput(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "numeric",
         "answer": round(g, 4),
         "tolerance": {"abs": 0.01},
-        "unit": {"en": "req/s", "zh": "req/s"},
         "values": {
             "requests": _requests_text(b),
             "targets": " ".join(s.goodput_args()),

@@ -256,30 +256,25 @@ def _diagnosis(p: Mapping[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
     return d, metrics.summarize(samples), bench, s, mns
 
 
-def _diag_text(cap: int | None, summary: Any, bench: Any, s: Any) -> dict[str, str]:
+def _observed(cap: int | None, summary: Any, bench: Any, s: Any) -> dict[str, Any]:
+    """The values of the item's ``observed`` note: the sampled gauges, p99s and SLO."""
     from course_utils.core import metrics
 
-    cap_en = f" (max_num_seqs {cap})" if cap else ""
-    cap_zh = f"（max_num_seqs {cap}）" if cap else ""
-    pcts = zh_pcts = ""
-    if bench is not None:
-        each_p99 = [
-            f"p99 {k.upper()} {fmt_num(round(bench.percentile(k), 1))} ms"
-            for k in ("ttft", "tpot")
-            if bench.percentile(k) is not None
-        ]
-        pcts, zh_pcts = ", ".join(each_p99), "，".join(each_p99)
-    pre = fmt_num(summary.preemptions)
+    p99 = [
+        f"p99 {k.upper()} {fmt_num(round(bench.percentile(k), 1))} ms"
+        for k in ("ttft", "tpot")
+        if bench is not None and bench.percentile(k) is not None
+    ]
     return {
-        "en": f"Sampled under load: `{metrics.WAITING}` mean {summary.waiting_mean:.1f} (max "
-        f"{fmt_num(summary.waiting_max)}), `{metrics.RUNNING}` max "
-        f"{fmt_num(summary.running_max)}{cap_en}, `{metrics.KV_USAGE}` max "
-        f"{summary.kv_usage_max:.2f}, preemptions {pre}. Bench: {pcts or 'n/a'}. "
-        f"SLO: {slo_text(s, 'en')}.",
-        "zh": f"负载期间采样：`{metrics.WAITING}` 均值 {summary.waiting_mean:.1f}（最大 "
-        f"{fmt_num(summary.waiting_max)}），`{metrics.RUNNING}` 最大 "
-        f"{fmt_num(summary.running_max)}{cap_zh}，`{metrics.KV_USAGE}` 最大 "
-        f"{summary.kv_usage_max:.2f}，抢占 {pre} 次。压测：{zh_pcts or '无'}。SLO：{slo_text(s, 'zh')}。",
+        "observed": ["observed"],
+        "waiting": metrics.WAITING,
+        "running": metrics.RUNNING,
+        "kv_name": metrics.KV_USAGE,
+        "w_max": fmt_num(summary.waiting_max),
+        "on": {"en": f" (max_num_seqs {cap})", "zh": f"（max_num_seqs {cap}）"} if cap else "",
+        "kv_max": f"{summary.kv_usage_max:.2f}",
+        "p99": {"en": ", ".join(p99) or "n/a", "zh": "，".join(p99) or "无"},
+        "slo": {lg: slo_text(s, lg) for lg in LANGS},
     }
 
 
@@ -304,7 +299,7 @@ def _g_diagnose_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "single",
         "choices": option_list([(CONSTRAINTS[c], c == d.constraint, c) for c in CONSTRAINTS]),
         "values": {
-            "observed": _diag_text(cap, summary, bench, s),
+            **_observed(cap, summary, bench, s),
             **_leaf(d, summary, cap),
         },
     }
@@ -345,7 +340,7 @@ def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "multiple",
         "choices": choices,
         "values": {
-            "observed": _diag_text(cap, summary, bench, s),
+            **_observed(cap, summary, bench, s),
             **_leaf(d, summary, cap),
             "lines": {lg: each([line(k, lg) for k in shown], lg) for lg in LANGS},
         },

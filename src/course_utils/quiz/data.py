@@ -163,8 +163,8 @@ def slo_text(s: Any, lang: str) -> str:
 
 
 def recorded_sweep(p: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """(value, bench, rate) for every point of one knob in a recorded sweep, baseline
-    included; ``params.points`` (inline ``[{value, bench: {...}}]``) when not recorded."""
+    """(value, bench, rate, dir) for every point of one knob in a recorded sweep, baseline
+    included; ``params.points`` (inline ``[{value, bench: {...}}]``, no dir) when not recorded."""
     knob = p["knob"]
     out: list[dict[str, Any]] = []
     try:
@@ -176,7 +176,9 @@ def recorded_sweep(p: Mapping[str, Any]) -> list[dict[str, Any]]:
         if rec.get("knob") in (knob, "baseline") and value is not None:
             out = [o for o in out if o["value"] != value]  # a re-run replaces a point
             rate = (rec.get("workload") or {}).get("request_rate")
-            out.append({"value": value, "bench": item_bench(d / "bench.json"), "rate": rate})
+            out.append(
+                {"value": value, "bench": item_bench(d / "bench.json"), "rate": rate, "dir": d}
+            )
     if not out:
         out = [
             {"value": pt["value"], "bench": item_bench(pt["bench"]), "rate": p.get("rate")}

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from course_utils.quiz.data import (
     option_list,
     recorded_point,
-    resolve_path,
+    recorded_sweep,
     run_name,
-    sweep_records,
 )
 from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
 
@@ -69,39 +67,24 @@ def _law(b: Mapping[str, Any], n: str) -> dict[str, str]:
     return {"thr": thr, "e2e": fmt_num(round(e2e)), "e2e_s": f"{e2e / 1000:.3f}", "n": n}
 
 
-def sweep_points(root: Path, knob: str) -> list[dict[str, Any]]:
-    """Every recorded point of a sweep dir with its knob value, bench and /metrics summary."""
-    from course_utils.core import metrics
-
-    out: dict[Any, dict[str, Any]] = {}
-    for rec, d in sweep_records(root):
-        value = (rec.get("knobs") or {}).get(knob)
-        if value is not None:
-            out[value] = {
-                "value": value,
-                "bench": json.loads((d / "bench.json").read_text()),
-                "summary": metrics.summarize(metrics.load_series(d / "metrics.jsonl")),
-            }
-    return [out[v] for v in sorted(out)]
-
-
 @generator("littles_cap")
 def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: results (a max_num_seqs sweep), reference. Answer: the caps below rate x mean
     E2E of the reference, each checked against its recorded waiting series."""
-    from course_utils.core import diagnose
+    from course_utils.core import diagnose, metrics
 
-    root = resolve_path(p["results"])
-    pts = sweep_points(root, "max_num_seqs")
+    pts = recorded_sweep({"knob": "max_num_seqs", "results": p["results"]})
+    for x in pts:
+        x["summary"] = metrics.summarize(metrics.load_series(x["dir"] / "metrics.jsonl"))
     ref = next((x for x in pts if x["value"] == p["reference"]), None)
     if ref is None or len(pts) < 3:
-        raise QuizError(f"littles_cap: no reference point {p.get('reference')} in {root}")
-    n = in_flight(ref["bench"])
+        raise QuizError(f"littles_cap: no reference point {p.get('reference')} in {p['results']}")
+    n = in_flight(ref["bench"].raw)
     deep = diagnose.Thresholds().waiting_mean_min
     for x in pts:
         if (x["value"] < n) != (x["summary"].waiting_mean >= deep):
             raise QuizError(f"littles_cap: {x['value']} disagrees with its waiting series")
-    b = ref["bench"]
+    b = ref["bench"].raw
 
     def why(x: dict[str, Any], lg: str) -> str:
         s, below = x["summary"], x["value"] < n
@@ -119,7 +102,7 @@ def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
         "type": "multiple",
         "choices": option_list(opts),
         "values": {
-            "run": run_name(root),
+            "run": run_name(pts[0]["dir"].parent.parent),
             "rate": fmt_num(b.get("request_rate")),
             "ref": ref["value"],
             **_law(b, f"{n:.0f}"),

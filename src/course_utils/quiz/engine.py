@@ -395,8 +395,8 @@ _FIELD = re.compile(r"\{(\w+)\}")
 
 
 def _filled(entry: Mapping[str, Any], gen: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """A generator item's texts: its prompt, explain and ``choices`` (``key: {zh, en}``, right
-    when the generator's ``right`` names the key) with each ``{name}`` replaced by the value
+    """A generator item's texts: its prompt, explain and ``choices`` (``key: {zh, en}``, after
+    any the generator made; right when the generator's ``right`` names the key) with each ``{name}`` replaced by the value
     the generator computed (``values[name]``: {zh, en}, one value for both, or a list of keys
     of the item's ``notes``, optional sentences: those notes, filled, each after a space in
     en). Every value must be named in each language, and nothing else in braces."""
@@ -430,8 +430,9 @@ def _filled(entry: Mapping[str, Any], gen: Mapping[str, Any], where: str) -> dic
         for k, t in texts.items():
             out[k][lg] = fill(t[lg])
     filled: dict[str, Any] = {"prompt": out.pop("prompt"), "explain": out.pop("explain")}
-    if choices:
-        filled["choices"] = [{"text": t, "correct": k in right, "key": k} for k, t in out.items()]
+    if choices:  # after those the generator made, if any
+        mine = [{"text": t, "correct": k in right, "key": k} for k, t in out.items()]
+        filled["choices"] = [*gen.get("choices", ()), *mine]
     return filled
 
 

@@ -21,10 +21,6 @@ CONSTRAINTS: dict[str, dict[str, str]] = {
     "kv": {"en": "KV cache capacity", "zh": "KV cache 容量"},
     "none": {"en": "nothing binds: the SLO holds", "zh": "没有约束在卡：SLO 已满足"},
 }
-NO_KNOB = {
-    "en": "no engine knob: add replicas / route load (or stop tuning)",
-    "zh": "没有引擎旋钮可拧：加副本 / 分流（或停止调参）",
-}
 
 
 def _knob_text(k: Any, move: bool = True) -> dict[str, str]:

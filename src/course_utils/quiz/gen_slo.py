@@ -22,7 +22,7 @@ from course_utils.quiz.data import (
     slo_text,
 )
 from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
-from course_utils.quiz.gen_knobs import CONSTRAINTS, NO_KNOB, each, move_word
+from course_utils.quiz.gen_knobs import CONSTRAINTS, each, move_word
 
 
 def _requests_text(b: Any) -> dict[str, str]:
@@ -128,8 +128,6 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
     if best_req != best_gate:
         raise QuizError("slo_compare: the two goodputs rank the configs differently")
     opts = {r["name"]: (r["name"], r["name"]) for r in rows}
-    # "tie": the mistake of scoring both by the share of requests that met the SLO alone
-    opts["tie"] = ("Neither: they score the same", "都不是：得分一样")
 
     def desc(r: dict[str, Any], lg: str) -> str:
         b = r["b"]
@@ -154,11 +152,6 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
             "scores": {lg: joined(score, lg) for lg in LANGS},
         },
     }
-
-
-def _pad(zh: str) -> str:
-    """A term inside Chinese text, with a space on each side that meets Latin text."""
-    return f"{' ' if zh[:1].isascii() else ''}{zh}{' ' if zh[-1:].isascii() else ''}"
 
 
 def _sweep_rows(pts: list[dict[str, Any]], s: Any, how: str, lang: str) -> str:
@@ -213,18 +206,11 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
         run = f"`{run_name(resolve_path(p['results']))}`"
     except (KeyError, QuizError):
         run = ""
-    name = {
-        "gate": {
-            "en": "the lesson's p99 gate (throughput if every p99 meets the SLO, else 0)",
-            "zh": _pad("本课的 p99 门槛（每个 p99 都达标记吞吐，否则记 0）"),
-        },
-        "request": {"en": "vLLM's per-request goodput", "zh": _pad("vLLM 的逐请求 goodput")},
-    }[how]
     opts = {str(v): (f"`{flag} {v}`", f"`{flag} {v}`") for v, _ in scores}
-    opts["none"] = ("None: every value scores 0", "都不行：每个值都得 0")
     return {
         "type": "single",
         "choices": keyed(opts, str(win)),
+        "right": "none" if win == "none" else (),
         "values": {
             "run": run,
             "flag": flag,
@@ -235,7 +221,7 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
             },
             "slo": {lg: slo_text(s, lg) for lg in LANGS},
             "shown": {lg: _sweep_rows(pts, s, how, lg) for lg in LANGS},
-            "name": name,
+            "name": [how],
             "listing": {
                 lg: sep(";", lg).join(f"{v}{sep(':', lg)}{sc:.2f} req/s" for v, sc in scores)
                 for lg in LANGS
@@ -325,7 +311,6 @@ def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
     )
     if good and not any(c["correct"] for c in choices):
         raise QuizError("none of the listed knobs is in the diagnosis")
-    choices.append({"text": NO_KNOB, "correct": not good, "key": "none"})
 
     def line(k: Any, lg: str) -> str:
         if k.name in good:
@@ -339,6 +324,7 @@ def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "type": "multiple",
         "choices": choices,
+        "right": () if good else "none",  # the item's "no engine knob" choice
         "values": {
             **_observed(cap, summary, bench, s),
             **_leaf(d, summary, cap),

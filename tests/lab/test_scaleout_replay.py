@@ -1,4 +1,4 @@
-"""Lab 03's replay: the recorded run (``scaleout_replay.RUN_DIR``, the ONE place that names it:
+"""Lab 03's replay: the recorded run (``core.scaleout.RUN_DIR``, the ONE place that names it:
 the fake fixture until the 2-GPU run is collected, then labs/results/h200x2-...) must replay
 to what it recorded; lab 03 runs through papermill in replay mode on it and in GPU mode
 against the fake vLLM. Nothing here skips: a missing run folder fails."""
@@ -12,12 +12,12 @@ from pathlib import Path
 import papermill as pm
 import pytest
 
-from course_utils.core.scaleout import CONFIGS
-from course_utils.lab import scaleout_replay
+from course_utils.core.scaleout import CONFIGS, RUN_DIR
+from course_utils.lab import scaleout as lab03
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB03 = ROOT / "labs" / "03_scale_out.ipynb"
-RUN = ROOT / scaleout_replay.RUN_DIR  # the recorded run the book and lab 03 read
+RUN = ROOT / RUN_DIR  # the recorded run the book and lab 03 read
 FIXTURE = ROOT / "tests" / "fixtures" / "scaleout_fake"  # made by tests/fakes/make_scaleout_fixture.py
 
 
@@ -38,7 +38,7 @@ def _run(params: dict, out: Path) -> str:
 
 def test_the_recorded_run_replays_to_what_it_recorded() -> None:
     assert (RUN / "scaleout").is_dir(), f"{RUN}: the recorded lab 03 run is missing"
-    r = scaleout_replay.replay_scaleout(RUN)
+    r = lab03.replay_scaleout(RUN)
     assert set(r.configs) == set(CONFIGS), "one, dp2 and tp2 are all recorded"
     assert r.problems() == []
     for c in r.configs.values():
@@ -70,11 +70,11 @@ def test_replay_catches_a_record_that_disagrees_with_its_series(tmp_path: Path) 
     last = json.loads(run.read_text().splitlines()[-1])
     last["knee"]["knee_rate"] = 999.0
     run.write_text(json.dumps(last) + "\n")
-    problems = scaleout_replay.replay_scaleout(bad).problems()
+    problems = lab03.replay_scaleout(bad).problems()
     assert any("dp2 rate 16 window 0 engine 1: recorded kv, replayed" in p for p in problems)
     assert any(p.startswith("one: knee") for p in problems)
     with pytest.raises(FileNotFoundError, match="no recorded lab 03 run"):
-        scaleout_replay.replay_scaleout(tmp_path / "nothing")
+        lab03.replay_scaleout(tmp_path / "nothing")
 
 
 def test_lab03_replays_the_recorded_run(tmp_path: Path) -> None:
@@ -110,7 +110,7 @@ def test_the_h200x2_run_supports_these_verdicts() -> None:
     """The 2026-11-30 run on two H200s (dummy weights, lab 02's workload and SLO), decisions
     re-derived from its windows: each knee as a range, a rate the repeats disagree on called
     undecided, the replica prediction held against the DP=2 knee, DP=2 against TP=2."""
-    r = scaleout_replay.replay_scaleout(ROOT / "labs/results/h200x2-2026-11-30")
+    r = lab03.replay_scaleout(ROOT / "labs/results/h200x2-2026-11-30")
     k = r.three_way.knees
     assert (k["one"]["knee_rate"], k["one"]["overloaded_rate"]) == (55.0, 60.0)
     assert (k["dp2"]["knee_rate"], k["dp2"]["overloaded_rate"]) == (100.0, 130.0)
@@ -140,7 +140,7 @@ def test_the_direction_maps_tp_note_states_the_recorded_knees() -> None:
     from course_utils.core import knobs
 
     note = knobs.get("tensor_parallel_size").note
-    r = scaleout_replay.replay_scaleout(ROOT / "labs/results/h200x2-2026-11-30")
+    r = lab03.replay_scaleout(ROOT / "labs/results/h200x2-2026-11-30")
     k = r.three_way.knees
     rows = {(x.config, x.rate): x for x in r.three_way.rows if not x.run}
     for lang in ("en", "zh"):

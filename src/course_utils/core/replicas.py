@@ -1,24 +1,12 @@
 """Replica arithmetic: how many copies of a measured server a target rate needs.
 
-Input is what a knee scan supports (``keep.pick_knee``): the knee of ONE replica lies
-between ``knee_low`` (the highest offered rate that met the SLO in every valid window) and
-``knee_high`` (the lowest rate above it that missed; None when no tested rate missed).
-Headroom is the share of each replica's knee kept free (bursts, a slow replica, a replica
-restarting), so a replica is planned to carry at most ``knee * (1 - headroom)``.
-
-Range in, range out:
-
-- ``safe``: ``ceil(target / (knee_low * (1 - headroom)))``. Every replica then runs at or
-  below a rate at which one replica was measured to meet the SLO (less the headroom). This
-  is the end to provision.
-- ``short``: ``ceil(target / (knee_high * (1 - headroom)))``. With fewer replicas each one
-  runs above ``knee_high * (1 - headroom)``: the headroom is gone even if the knee sits at
-  its upper bound, a rate measured to MISS the SLO. Surely too few.
-  Between ``short`` and ``safe`` the data cannot tell; a finer knee scan narrows it.
-
-The arithmetic assumes replicas add up: N independent replicas carry N times one. vLLM's
-data parallelism (``vllm serve --data-parallel-size N``) is such a set of replicas behind
-one API endpoint; lab 03 measures how close to N times its knee lies.
+One replica's knee lies between ``knee_low`` (the highest rate that met the SLO in every valid
+window) and ``knee_high`` (the lowest rate above it that missed; None: none missed). Headroom
+is the share of each replica's knee kept free, so a replica carries ``knee * (1 - headroom)``.
+``safe`` = ``ceil(target / (knee_low * (1 - headroom)))`` replicas each run at or below a rate
+measured to meet the SLO: provision this. ``short`` = the same from ``knee_high``: fewer leave
+no headroom even at the knee's upper bound. Between them the data cannot tell. Replicas are
+assumed to add up (N carry N times one), as vLLM's data parallelism should; lab 03 measures it.
 """
 
 from __future__ import annotations

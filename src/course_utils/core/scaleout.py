@@ -1,13 +1,6 @@
-"""Lab 03's comparison, pure: one GPU, two replicas (vLLM data parallelism), one model split
-over two GPUs (tensor parallelism), each measured as a short offered-rate scan on the same
-workload and SLO.
-
-- ``CONFIGS``: the three configurations and the ``vllm serve`` flags that make them
-  (``--data-parallel-size`` and ``--tensor-parallel-size``, vllm/engine/arg_utils.py 0.26.0).
-- ``ScaleoutRun``: one config's record of one call (``scaleout.jsonl``, last line wins).
-- ``rate_rows`` / ``three_way``: the table and the verdicts, re-derived from the knee
-  records (``ServedPoint`` per rate, windows and per-engine diagnoses included), so a page
-  and CI read the same numbers the GPU run printed.
+"""Lab 03's comparison, pure: one GPU, two replicas (``--data-parallel-size 2``) and one model
+split over two GPUs (``--tensor-parallel-size 2``), each a short offered-rate scan on the same
+workload and SLO. ``three_way`` re-derives the table and the verdicts from the knee records.
 """
 
 from __future__ import annotations
@@ -40,8 +33,7 @@ __all__ = [
 ]
 
 RUN_FILE = "scaleout.jsonl"
-# The recorded lab 03 run the book pages, lab 03's replay, the quiz and CI read (relative to
-# the repo root; a folder holding scaleout/<config>/ and repeats/<name>/scaleout/<config>/).
+# the recorded lab 03 run the book, lab 03's replay and the quiz read (from the repo root)
 RUN_DIR = "labs/results/h200x2-2026-11-30"
 
 
@@ -76,8 +68,7 @@ CONFIGS: dict[str, ScaleConfig] = {
 
 
 def config_records(folder: str | Path, name: str) -> list[dict[str, Any]]:
-    """A config's knee records in a scale-out folder (``<folder>/<name>/knee.jsonl``), the
-    last of each rate."""
+    """A config's knee records in a scale-out folder, the last of each rate."""
     return list(latest_by_rate(read_jsonl(Path(folder) / config(name).name / KNEE_FILE)).values())
 
 
@@ -89,10 +80,8 @@ def config(name: str) -> ScaleConfig:
 
 @dataclass
 class ScaleoutRun:
-    """One call of lab 03 for one config: what it served, how it started, where it stopped.
-    ``processes``: the start-up facts each vLLM process logged (``vllm_logs.
-    startup_by_process``: one KV pool per engine with DP, one weight share per worker with
-    TP). ``knee``: ``pick_knee`` over the rates on disk after this call."""
+    """One call of lab 03 for one config (``scaleout.jsonl``, last line wins). ``processes``:
+    each vLLM process's start-up facts; ``knee``: ``pick_knee`` over the rates on disk."""
 
     config: str
     gpus: int
@@ -202,6 +191,18 @@ def merge_runs(
     return sorted(by_rate.values(), key=lambda p: float(p.rate_key or 0))
 
 
+_TABLE_COLS = {
+    "en": "config|rate|done|goodput|goodput/GPU|p99 TTFT|p99 TPOT|meets SLO|constraint".split("|"),
+    "zh": "配置|速率|完成|goodput|每卡 goodput|p99 TTFT|p99 TPOT|达标|约束".split("|"),
+}
+_SUMMARY_COLS = {
+    "en": "config|GPUs|knee (req/s)|best goodput at the SLO|per GPU|p99 TPOT, lowest rate".split(
+        "|"
+    ),
+    "zh": "配置|GPU|拐点 (req/s)|达标时最高 goodput|每卡|最低速率下 p99 TPOT".split("|"),
+}
+
+
 @dataclass
 class ThreeWay:
     """The three configs side by side, and what the data supports."""
@@ -213,31 +214,7 @@ class ThreeWay:
 
     def table(self, lang: str = "en") -> list[dict[str, Any]]:
         zh = lang == "zh"
-        cols = (
-            (
-                "配置",
-                "速率",
-                "完成",
-                "goodput",
-                "每卡 goodput",
-                "p99 TTFT",
-                "p99 TPOT",
-                "达标",
-                "约束",
-            )
-            if zh
-            else (
-                "config",
-                "rate",
-                "done",
-                "goodput",
-                "goodput/GPU",
-                "p99 TTFT",
-                "p99 TPOT",
-                "meets SLO",
-                "constraint",
-            )
-        )
+        cols = _TABLE_COLS["zh" if zh else "en"]
         out = []
         for r in self.rows:
             label = config(r.config).label[lang]
@@ -261,19 +238,7 @@ class ThreeWay:
 def summary(tw: ThreeWay, lang: str = "en") -> list[dict[str, str]]:
     """One row per config: its GPUs, knee range, the best goodput among the rates that met
     the SLO (and per GPU), and p99 TPOT at its lowest valid rate (light load)."""
-    zh = lang == "zh"
-    cols = (
-        ("配置", "GPU", "拐点 (req/s)", "达标时最高 goodput", "每卡", "最低速率下 p99 TPOT")
-        if zh
-        else (
-            "config",
-            "GPUs",
-            "knee (req/s)",
-            "best goodput at the SLO",
-            "per GPU",
-            "p99 TPOT, lowest rate",
-        )
-    )
+    cols = _SUMMARY_COLS["zh" if lang == "zh" else "en"]
     out = []
     for name, k in tw.knees.items():
         rows = [r for r in tw.rows if r.config == name and r.valid]
@@ -310,10 +275,6 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def _f(x: float | None, nd: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{nd}f}"
-
-
-def _range(k: Mapping[str, Any]) -> tuple[float | None, float | None]:
-    return k.get("knee_rate"), k.get("overloaded_rate")
 
 
 def _rng_text(lo: float | None, hi: float | None, lang: str = "en") -> str:
@@ -364,8 +325,22 @@ def three_way(
     return ThreeWay(knees, rows, pred, verdicts)
 
 
+_DP_VS_PREDICTION = {
+    "agrees": (
+        "the measured DP=2 knee range overlaps 2x one GPU's: two replicas add up",
+        "实测 DP=2 的拐点区间与单卡的 2 倍重叠：两个副本的容量可以相加",
+    ),
+    "below": (
+        "the measured DP=2 knee lies below 2x one GPU's: the replicas do not add up "
+        "(a shared bottleneck: the API server, the client, the CPU)",
+        "实测 DP=2 的拐点低于单卡的 2 倍：副本没能相加（有共享瓶颈：API 服务器、压测客户端、CPU）",
+    ),
+    "above": ("the measured DP=2 knee lies above 2x one GPU's", "实测 DP=2 的拐点高于单卡的 2 倍"),
+}
+
+
 def _dp_vs_prediction(pred: tuple[float, float | None], dp: Mapping[str, Any]) -> dict[str, str]:
-    lo, hi = _range(dp)
+    lo, hi = dp.get("knee_rate"), dp.get("overloaded_rate")
     p_lo, p_hi = pred
     if lo is None:
         key = "below"
@@ -375,17 +350,7 @@ def _dp_vs_prediction(pred: tuple[float, float | None], dp: Mapping[str, Any]) -
         key = "below"
     else:
         key = "agrees"
-    en = {
-        "agrees": "the measured DP=2 knee range overlaps 2x one GPU's: two replicas add up",
-        "below": "the measured DP=2 knee lies below 2x one GPU's: the replicas do not add up "
-        "(a shared bottleneck: the API server, the client, the CPU)",
-        "above": "the measured DP=2 knee lies above 2x one GPU's",
-    }[key]
-    zh = {
-        "agrees": "实测 DP=2 的拐点区间与单卡的 2 倍重叠：两个副本的容量可以相加",
-        "below": "实测 DP=2 的拐点低于单卡的 2 倍：副本没能相加（有共享瓶颈：API 服务器、压测客户端、CPU）",
-        "above": "实测 DP=2 的拐点高于单卡的 2 倍",
-    }[key]
+    en, zh = _DP_VS_PREDICTION[key]
     pr, ms, ms_zh = _rng_text(p_lo, p_hi), _rng_text(lo, hi), _rng_text(lo, hi, "zh")
     return {
         "key": key,

@@ -66,15 +66,9 @@ def plot_load_latency(
     for i, (label, folder) in enumerate(scans):
         pts = scan_points(folder)
         (ln,) = ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", lw=1.2, label=label)
+        c = ln.get_color()
         for x, y, ok in pts:
-            ax.plot(
-                x,
-                y,
-                markers[i % len(markers)],
-                color=ln.get_color(),
-                ms=6,
-                mfc=ln.get_color() if ok else "white",
-            )
+            ax.plot(x, y, markers[i % len(markers)], color=c, ms=6, mfc=c if ok else "white")
     lo, hi = knee_range([scan_points(f) for f in (band or [f for _, f in scans])])
     ax.axvspan(lo, hi, color="grey", alpha=0.12, label=_T["knee"][lang].format(lo=lo, hi=hi))
     ax.axhline(ttft_slo_ms, color="grey", ls="--", lw=1)
@@ -86,11 +80,9 @@ def plot_load_latency(
         fontsize=8,
         color="grey",
     )
-    ax.set_xlabel(_T["x"][lang])
-    ax.set_ylabel(_T["y"][lang])
     top = max([ttft_slo_ms] + [y for line in ax.get_lines() for y in line.get_ydata()])
     ax.set_ylim(0, top * 1.5)  # room above the data for the legend, clear of the SLO label
-    ax.set_title(_T["title"][lang])
+    ax.set(xlabel=_T["x"][lang], ylabel=_T["y"][lang], title=_T["title"][lang])
     ax.legend(fontsize=8, title=f"● {_T['met'][lang]}  ○ {_T['missed'][lang]}", title_fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -22,55 +22,52 @@ __all__ = [
 ]
 
 
-_T: dict[str, dict[str, str]] = {
-    "throughput_rps": {"en": "throughput (req/s)", "zh": "吞吐（req/s）"},
-    "gate_rps": {"en": "gate goodput (req/s)", "zh": "门槛 goodput（req/s）"},
-    "req_goodput_vllm": {"en": "vLLM request_goodput", "zh": "vLLM 逐请求 goodput"},
-    "offered_eq": {"en": "offered = completed", "zh": "到达 = 完成"},
-    "offered_rate": {"en": "offered rate (req/s)", "zh": "到达率（req/s）"},
-    "knee_title": {"en": "Step 0: where is the knee?", "zh": "第 0 步：拐点在哪？"},
-    "throughput": {"en": "throughput", "zh": "吞吐"},
-    "gate": {"en": "gate goodput", "zh": "门槛 goodput"},
-    "req_goodput": {"en": "request goodput (vLLM)", "zh": "逐请求 goodput（vLLM）"},
-    "goodput_title": {"en": "Goodput vs {knob}", "zh": "goodput 随 {knob} 的变化"},
-    "baseline": {"en": "baseline", "zh": "基线"},
-    "tie": {"en": "tie (within {p:.0%})", "zh": "持平（差距 < {p:.0%}）"},
-    "latency_title": {
-        "en": "p99 latency vs {knob} (labels: value)",
-        "zh": "p99 延迟随 {knob} 的变化（标注：取值）",
-    },
-    "slo_box": {"en": "inside the SLO: {slo}", "zh": "SLO 以内：{slo}"},
-    "p99_tpot": {"en": "p99 TPOT (ms)", "zh": "p99 TPOT（ms）"},
-    "p99_ttft": {"en": "p99 TTFT (ms)", "zh": "p99 TTFT（ms）"},
-    "no_samples": {"en": "no samples", "zh": "没有采样"},
-    "waiting": {"en": "waiting", "zh": "排队"},
-    "running": {"en": "running", "zh": "运行中"},
-    "seconds": {"en": "seconds", "zh": "秒"},
-    "requests": {"en": "requests", "zh": "请求数"},
-    "kv_pct": {"en": "KV usage %", "zh": "KV 占用 %"},
-    "series_title": {"en": "/metrics under load", "zh": "负载期间的 /metrics"},
-    "stats_x": {
-        "en": "seconds into the pass (vLLM's stats lines)",
-        "zh": "测试开始后的秒数（vLLM 统计行）",
-    },
-    "gen_tok_s": {"en": "generation tok/s", "zh": "生成 tok/s"},
-    "kv_pct_dashed": {"en": "KV usage % (dashed)", "zh": "KV 占用 %（虚线）"},
-    "stats_title": {
-        "en": "engine stats: same batch until the KV cache fills",
-        "zh": "引擎统计：KV cache 填满之前批是同一个",
-    },
-    "accuracy": {"en": "quality: accuracy %", "zh": "质量：准确率 %"},
-    "accuracy_na": {"en": "accuracy: n/a (dummy weights)", "zh": "准确率：无（随机权重）"},
-    "out_tok_s": {"en": "output tok/s", "zh": "输出 tok/s"},
-    "latency_s": {"en": "per-request latency (s)", "zh": "单请求延迟（s）"},
-    "kv_tokens": {"en": "GPU KV cache (tokens)", "zh": "GPU KV cache 容量（token）"},
+_T: dict[str, tuple[str, str]] = {  # key: (en, zh)
+    "throughput_rps": ("throughput (req/s)", "吞吐（req/s）"),
+    "gate_rps": ("gate goodput (req/s)", "门槛 goodput（req/s）"),
+    "req_goodput_vllm": ("vLLM request_goodput", "vLLM 逐请求 goodput"),
+    "offered_eq": ("offered = completed", "到达 = 完成"),
+    "offered_rate": ("offered rate (req/s)", "到达率（req/s）"),
+    "knee_title": ("Step 0: where is the knee?", "第 0 步：拐点在哪？"),
+    "throughput": ("throughput", "吞吐"),
+    "gate": ("gate goodput", "门槛 goodput"),
+    "req_goodput": ("request goodput (vLLM)", "逐请求 goodput（vLLM）"),
+    "goodput_title": ("Goodput vs {knob}", "goodput 随 {knob} 的变化"),
+    "baseline": ("baseline", "基线"),
+    "tie": ("tie (within {p:.0%})", "持平（差距 < {p:.0%}）"),
+    "latency_title": (
+        "p99 latency vs {knob} (labels: value)",
+        "p99 延迟随 {knob} 的变化（标注：取值）",
+    ),
+    "slo_box": ("inside the SLO: {slo}", "SLO 以内：{slo}"),
+    "p99_tpot": ("p99 TPOT (ms)", "p99 TPOT（ms）"),
+    "p99_ttft": ("p99 TTFT (ms)", "p99 TTFT（ms）"),
+    "no_samples": ("no samples", "没有采样"),
+    "waiting": ("waiting", "排队"),
+    "running": ("running", "运行中"),
+    "seconds": ("seconds", "秒"),
+    "requests": ("requests", "请求数"),
+    "kv_pct": ("KV usage %", "KV 占用 %"),
+    "series_title": ("/metrics under load", "负载期间的 /metrics"),
+    "stats_x": ("seconds into the pass (vLLM's stats lines)", "测试开始后的秒数（vLLM 统计行）"),
+    "gen_tok_s": ("generation tok/s", "生成 tok/s"),
+    "kv_pct_dashed": ("KV usage % (dashed)", "KV 占用 %（虚线）"),
+    "stats_title": (
+        "engine stats: same batch until the KV cache fills",
+        "引擎统计：KV cache 填满之前批是同一个",
+    ),
+    "accuracy": ("quality: accuracy %", "质量：准确率 %"),
+    "accuracy_na": ("accuracy: n/a (dummy weights)", "准确率：无（随机权重）"),
+    "out_tok_s": ("output tok/s", "输出 tok/s"),
+    "latency_s": ("per-request latency (s)", "单请求延迟（s）"),
+    "kv_tokens": ("GPU KV cache (tokens)", "GPU KV cache 容量（token）"),
 }
 
 
 def _t(key: str, lang: str, **kw: Any) -> str:
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {LANGS}, not {lang!r}")
-    text = _T[key][lang]
+    text = _T[key][LANGS.index(lang)]
     return text.format(**kw) if kw else text
 
 
@@ -89,6 +86,13 @@ def save_figure(fig: Any, path: str | Path | None) -> Any:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110, bbox_inches="tight")
     return fig
+
+
+def finish(fig: Any, ax: Any, path: str | Path | None, **labels: Any) -> Any:
+    """Set ``labels`` (xlabel, ylabel, title, ...) on ``ax``, grid it, save the figure."""
+    ax.set(**labels)
+    ax.grid(alpha=0.3)
+    return save_figure(fig, path)
 
 
 def plot_knee(
@@ -110,13 +114,11 @@ def plot_knee(
     )
     if x:
         ax.plot([0, max(x)], [0, max(x)], color="grey", lw=0.8, label=_t("offered_eq", lang))
-    ax.set_xlabel(_t("offered_rate", lang))
-    ax.set_ylabel("req/s")
     ax.set_ylim(bottom=0)
-    ax.set_title(_t("knee_title", lang))
     ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return save_figure(fig, path)
+    return finish(
+        fig, ax, path, xlabel=_t("offered_rate", lang), ylabel="req/s", title=_t("knee_title", lang)
+    )
 
 
 def _effective(p: Mapping[str, Any], knob: str) -> float | None:
@@ -171,16 +173,11 @@ def plot_goodput(
     req = [p["score"].get("request_goodput") or 0 for p in rows]
     ax.plot(x, req, "^:", label=_t("req_goodput", lang))
     top = max(req, default=0.0)
+    bar = top / (1.0 + plateau)  # within the plateau of the best: a tie
+    tied = sum(1 for r in req if r >= bar) > 1
     for p, xv, yv in zip(rows, x, req, strict=True):
-        notes = []
-        if _is_base(p):
-            notes.append(_t("baseline", lang))
-        if (
-            top > 0
-            and yv > 0
-            and yv >= top / (1.0 + plateau)
-            and sum(1 for r in req if r >= top / (1.0 + plateau)) > 1
-        ):
+        notes = [_t("baseline", lang)] if _is_base(p) else []
+        if tied and top > 0 and yv > 0 and yv >= bar:
             notes.append(_t("tie", lang, p=plateau))
         if notes:
             ax.annotate(
@@ -197,12 +194,10 @@ def plot_goodput(
     ax.set_xticks(x)
     ax.set_xticklabels([f"{v:g}" for v in x])
     ax.set_ylim(0, max([top] + [p["score"]["request_throughput"] for p in rows] + [1]) * 1.15)
-    ax.set_xlabel(knob)
-    ax.set_ylabel("req/s")
-    ax.set_title(_t("goodput_title", lang, knob=knob))
     ax.legend(fontsize=8, loc="lower right")
-    ax.grid(alpha=0.3)
-    return save_figure(fig, path)
+    return finish(
+        fig, ax, path, xlabel=knob, ylabel="req/s", title=_t("goodput_title", lang, knob=knob)
+    )
 
 
 def plot_latency_box(
@@ -251,13 +246,10 @@ def plot_latency_box(
         ys.append(slo.ttft_ms)
     ax.set_xlim(0, max(xs + [1]) * 1.25)
     ax.set_ylim(0, max(ys + [1]) * 1.15)
-    ax.set_xlabel(_t("p99_tpot", lang))
-    ax.set_ylabel(_t("p99_ttft", lang))
-    ax.set_title(_t("latency_title", lang, knob=knob))
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
-    ax.grid(alpha=0.3)
-    return save_figure(fig, path)
+    labels = {"xlabel": _t("p99_tpot", lang), "ylabel": _t("p99_ttft", lang)}
+    return finish(fig, ax, path, **labels, title=_t("latency_title", lang, knob=knob))
 
 
 def plot_series(
@@ -289,12 +281,10 @@ def plot_series(
     )
     ax2.set_ylim(0, 105)
     ax2.set_ylabel(_t("kv_pct", lang))
-    ax.set_title(title or _t("series_title", lang))
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="upper left")
-    ax.grid(alpha=0.3)
-    return save_figure(fig, path)
+    return finish(fig, ax, path, title=title or _t("series_title", lang))
 
 
 def plot_engine_stats(
@@ -313,14 +303,10 @@ def plot_engine_stats(
         t = [r.t_s for r in rows]
         ax.plot(t, [r.gen_tok_s for r in rows], "o-", color=color, ms=3, label=f"{knob}={value}")
         ax2.plot(t, [100 * r.kv_usage for r in rows], "--", color=color, lw=0.9)
-    ax.set_xlabel(_t("stats_x", lang))
-    ax.set_ylabel(_t("gen_tok_s", lang))
-    ax2.set_ylabel(_t("kv_pct_dashed", lang))
-    ax2.set_ylim(0, 105)
-    ax.set_title(_t("stats_title", lang))
+    ax2.set(ylabel=_t("kv_pct_dashed", lang), ylim=(0, 105))
     ax.legend(fontsize=8, loc="lower left")
-    ax.grid(alpha=0.3)
-    return save_figure(fig, path)
+    labels = {"xlabel": _t("stats_x", lang), "ylabel": _t("gen_tok_s", lang)}
+    return finish(fig, ax, path, **labels, title=_t("stats_title", lang))
 
 
 def plot_triple(

@@ -1,13 +1,7 @@
-"""Replay of recorded runs: what the lab pages and CI read back.
-
-- ``load_knee`` / ``load_points_checked``: recorded records with the measurement-validity
-  checks re-run from the recorded /metrics series (so old records are judged by today's
-  rules, e.g. the prefix-cache replay check).
-- ``replay_tune``: re-derives the loop's kept configuration from the recorded points with
-  ``keep.decide``, the keep rule of ``tune``, under either objective, so replay checks the
-  analysis against what the GPU run chose and can say what another objective would have
-  chosen on the same points.
-- results-folder discovery, device minutes and the environment record.
+"""Replay of recorded runs, what the lab pages and CI read back: records with their validity
+re-checked from the recorded /metrics series (``load_knee``, ``load_points_checked``), the
+loop's kept configuration re-derived under either objective (``replay_tune``), a run's device
+minutes, and the environment record.
 """
 
 from __future__ import annotations
@@ -44,7 +38,6 @@ __all__ = [
     "recheck",
     "load_knee",
     "load_points_checked",
-    "latest_results",
     "model_shape",
     "MODEL_CONFIG_FILE",
     "recorded_objective",
@@ -59,15 +52,9 @@ __all__ = [
 ]
 
 
-# --------------------------------------------------------------------------------------
-# knee scan (lab 02 step 0)
-# --------------------------------------------------------------------------------------
-
-
 def recheck(rec: Mapping[str, Any], folder: Path) -> dict[str, Any]:
-    """``rec`` with its windows' prefix-cache check re-derived from the /metrics series
-    recorded in ``folder`` and the warm-up coverage check from the recorded peaks (old runs
-    are judged by today's rules). Other recorded issues (JIT, rate, failures) stay."""
+    """``rec`` with its windows' prefix-cache and warm-up coverage checks re-derived from the
+    series and peaks recorded in ``folder``; other recorded issues stay."""
     out = dict(rec)
     if out.get("status") != "ok":
         out["valid"] = False
@@ -133,27 +120,6 @@ def load_points_checked(results_dir: str | Path) -> list[dict[str, Any]]:
     return [recheck(p, PointPaths.of(d, str(p.get("key"))).dir) for p in load_points(d)]
 
 
-# --------------------------------------------------------------------------------------
-# results folders and replay
-# --------------------------------------------------------------------------------------
-
-
-def latest_results(
-    root: str | Path = "labs/results", prefix: str = "", need: str = ""
-) -> Path | None:
-    """Newest ``<gpu>-<date>`` folder under ``root`` (by name; dates sort), optionally one
-    that contains ``need`` (e.g. "slo/tune.jsonl")."""
-    r = Path(root)
-    if not r.is_dir():
-        return None
-    found = sorted(
-        p
-        for p in r.iterdir()
-        if p.is_dir() and p.name.startswith(prefix) and (not need or (p / need).exists())
-    )
-    return found[-1] if found else None
-
-
 MODEL_CONFIG_FILE = "model_config.json"
 
 
@@ -163,13 +129,9 @@ def model_shape(
     resolve: Callable[[str], Path] = Path,
     save: bool = False,
 ) -> Any:
-    """The model's shape (course_utils.core.capacity) for a lab's memory arithmetic.
-
-    ``model`` is a local folder (``resolve`` turns a parameter into a path), a shipped
-    config name or HF id ending in one (``Qwen/Qwen2.5-7B-Instruct-AWQ``), or, on replay of
-    a run whose model folder stayed on the GPU host, the ``model_config.json`` the run saved
-    in ``results_dir``. ``save=True`` (a GPU run) copies a local folder's config.json there.
-    """
+    """The model's shape (``core.capacity``) from a local folder (``resolve`` turns a parameter
+    into a path), a shipped config name or HF id ending in one, or on replay the
+    ``model_config.json`` a GPU run saved in ``results_dir`` (``save=True`` writes it)."""
     from course_utils.core import capacity
 
     local = resolve(model)
@@ -194,48 +156,33 @@ def model_shape(
 
 
 def point_files(results_dir: str | Path, rec: Mapping[str, Any]) -> dict[str, Path]:
-    """A point's files, found by key under ``results_dir`` (recorded paths are absolute
-    on the machine that ran it)."""
-    pdir = Path(results_dir) / "points" / str(rec.get("key"))
+    """A point's files, found by key under ``results_dir``."""
+    pp = PointPaths.of(results_dir, str(rec.get("key")))
     return {
-        "server_log": pdir / "serve.log",
-        "bench_json": pdir / "bench.json",
-        "bench_log": pdir / "bench.log",
-        "metrics": pdir / "metrics.jsonl",
+        "server_log": pp.server_log,
+        "bench_json": pp.bench_json(),
+        "bench_log": pp.bench_log(),
+        "metrics": pp.metrics(),
     }
 
 
 def recorded_objective(results_dir: str | Path) -> str:
     """The objective a recorded loop ran under: the summary's, else params.json's, else
-    "gate" (runs before the `objective` parameter existed kept values by the p99 gate)."""
-    d = Path(results_dir)
-    s = tune_summary(d) or {}
-    if s.get("objective"):
-        return str(s["objective"])
-    params = d / "params.json"
-    if params.is_file():
-        obj = json.loads(params.read_text()).get("objective")
-        if obj:
-            return str(obj)
-    return "gate"
+    "gate" (the only one before the parameter existed)."""
+    params = Path(results_dir) / "params.json"
+    recorded = json.loads(params.read_text()) if params.is_file() else {}
+    summary = tune_summary(results_dir) or {}
+    return str(summary.get("objective") or recorded.get("objective") or "gate")
 
 
 def replay_tune(
     results_dir: str | Path, plateau: float = 0.02, objective: str = "request_goodput"
 ) -> dict[str, Any]:
-    """Re-derive the kept knobs from tune.jsonl's steps and the recorded points.
-
-    Uses ``keep.decide`` (the keep rule of ``tune``: plateau and run-to-run spread) on each
-    step's points (looked up by tag and value, validity re-checked from their recorded
-    series) under ``objective``. Under the objective the run used, this must give what the
-    run chose. Under another one the path can leave the recorded one (a step kept here was
-    reverted there, so the run's later steps were measured from other knobs): the replay
-    stops there and says so in ``diverged``. Returns {"objective", "plateau", "knobs",
-    "score", "gate_goodput", "request_goodput", "diagnosis", "next_knob", "diverged",
-    "outcome", "steps"}; each step has its "decision" (keep, tie, revert, undecided);
-    "outcome" is ``keep.loop_outcome`` with the recorded stop reason (no_result when the
-    replay diverged or the run recorded no summary).
-    """
+    """The kept knobs re-derived from tune.jsonl's steps and the re-checked points with
+    ``keep.decide`` (tune's keep rule) under ``objective``: under the run's own objective it
+    gives what the run chose; under another the path may leave the recorded one, and the
+    replay stops there (``diverged``). Each step has its "decision"; "outcome" is
+    ``keep.loop_outcome`` (no_result when diverged or the run recorded no summary)."""
     d = Path(results_dir)
     points = [as_point(r) for r in load_points_checked(d)]
     steps = [
@@ -243,31 +190,10 @@ def replay_tune(
         for s in read_records(d / TUNE_FILE, need="kind")
         if s.get("kind") in ("baseline", "sweep")
     ]
-    if not steps or steps[0]["kind"] != "baseline":
-        raise BadInput(
-            f"{d / TUNE_FILE}: no baseline step (the loop stopped before it, or the file is cut)",
-            "replay a folder whose loop measured its baseline",
-        )
-    base = next((p for p in points if p.key == steps[0].get("point")), None)
-    if base is None or base.status != "ok":
-        raise BadInput(
-            f"{d / POINTS_FILE}: the baseline point {steps[0].get('point')} is "
-            + ("missing" if base is None else f"failed ({base.reason})"),
-            "replay a folder whose baseline was measured",
-        )
-    kept = base
-    trail = [
-        {
-            "step": 0,
-            "knobs": dict(kept.knobs),
-            **_scores(kept, objective),
-            "constraint": kept.diagnosis.get("constraint"),
-            "leaf": kept.diagnosis.get("leaf"),
-        }
-    ]
+    kept = _baseline(d, points, steps)
+    trail = [{"step": 0, **_state(kept, objective)}]
     diverged = None
     for s in steps[1:]:
-        knob = s["knob"]
         recs = _step_points(points, s)
         diverged = _divergence(s, kept, recs)
         if diverged:
@@ -281,22 +207,18 @@ def replay_tune(
         )
         if dec.kept and dec.best is not None:
             kept = dec.best
+        gain = str(dec.gain) if dec.gain is not None and math.isinf(dec.gain) else dec.gain
         trail.append(
             {
                 "step": s["step"],
-                "knob": knob,
+                "knob": s["knob"],
                 "kept": dec.kept,
                 "decision": dec.decision,
                 "why": dec.why,
                 "best_value": dec.best.value if dec.best else None,
-                "gain": None
-                if dec.gain is None
-                else (str(dec.gain) if math.isinf(dec.gain) else dec.gain),
+                "gain": gain,
                 "results": [_result_row(p, objective) for p in recs],
-                "knobs": dict(kept.knobs),
-                **_scores(kept, objective),
-                "constraint": kept.diagnosis.get("constraint"),
-                "leaf": kept.diagnosis.get("leaf"),
+                **_state(kept, objective),
             }
         )
     diag = kept.diagnosis
@@ -329,6 +251,23 @@ def replay_tune(
     }
 
 
+def _baseline(d: Path, points: list[ServedPoint], steps: list[dict[str, Any]]) -> ServedPoint:
+    """The loop's measured baseline point (BadInput when the run has none)."""
+    if not steps or steps[0]["kind"] != "baseline":
+        raise BadInput(
+            f"{d / TUNE_FILE}: no baseline step (the loop stopped before it, or the file is cut)",
+            "replay a folder whose loop measured its baseline",
+        )
+    base = next((p for p in points if p.key == steps[0].get("point")), None)
+    if base is None or base.status != "ok":
+        raise BadInput(
+            f"{d / POINTS_FILE}: the baseline point {steps[0].get('point')} is "
+            + ("missing" if base is None else f"failed ({base.reason})"),
+            "replay a folder whose baseline was measured",
+        )
+    return base
+
+
 def _step_points(points: list[ServedPoint], step: dict[str, Any]) -> list[ServedPoint]:
     """The points a recorded tune step measured, in the order it tried them."""
     knob, order = step["knob"], list(step.get("values_tried", []))
@@ -350,6 +289,17 @@ def _divergence(step: dict[str, Any], kept: ServedPoint, recs: list[ServedPoint]
         f"is at {kept.knobs} with diagnosis {kept.diagnosis.get('leaf')}: the "
         "recorded run never measured this path further"
     )
+
+
+def _state(p: ServedPoint, objective: str) -> dict[str, Any]:
+    """The loop's state at a step: the kept knobs, their scores and diagnosis."""
+    d = p.diagnosis
+    return {
+        "knobs": dict(p.knobs),
+        **_scores(p, objective),
+        "constraint": d.get("constraint"),
+        "leaf": d.get("leaf"),
+    }
 
 
 def _result_row(p: ServedPoint, objective: str) -> dict[str, Any]:
@@ -389,10 +339,9 @@ def run_label(run_dir: str | Path) -> str:
 
 
 def device_calls(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Each lab notebook command in a run's ``commands.log`` (tools/gpu/run_lab.sh writes a
-    ``... $ <command>`` line, then ``... rc=N wall=Ss``), in order:
-    ``{"lab": "knobs" | "slo", "wall_s": float, "rc": int | None}``. Other commands (faults,
-    side-by-side) are not lab calls and are left out."""
+    """Each lab notebook call in a run's ``commands.log`` (tools/gpu/run_lab.sh: a
+    ``... $ <command>`` line, then ``... rc=N wall=Ss``), in order: ``{"lab": "knobs" |
+    "slo", "wall_s", "rc"}``; other commands are left out."""
     log = Path(run_dir) / "commands.log"
     calls: list[dict[str, Any]] = []
     current = None
@@ -415,9 +364,8 @@ def device_calls(run_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def measured_minutes(run_dir: str | Path) -> dict[str, float | None]:
-    """Device minutes per lab of a recorded run: the wall time of each device command in
-    ``commands.log`` (``device_calls``), summed per notebook; without that log, the
-    recorded per-point times (points only: start-ups between them not counted)."""
+    """Device minutes per lab of a recorded run: ``device_calls`` summed per notebook, else
+    the recorded per-point times (start-ups between them not counted)."""
     d = Path(run_dir)
     out: dict[str, float | None] = {"knobs": None, "slo": None}
     for c in device_calls(d):
@@ -433,30 +381,16 @@ def measured_minutes(run_dir: str | Path) -> dict[str, float | None]:
     return out
 
 
-# --------------------------------------------------------------------------------------
-# environment record
-# --------------------------------------------------------------------------------------
-
-
-def _run(cmd: Sequence[str]) -> str:
-    try:
-        return subprocess.run(
-            list(cmd), capture_output=True, text=True, timeout=60, check=False
-        ).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-
-
 def environment() -> dict[str, Any]:
     """Driver, GPU, CUDA, torch and vLLM versions of this machine (no import of vLLM when
     it is absent; never raises)."""
     env: dict[str, Any] = {"python": sys.version.split()[0], "platform": platform.platform()}
-    env["nvidia_smi"] = (
-        _run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
-        )
-        or None
-    )
+    cmd = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+    try:
+        smi = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        smi = ""
+    env["nvidia_smi"] = smi.strip() or None
     for mod in ("torch", "vllm", "transformers"):
         try:
             m = __import__(mod)
@@ -476,27 +410,9 @@ def environment() -> dict[str, Any]:
             )
     except Exception:  # noqa: BLE001
         pass
-    env["env"] = {
-        k: os.environ[k]
-        for k in (
-            "CUDA_VISIBLE_DEVICES",
-            "VLLM_USE_MODELSCOPE",
-            "HF_ENDPOINT",
-            "VLLM_USE_FLASHINFER_SAMPLER",
-        )
-        if k in os.environ
-    }
+    names = "CUDA_VISIBLE_DEVICES VLLM_USE_MODELSCOPE HF_ENDPOINT VLLM_USE_FLASHINFER_SAMPLER"
+    env["env"] = {k: os.environ[k] for k in names.split() if k in os.environ}
     return env
-
-
-# --------------------------------------------------------------------------------------
-# plots (each saves a PNG and returns the figure)
-# --------------------------------------------------------------------------------------
-
-
-# --------------------------------------------------------------------------------------
-# the command line: python -m course_utils replay FOLDER
-# --------------------------------------------------------------------------------------
 
 
 def check_folder(folder: str | Path) -> str:

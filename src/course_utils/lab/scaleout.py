@@ -1,18 +1,13 @@
 """Lab 03: one GPU, two replicas (``vllm serve --data-parallel-size 2``) or one model split
-over two GPUs (``--tensor-parallel-size 2``), each as a short offered-rate scan.
+over two GPUs (``--tensor-parallel-size 2``), each as a short offered-rate scan, and the replay
+of such a run from its recorded windows.
 
-vLLM does the scaling: with ``--data-parallel-size 2`` one ``vllm serve`` starts two engines
-(one per GPU) behind one endpoint and balances the requests itself (the DP client picks the
-engine with the lowest ``waiting * 4 + running``: ``DPLBAsyncMPClient.
-get_core_engine_for_request`` in vllm/v1/engine/core_client.py); with
-``--tensor-parallel-size 2`` one engine runs every layer split over two GPU workers. No
-router is written here.
-
-One config per call: ``knee_scan`` (the same ``measure()`` and validity gate as lab 02) on
-``RUN/scaleout/<config>/``: ``knee.jsonl`` (one ``ServedPoint`` per rate, each window with
-each engine's load and diagnosis), ``knee/rate-<r>/`` (bench results, /metrics series per
-window, per engine inside), ``knee/serve.log``, and ``scaleout.jsonl`` (one ``ScaleoutRun``
-per call). Finished rates are skipped, so a call cut by its time budget resumes.
+vLLM does the scaling (DP: two engines behind one endpoint, balanced by vLLM's DP client; TP:
+one engine, every layer split over two workers); no router is written here. One config per
+call: ``knee_scan`` (lab 02's ``measure()`` and validity gate) on ``RUN/scaleout/<config>/``:
+``knee.jsonl``, ``knee/rate-<r>/`` (per-window bench results and /metrics series, per engine),
+``knee/serve.log`` and ``scaleout.jsonl`` (one ``ScaleoutRun`` per call). Finished rates are
+skipped, so a call cut by its time budget resumes.
 
     python -m course_utils.lab.scaleout --config dp2 --model M --out RUN/scaleout \\
         --rates 80,100,120 --budget-s 420 --load-format dummy
@@ -22,32 +17,60 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from course_utils.core.diagnose import diagnose_engines
 from course_utils.core.keep import pick_knee
-from course_utils.core.records import Workload, append_jsonl, read_jsonl
-from course_utils.core.scaleout import CONFIGS, RUN_FILE, ScaleoutRun, config, config_records
-from course_utils.core.slo import SLO
+from course_utils.core.metrics import load_series
+from course_utils.core.records import (
+    PointPaths,
+    ServedPoint,
+    Workload,
+    append_jsonl,
+    is_present,
+    read_jsonl,
+)
+from course_utils.core.scaleout import (
+    CONFIGS,
+    RUN_FILE,
+    ScaleoutRun,
+    ThreeWay,
+    config,
+    config_records,
+    three_way,
+)
+from course_utils.core.slo import SLO, BenchResult
 from course_utils.core.validate import process_kwargs
 from course_utils.core.vllm_logs import startup_by_process
 from course_utils.lab.knee import KNEE_FILE, knee_scan, latest_by_rate, rate_key
 from course_utils.lab.measure import MeasureConfig
+from course_utils.lab.replay import load_knee, repo_root
 
-__all__ = ["DEFAULT_WINDOW_S", "load_config", "run_config", "main"]
+__all__ = [
+    "DEFAULT_WINDOW_S",
+    "ConfigReplay",
+    "EngineCheck",
+    "ScaleoutReplay",
+    "device_minutes",
+    "load_config",
+    "main",
+    "replay_scaleout",
+    "run_config",
+    "run_dir",
+]
 
-# each rate's window lasts ~10 s of arrivals (ceil(rate x 10) prompts): lab 02's 600 prompts
-# at 60 req/s, the same length at every rate and in every config
+# each rate's window: ~10 s of arrivals (ceil(rate x 10) prompts), the same in every config
 DEFAULT_WINDOW_S = 10.0
-# a server start the budget must leave room for before the first rate (the H200 took 60-136 s
-# for one GPU; two engines or two workers start in parallel, plus NCCL set-up for TP)
+# a server start the budget must leave room for before the first rate
 STARTUP_ESTIMATE_S = 150.0
-# a rate's cost before one is measured: warm-up + window, each `vllm bench serve` paying ~20 s
-# of import on the H200, plus ~15 s of arrivals and the drain (knee_scan then uses the longest)
+# a rate's cost before one is measured (warm-up + window + drain; then the longest measured)
 RATE_ESTIMATE_S = 90.0
 
 
@@ -152,6 +175,160 @@ def _record(
     )
     append_jsonl(cdir / RUN_FILE, run)
     return run
+
+
+# ------------------------------------------------------------------- replay of a recorded run
+
+REPEATS = "repeats"  # <run>/repeats/<name>/scaleout/<config>/: a repeat run on fresh servers
+
+
+def run_dir(path: str | Path) -> Path:
+    """The scale-out folder of a run (``<path>/scaleout`` if present; relative to the repo)."""
+    p = Path(path)
+    if not p.is_absolute():
+        p = (repo_root() or Path.cwd()) / p
+    return p / "scaleout" if (p / "scaleout").is_dir() else p
+
+
+def _root_of(folder: Path) -> Path:
+    return folder.parent if folder.name == "scaleout" else folder
+
+
+def device_minutes(path: str | Path) -> float:
+    """Device minutes of a run: the walls of its ``scaleout/<config>`` calls in
+    ``commands.log`` (tools/gpu/run_scaleout.sh), else the calls' recorded elapsed time."""
+    folder = run_dir(path)
+    log = _root_of(folder) / "commands.log"
+    text = log.read_text() if log.is_file() else ""
+    walls = re.findall(r" scaleout/\w+ rc=-?\d+ wall=(\d+(?:\.\d+)?)s", text)
+    if walls:
+        return sum(map(float, walls)) / 60.0
+    runs = [ScaleoutRun.from_json(r) for n in CONFIGS for r in read_jsonl(folder / n / RUN_FILE)]
+    return sum(r.elapsed_s or 0.0 for r in runs) / 60.0
+
+
+@dataclass(frozen=True)
+class EngineCheck:
+    """One engine of one window: the diagnosis recorded and the one re-derived."""
+
+    config: str
+    rate: str
+    window: int
+    engine: str
+    recorded: str | None
+    replayed: str | None
+
+    @property
+    def agrees(self) -> bool:
+        return self.recorded == self.replayed
+
+
+@dataclass
+class ConfigReplay:
+    config: str
+    records: list[dict[str, Any]]  # knee records, validity re-checked
+    run: ScaleoutRun | None  # the last call's record
+    knee: dict[str, Any]  # pick_knee on the re-checked records
+    engines: list[EngineCheck] = field(default_factory=list)
+
+    @property
+    def knee_agrees(self) -> bool | None:
+        """The re-derived knee range is the recorded one (None: no run record)."""
+        if self.run is None or not self.run.knee:
+            return None
+        keys = ("knee_rate", "overloaded_rate")
+        return all(self.run.knee.get(k) == self.knee.get(k) for k in keys)
+
+
+@dataclass
+class ScaleoutReplay:
+    folder: Path
+    configs: dict[str, ConfigReplay]
+    three_way: ThreeWay  # knees over the main run and its repeats together
+    repeats: dict[str, dict[str, ConfigReplay]] = field(default_factory=dict)
+
+    def problems(self) -> list[str]:
+        """Where the replay disagrees with the run (empty: it re-derives what the run saw)."""
+        out = []
+        every = [*self.configs.values(), *(c for r in self.repeats.values() for c in r.values())]
+        for c in every:
+            if c.knee_agrees is False:
+                assert c.run is not None
+                out.append(f"{c.config}: knee {c.knee['why']} != recorded {c.run.knee.get('why')}")
+            out += [
+                f"{e.config} rate {e.rate} window {e.window} engine {e.engine}: recorded "
+                f"{e.recorded}, replayed {e.replayed}"
+                for e in c.engines
+                if not e.agrees
+            ]
+        return out
+
+
+def _engine_checks(name: str, recs: Sequence[dict[str, Any]], folder: Path) -> list[EngineCheck]:
+    out = []
+    for p in map(ServedPoint.from_json, recs):
+        if p.status != "ok" or not p.slo:
+            continue
+        paths = PointPaths(folder / name / "knee" / f"rate-{p.rate_key}")
+        for w in p.windows:
+            series, bench = paths.metrics(w.index), paths.bench_json(w.index)
+            if not (w.ok and w.engines and is_present(series) and bench.is_file()):
+                continue
+            ev = w.diagnosis.get("evidence") or {}
+            mns, mnbt = ev.get("max_num_seqs"), ev.get("max_num_batched_tokens")
+            again = diagnose_engines(
+                load_series(series),
+                BenchResult.from_json(bench),
+                SLO.parse(p.slo),
+                max_num_seqs=None if mns is None else int(mns),
+                max_num_batched_tokens=None if mnbt is None else int(mnbt),
+            )
+            out += [
+                EngineCheck(
+                    name,
+                    str(p.rate_key),
+                    w.index,
+                    e,
+                    ew.diagnosis.get("constraint"),
+                    again[e].constraint if e in again else None,
+                )
+                for e, ew in w.engines.items()
+            ]
+    return out
+
+
+def _replay_configs(folder: Path) -> dict[str, ConfigReplay]:
+    configs: dict[str, ConfigReplay] = {}
+    for name in CONFIGS:
+        checked = load_knee(folder / name)  # validity re-checked from the recorded series
+        if checked:
+            run = load_config(folder, name)[1]
+            engines = _engine_checks(name, checked, folder)
+            configs[name] = ConfigReplay(name, checked, run, pick_knee(checked), engines)
+    return configs
+
+
+def replay_scaleout(path: str | Path) -> ScaleoutReplay:
+    """Every config recorded in a run folder (``<run>`` or ``<run>/scaleout``): records
+    re-checked, knees, per-engine diagnoses and the three-way verdicts re-derived. Repeat runs
+    under ``<run>/repeats/<name>/`` are replayed the same way and their windows join the knees."""
+    folder = run_dir(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no recorded lab 03 run (scaleout/<config>/)")
+    configs = _replay_configs(folder)
+    if not configs:
+        raise FileNotFoundError(f"{folder}: no config recorded (one/, dp2/, tp2/)")
+    reps_dir = _root_of(folder) / REPEATS
+    repeats = {
+        d.name: _replay_configs(d / "scaleout")
+        for d in (sorted(reps_dir.iterdir()) if reps_dir.is_dir() else [])
+        if (d / "scaleout").is_dir()
+    }
+    tw = three_way(
+        {n: c.records for n, c in configs.items()},
+        {run: {n: c.records for n, c in cfgs.items()} for run, cfgs in repeats.items()},
+    )
+    return ScaleoutReplay(folder, configs, tw, repeats)
 
 
 # ------------------------------------------------------------------------------ CLI

@@ -170,8 +170,6 @@ def _g_ttft_split(p: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ---- can the measurement be trusted
-
-
 def _replay_rows(root: Path) -> list[dict[str, float]]:
     """prefix_replay's rows {rate, p99 (TTFT ms), hit (prefix-cache hit rate)} of a recorded
     knee scan, by rate."""
@@ -304,8 +302,6 @@ def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ---- replicas for a target rate
-
-
 @generator("replicas_plan")
 def _g_replicas_plan(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: target (req/s), headroom (0..1), run (optional: a run folder; default

@@ -76,9 +76,8 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
     else:
         b = item_bench(rec["bench"] if rec else item_data(p, "bench"))
     sc = slo_mod.score(b, s)
-    keys = [k for k in s.targets() if b.percentile(k, s.percentile) is not None]
-    over = [k for k in keys if b.percentile(k, s.percentile) > s.targets()[k]]
-    p99s = [f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms" for k in keys]
+    over = [k for k, v in s.targets().items() if (b.percentile(k, s.percentile) or 0) > v]
+    p99s = _p99s(b, s)
     thr = f"{b.request_throughput:.2f} req/s"
     right = "pass" if sc.meets_slo else f"fail-{over[0]}" if len(over) == 1 else "fail-several"
     if per_request_of(b) is not None:
@@ -154,6 +153,12 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _p99s(b: Any, s: Any) -> list[str]:
+    """``p99 TTFT 12.3 ms`` for each target of ``s`` the result reports."""
+    pcts = {k: b.percentile(k, s.percentile) for k in s.targets()}
+    return [f"p99 {k.upper()} {v:.1f} ms" for k, v in pcts.items() if v is not None]
+
+
 def _sweep_rows(pts: list[dict[str, Any]], s: Any, how: str, lang: str) -> str:
     """What each point's score is read from: throughput and p99s for the gate, good requests
     and the run's length for vLLM's goodput (good = goodput x duration, as vLLM counts)."""
@@ -163,13 +168,9 @@ def _sweep_rows(pts: list[dict[str, Any]], s: Any, how: str, lang: str) -> str:
     for pt in pts:
         b = pt["bench"]
         if how == "gate":
-            comma, colon = ("，", "：") if lang == "zh" else (", ", ": ")
-            p99 = comma.join(
-                f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms"
-                for k in s.targets()
-                if b.percentile(k, s.percentile) is not None
-            )
-            rows.append(f"{pt['value']}{colon}{b.request_throughput:.2f} req/s{comma}{p99}")
+            p99 = sep(",", lang).join(_p99s(b, s))
+            thr = f"{b.request_throughput:.2f} req/s"
+            rows.append(f"{pt['value']}{sep(':', lang)}{thr}{sep(',', lang)}{p99}")
             continue
         good = round(float(slo_mod.request_goodput(b, s) or 0.0) * float(b.duration))
         if lang == "zh":
@@ -181,7 +182,7 @@ def _sweep_rows(pts: list[dict[str, Any]], s: Any, how: str, lang: str) -> str:
                 f"{pt['value']}: {good} of {b.completed} requests within every target "
                 f"in {fmt_num(b.duration)} s"
             )
-    return ("；" if lang == "zh" else "; ").join(rows)
+    return sep(";", lang).join(rows)
 
 
 @generator("sweep_best")

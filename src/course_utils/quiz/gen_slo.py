@@ -25,15 +25,14 @@ from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
 from course_utils.quiz.gen_knobs import CONSTRAINTS, each, move_word
 
 
-def _requests_text(b: Any) -> dict[str, str]:
-    per = per_request_of(b)
+def _requests(b: Any) -> dict[str, Any]:
+    """The values of an item's ``requests`` note: the run, and each request's TTFT/TPOT."""
+    per = per_request_of(b) or {"ttft": [], "tpot": []}
     pairs = [f"{t:.0f}/{d:.0f}" for t, d in zip(per["ttft"], per["tpot"], strict=True)]
-    rows, rows_zh = "; ".join(pairs), "；".join(pairs)
     return {
-        "en": f"A run of {b.completed} requests took {fmt_num(b.duration)} s. Per request, "
-        f"TTFT/TPOT in ms: {rows}.",
-        "zh": f"一次压测 {b.completed} 个请求，用时 {fmt_num(b.duration)} 秒。逐请求 TTFT/TPOT"
-        f"（ms）：{rows_zh}。",
+        "completed": b.completed,
+        "duration": fmt_num(b.duration),
+        "pairs": {"en": "; ".join(pairs), "zh": "；".join(pairs)},
     }
 
 
@@ -52,11 +51,10 @@ def _g_request_goodput(p: Mapping[str, Any]) -> dict[str, Any]:
         "answer": round(g, 4),
         "tolerance": {"abs": 0.01},
         "values": {
-            "requests": _requests_text(b),
+            "requests": ["requests"],
+            **_requests(b),
             "targets": " ".join(s.goodput_args()),
             "good": round(g * float(b.duration)),
-            "completed": b.completed,
-            "duration": fmt_num(b.duration),
             "g": f"{g:.2f}",
             "thr": f"{b.request_throughput:.2f}",
         },
@@ -80,18 +78,13 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
     p99s = _p99s(b, s)
     thr = f"{b.request_throughput:.2f} req/s"
     right = "pass" if sc.meets_slo else f"fail-{over[0]}" if len(over) == 1 else "fail-several"
-    if per_request_of(b) is not None:
-        measured = _requests_text(b)
-    else:  # a saved result: its p99s and throughput are what the gate reads
-        measured = {
-            "en": f"`vllm bench serve` reported {thr} completed, {', '.join(p99s)}.",
-            "zh": f"`vllm bench serve` 报告完成 {thr}，{'，'.join(p99s)}。",
-        }
     return {
         "type": "single",
         "right": right,
         "values": {
-            "measured": measured,
+            # a saved result: its p99s and throughput are what the gate reads
+            "measured": ["requests" if per_request_of(b) is not None else "saved"],
+            **_requests(b),
             "thr": thr,
             "slo": {lg: slo_text(s, lg) for lg in LANGS},
             "p99s": {"en": ", ".join(p99s), "zh": "，".join(p99s)},

@@ -299,19 +299,19 @@ def _bench(d: dict[str, Any]) -> slo.BenchResult:
 
 
 def _load_bench(p: dict[str, Any]) -> slo.BenchResult:
-    rec = quiz.recorded_point(p)  # which file or inline dict the entry points at
+    rec = qdata.recorded_point(p)  # which file or inline dict the entry points at
     src = rec["bench"] if rec else qdata.item_data(p, "bench")
     return slo.BenchResult.from_json(src) if isinstance(src, Path) else _bench(src)
 
 
 def _load_series(p: dict[str, Any]) -> list[metrics.Snapshot]:
-    rec = quiz.recorded_point(p)
+    rec = qdata.recorded_point(p)
     src = rec["series"] if rec else qdata.item_data(p, "series")
     return metrics.load_series(src) if isinstance(src, Path) else _series(src)
 
 
 def _check_diagnosis(q: quiz.Question, p: dict[str, Any]) -> diagnose.Diagnosis:
-    rec = quiz.recorded_point(p)
+    rec = qdata.recorded_point(p)
     mns = rec["knobs"].get("max_num_seqs") if rec else p.get("max_num_seqs")
     d = diagnose.diagnose(_load_series(p), _load_bench(p), slo.SLO.parse(p["slo"]),
                           max_num_seqs=mns)
@@ -380,7 +380,7 @@ def check_generated(q: quiz.Question) -> None:
 
         src = qdata.item_data(p, "records")
         recs = read_jsonl(src) if isinstance(src, Path) else list(src)
-        items = evalset.load_items(quiz.resolve_path(p["eval_set"]))
+        items = evalset.load_items(qdata.resolve_path(p["eval_set"]))
         kv = keep.kv_check(recs, baseline=p["baseline"], max_num_seqs=p.get("max_num_seqs"),
                                 prompt_tokens_bound=evalset.prompt_tokens_bound(items))
         assert q.answer == kv["demand_tokens"]
@@ -402,7 +402,7 @@ def check_generated(q: quiz.Question) -> None:
     elif g == "request_goodput":
         good, n, dur = _requests(p)
         assert q.answer == pytest.approx(good / dur, abs=1e-4)
-        assert q.answer == pytest.approx(slo.request_goodput(quiz.requests_bench(p),
+        assert q.answer == pytest.approx(slo.request_goodput(qdata.requests_bench(p),
                                                              slo.SLO.parse(p["slo"])), abs=1e-4)
     elif g == "p99_gate":
         s = slo.SLO.parse(p["slo"])
@@ -427,7 +427,7 @@ def check_generated(q: quiz.Question) -> None:
     elif g == "sweep_best":
         s = slo.SLO.parse(p["slo"])
         fn = slo.gate_goodput if p.get("score", "gate") == "gate" else slo.request_goodput
-        scores = {pt["value"]: fn(pt["bench"], s) or 0.0 for pt in quiz.recorded_sweep(p)}
+        scores = {pt["value"]: fn(pt["bench"], s) or 0.0 for pt in qdata.recorded_sweep(p)}
         best = max(scores.values())
         winners = [str(v) for v, sc in scores.items() if sc == best]
         assert _keys(q) == ({winners[0]} if best > 0 and len(winners) == 1 else {"none"})
@@ -564,14 +564,14 @@ def test_recorded_points_are_found_by_knobs(tmp_path: Path) -> None:
               "bench": {"p99_ttft_ms": 10, "p99_tpot_ms": 10},
               "point": {"results": str(tmp_path / "h200-*" / "slo"),
                         "knobs": {"max_num_seqs": 256}}}
-    rec = quiz.recorded_point(params)
+    rec = qdata.recorded_point(params)
     assert rec and rec["bench"].parent.name == "bbb" and rec["knobs"]["max_num_seqs"] == 256
     entry = _entry("slo-loop", "diag-kv", params)
     assert _keys(quiz.expand(entry)) == {"decode"}  # the recorded point, not the inline data
     params["point"]["knobs"] = {"max_num_seqs": 64}
     assert _keys(quiz.expand(entry)) == {"prefill"}
     params["point"]["knobs"] = {"max_num_seqs": 999}
-    assert quiz.recorded_point(params) is None
+    assert qdata.recorded_point(params) is None
     assert _keys(quiz.expand(entry)) == {"none"}  # falls back to the inline series/bench
 
 
@@ -597,7 +597,7 @@ def test_startup_facts_come_from_core_vllm_logs(tmp_path: Path) -> None:
 
 
 def test_synthetic_series_uses_real_metric_names() -> None:
-    snaps = quiz.synthetic_series({"waiting": [1, 2], "running": [3, 4], "kv_usage": [0.5, 0.6],
+    snaps = qdata.synthetic_series({"waiting": [1, 2], "running": [3, 4], "kv_usage": [0.5, 0.6],
                                    "preemptions": [0, 5]})
     assert snaps[1].gauge(metrics.WAITING) == 2 and snaps[1].gauge(metrics.KV_USAGE) == 0.6
     assert metrics.summarize(snaps).preemptions == 5

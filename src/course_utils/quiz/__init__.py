@@ -2,13 +2,6 @@
 grader, widgets, text/JSON) and the generators that compute answers from ``core`` and the
 recorded runs. Imports ``core`` only."""
 
-from course_utils.quiz.data import (
-    recorded_point,
-    recorded_sweep,
-    requests_bench,
-    resolve_path,
-    synthetic_series,
-)
 from course_utils.quiz.engine import (
     GENERATORS,
     LANGS,
@@ -53,11 +46,6 @@ __all__ = [
     "load",
     "parse_number",
     "quiz_path",
-    "recorded_point",
-    "recorded_sweep",
-    "requests_bench",
-    "resolve_path",
     "show",
-    "synthetic_series",
     "widget",
 ]

@@ -220,21 +220,6 @@ def synthetic_series(spec: Mapping[str, Any]) -> list[Any]:
     ]
 
 
-def diagnosis_inputs(p: Mapping[str, Any]) -> tuple[list[Any], Any, int | None]:
-    """Samples, bench result and max_num_seqs of a diagnosis item: its recorded point, else
-    its ``series``/``bench`` params."""
-    from course_utils.core import metrics
-
-    rec = recorded_point(p)
-    if rec:
-        src, bsrc = rec["series"], rec["bench"]
-        mns = rec["knobs"].get("max_num_seqs", p.get("max_num_seqs"))
-    else:
-        src, bsrc, mns = item_data(p, "series"), item_data(p, "bench"), p.get("max_num_seqs")
-    samples = metrics.load_series(src) if isinstance(src, Path) else synthetic_series(src)
-    return samples, None if bsrc is None else item_bench(bsrc), mns
-
-
 def item_model(p: Mapping[str, Any]) -> tuple[Any, str]:
     """The item's model shape and its ``kv_dtype`` (auto by default)."""
     from course_utils.core import capacity

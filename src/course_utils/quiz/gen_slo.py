@@ -4,10 +4,10 @@ gate) and of the decision tree (``core.diagnose`` on /metrics series)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from course_utils.quiz.data import (
-    diagnosis_inputs,
     item_bench,
     item_data,
     item_slo,
@@ -20,6 +20,7 @@ from course_utils.quiz.data import (
     resolve_path,
     run_name,
     slo_text,
+    synthetic_series,
 )
 from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
 from course_utils.quiz.gen_knobs import CONSTRAINTS, each, move_word
@@ -228,10 +229,18 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _diagnosis(p: Mapping[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
+    """The tree's diagnosis of the item's recorded point, else of its ``series``/``bench``
+    params; with the series summary, bench result, SLO and max_num_seqs."""
     from course_utils.core import diagnose, metrics
 
-    samples, bench, mns = diagnosis_inputs(p)
-    s = item_slo(p)
+    rec = recorded_point(p)
+    if rec:
+        src, bsrc = rec["series"], rec["bench"]
+        mns = rec["knobs"].get("max_num_seqs", p.get("max_num_seqs"))
+    else:
+        src, bsrc, mns = item_data(p, "series"), item_data(p, "bench"), p.get("max_num_seqs")
+    samples = metrics.load_series(src) if isinstance(src, Path) else synthetic_series(src)
+    bench, s = None if bsrc is None else item_bench(bsrc), item_slo(p)
     d = diagnose.diagnose(samples, bench, s, max_num_seqs=mns)
     return d, metrics.summarize(samples), bench, s, mns
 

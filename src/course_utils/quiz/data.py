@@ -32,12 +32,11 @@ def resolve_path(p: str | Path) -> Path:
 
 
 def option_list(items: Sequence[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:
-    return [{"text": text, "correct": ok, "key": key} for text, ok, key in items]
-
-
-def keyed(rows: Mapping[str, tuple[str, str]], *right: str) -> list[dict[str, Any]]:
-    """Choices from ``key: (en, zh)`` rows, in order; those keyed ``right`` are correct."""
-    return option_list([({"en": en, "zh": zh}, k in right, k) for k, (en, zh) in rows.items()])
+    """Choices from (text, right?, key) rows; a plain string text is the same in zh and en."""
+    return [
+        {"text": {"en": t, "zh": t} if isinstance(t, str) else t, "correct": ok, "key": key}
+        for t, ok, key in items
+    ]
 
 
 def run_name(path: Path) -> str:

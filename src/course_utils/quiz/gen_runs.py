@@ -98,10 +98,7 @@ def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
         verdict = "below" if below else "not below"
         return f"{x['value']}: {verdict} {n:.0f}; recorded waiting mean {w}, running max {r}"
 
-    opts = [
-        ({lg: f"`--max-num-seqs {x['value']}`" for lg in LANGS}, x["value"] < n, str(x["value"]))
-        for x in pts
-    ]
+    opts = [(f"`--max-num-seqs {x['value']}`", x["value"] < n, str(x["value"])) for x in pts]
     return {
         "type": "multiple",
         "choices": option_list(opts),

@@ -11,7 +11,6 @@ from course_utils.quiz.data import (
     item_bench,
     item_data,
     item_slo,
-    keyed,
     option_list,
     per_request_of,
     recorded_point,
@@ -120,7 +119,6 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
     best_gate = max(rows, key=lambda r: r["gate"])["name"]
     if best_req != best_gate:
         raise QuizError("slo_compare: the two goodputs rank the configs differently")
-    opts = {r["name"]: (r["name"], r["name"]) for r in rows}
 
     def desc(r: dict[str, Any], lg: str) -> str:
         b = r["b"]
@@ -138,7 +136,7 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
 
     return {
         "type": "single",
-        "choices": keyed(opts, best_req),
+        "choices": option_list([(r["name"], r["name"] == best_req, r["name"]) for r in rows]),
         "values": {
             "rows": {lg: joined(desc, lg) for lg in LANGS},
             "slo": {lg: slo_text(s, lg) for lg in LANGS},
@@ -201,10 +199,9 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
         run = f"`{run_name(resolve_path(p['results']))}`"
     except (KeyError, QuizError):
         run = ""
-    opts = {str(v): (f"`{flag} {v}`", f"`{flag} {v}`") for v, _ in scores}
     return {
         "type": "single",
-        "choices": keyed(opts, str(win)),
+        "choices": option_list([(f"`{flag} {v}`", v == win, str(v)) for v, _ in scores]),
         "right": "none" if win == "none" else (),
         "values": {
             "run": run,

@@ -181,12 +181,7 @@ def _g_spread_scale(p: Mapping[str, Any]) -> dict[str, Any]:
             "best": best,
             "b": f"{runs[best]:.2f}",
             "k": f"{runs[pick]:.2f}",
-            "hosts": {
-                "en": ", on two different hosts" if apart_hosts else ", on one host",
-                "zh": "（两次运行在两台不同的机器上）"
-                if apart_hosts
-                else "（两次运行在同一台机器上）",
-            },
+            "hosts": ["two" if apart_hosts else "one"],
             "margin": f"{margin:.0%}",
             "apart": f"{apart:.0%}",
             "gain": f"{gain:.0%}",

@@ -332,22 +332,12 @@ def _g_replicas_plan(p: Mapping[str, Any]) -> dict[str, Any]:
             "target": fmt_num(target),
             "h": f"{headroom:.0%}",
             "lo": fmt_num(lo),
-            "hi": {
-                "en": "no rate above it that missed"
-                if hi is None
-                else f"{fmt_num(hi)} req/s (missed)",
-                "zh": "（更高的速率没测到未达标）"
-                if hi is None
-                else f" {fmt_num(hi)} req/s（未达标）",
-            },
+            "hi": ["open" if hi is None else "bound"],  # a rate above the knee that missed?
+            "hi_rate": "" if hi is None else fmt_num(hi),
             "headroom": f"{headroom:g}",
             "per": f"{plan.per_replica_low:.4g}",
             "safe": plan.safe,
             "upper": plan.short or "",
-            "short": ["same"]
-            if plan.short == plan.safe
-            else []
-            if plan.short is None
-            else ["upper"],
+            "short": [] if plan.short is None else ["same" if plan.short == plan.safe else "upper"],
         },
     }

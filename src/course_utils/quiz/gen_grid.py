@@ -67,11 +67,9 @@ def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
     loop, grid = resolve_path(p["loop"]), resolve_path(p["grid"]) / "grid"
     wins, kept, base = _loop_windows(loop)
     kept_label = kept.label
-    every = _grid_runs(grid)
-    for label in ("defaults", kept_label):
-        if label not in every:
-            raise QuizError(f"knee_ranking: the grid has no run of {label}")
-    runs = {label: every[label] for label in ("defaults", kept_label)}
+    runs = {k: v for k, v in _grid_runs(grid).items() if k in ("defaults", kept_label)}
+    if len(runs) < 2:
+        raise QuizError(f"knee_ranking: the grid has no run of defaults or of {kept_label}")
     cross = {k: relative_spread([*wins[k], runs[k]]) or 0.0 for k in runs}
     if runs[kept_label] >= runs["defaults"]:
         raise QuizError("knee_ranking: the grid orders the values as the loop did")

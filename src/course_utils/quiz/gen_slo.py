@@ -88,10 +88,8 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
             "thr": thr,
             "slo": {lg: slo_text(s, lg) for lg in LANGS},
             "p99s": {"en": ", ".join(p99s), "zh": "，".join(p99s)},
-            "violations": {
-                "en": f"Violations: {'; '.join(sc.violations)}. " if sc.violations else "",
-                "zh": f"不达标：{'; '.join(sc.violations)}。" if sc.violations else "",
-            },
+            "violations": ["missed"] if sc.violations else [],
+            "missed": "; ".join(sc.violations),
             "why": {lg: sc.why_they_differ(lg) for lg in LANGS},
         },
     }
@@ -207,10 +205,8 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
             "run": run,
             "flag": flag,
             "vals": ", ".join(str(v) for v, _ in scores),
-            "at": {
-                "en": f" at {fmt_num(rate)} req/s" if rate else "",
-                "zh": f"，{fmt_num(rate)} req/s" if rate else "",
-            },
+            "at": ["rate"] if rate else [],
+            "rate": fmt_num(rate) if rate else "",
             "slo": {lg: slo_text(s, lg) for lg in LANGS},
             "shown": {lg: _sweep_rows(pts, s, how, lg) for lg in LANGS},
             "name": [how],

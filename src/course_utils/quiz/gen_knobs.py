@@ -52,20 +52,26 @@ def move_word(move: str, lang: str) -> str:
     return MOVE_WORD.get(move, {"en": move, "zh": move})[lang]
 
 
+def marked(k: Any, ok: bool, lang: str, *parts: str) -> str:
+    """One knob's line of an explanation: ``flag ✓/✗: part; part`` (full-width in zh)."""
+    clauses = ("，" if lang == "zh" else "; ").join(parts)
+    return f"`{k.flag}` {'✓' if ok else '✗'}{sep(':', lang)}{clauses}"
+
+
+def trade(k: Any, lang: str) -> str:
+    return ("取舍" if lang == "zh" else "trade") + sep(":", lang) + k.trade[lang]
+
+
 def effect_line(k: Any, axis: str, lang: str) -> str:
     """``flag ✓/✗: TTFT better (condition); trade: ...`` for per-option explanations."""
     from course_utils.core import knobs
 
-    eff = getattr(k, axis)
-    cond = k.condition(axis, lang)
-    mark = "✓" if eff == "better" else "✗"
-    word = knobs.EFFECT_WORD[eff][lang]
-    if lang == "zh":
-        ax = AXES[axis]["zh"]
-        c = f"（{cond}）" if cond else ""
-        return f"`{k.flag}` {mark}：{ax}{' ' if ax[-1:].isascii() else ''}{word}{c}，取舍：{k.trade['zh']}"
-    c = f" ({cond})" if cond else ""
-    return f"`{k.flag}` {mark}: {AXES[axis]['en']} {word}{c}; trade: {k.trade['en']}"
+    eff, cond, ax = getattr(k, axis), k.condition(axis, lang), AXES[axis][lang]
+    c = (f"（{cond}）" if lang == "zh" else f" ({cond})") if cond else ""
+    gap = " " if lang == "en" or ax[-1:].isascii() else ""
+    return marked(
+        k, eff == "better", lang, ax + gap + knobs.EFFECT_WORD[eff][lang] + c, trade(k, lang)
+    )
 
 
 def each(lines: Sequence[str], lang: str) -> str:
@@ -152,9 +158,7 @@ def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
     def line(k: Any, lg: str) -> str:
         effs = "/".join(knobs.EFFECT_WORD[e][lg] for e in (k.throughput, k.ttft, k.itl))
         head = "吞吐/TTFT/ITL " if lg == "zh" else "throughput/TTFT/ITL "
-        tr = ("取舍" if lg == "zh" else "trade") + sep(":", lg) + k.trade[lg]
-        out = f"`{k.flag}` {'✓' if helps_both(k) else '✗'}{sep(':', lg)}{head}{effs}"
-        out += ("，" if lg == "zh" else "; ") + tr
+        out = marked(k, helps_both(k), lg, head + effs, trade(k, lg))
         for ax in ("ttft", "itl"):
             if getattr(k, ax) == "depends" and helps_both(k):
                 out += DEPENDS_NOTE[lg].format(ax=AXES[ax][lg])
@@ -217,9 +221,8 @@ def _g_knob_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
 
     def line(k: Any, lg: str) -> str:
         if k.name not in names:
-            return f"`{k.flag}` ✗{sep(':', lg)}{k.label[lg]}"
-        move = move_word(k.relieves[c], lg)
-        return f"`{k.flag}` ✓{sep(':', lg)}{move}{'，' if lg == 'zh' else '; '}{k.trade[lg]}"
+            return marked(k, False, lg, k.label[lg])
+        return marked(k, True, lg, move_word(k.relieves[c], lg), k.trade[lg])
 
     return {
         "type": "multiple",

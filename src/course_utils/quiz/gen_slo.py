@@ -22,7 +22,7 @@ from course_utils.quiz.data import (
     synthetic_series,
 )
 from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
-from course_utils.quiz.gen_knobs import CONSTRAINTS, each, move_word
+from course_utils.quiz.gen_knobs import CONSTRAINTS, each, marked, move_word
 
 
 def _requests(b: Any) -> dict[str, Any]:
@@ -310,12 +310,10 @@ def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
 
     def line(k: Any, lg: str) -> str:
         if k.name in good:
-            why = f"{move_word(d.moves[k.name], lg)}" + (
-                f"（{k.label[lg]}）" if lg == "zh" else f" ({k.label[lg]})"
-            )
-            return f"`{k.flag}` ✓{sep(':', lg)}{why}"
+            label = f"（{k.label[lg]}）" if lg == "zh" else f" ({k.label[lg]})"
+            return marked(k, True, lg, move_word(d.moves[k.name], lg) + label)
         off = "，不作用于这个约束" if lg == "zh" else ", not what binds here"
-        return f"`{k.flag}` ✗{sep(':', lg)}{k.label[lg]}{off}"
+        return marked(k, False, lg, k.label[lg] + off)
 
     return {
         "type": "multiple",

@@ -189,25 +189,10 @@ def _g_spread_scale(p: Mapping[str, Any]) -> dict[str, Any]:
 
 def _run_point(label: str, score: float) -> dict[str, Any]:
     """One grid run as a point record for core.keep.decide: one valid window, no repeat."""
-    window = {
-        "status": "ok",
-        "purpose": "measure",
-        "index": 0,
-        "seed": 0,
-        "valid": True,
-        "validity_issues": [],
-        "score": {"request_goodput": score, "meets_slo": False},
-    }
-    return {
-        "key": label,
-        "knob": label,
-        "value": None,
-        "knobs": {},
-        "workload": {},
-        "slo": "",
-        "status": "ok",
-        "windows": [window],
-    }
+    window = {"status": "ok", "purpose": "measure", "index": 0, "seed": 0, "valid": True}
+    window["score"] = {"request_goodput": score, "meets_slo": False}
+    point = {"key": label, "knob": label, "value": None, "slo": "", "status": "ok"}
+    return {**point, "knobs": {}, "workload": {}, "windows": [window]}
 
 
 @generator("budget_unused")

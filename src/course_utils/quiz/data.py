@@ -228,8 +228,9 @@ def item_model(p: Mapping[str, Any]) -> tuple[Any, str]:
     )
 
 
-def logged_memory(p: Mapping[str, Any]) -> tuple[dict[str, float], bool]:
-    """Start-up facts from ``params.log`` (core.vllm_logs) when found, else from the params."""
+def logged_memory(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
+    """Start-up facts from ``params.log`` (core.vllm_logs) and the log's name when found, else
+    from the params and ""."""
     from course_utils.core import vllm_logs
 
     if "log" in p:
@@ -246,10 +247,10 @@ def logged_memory(p: Mapping[str, Any]) -> tuple[dict[str, float], bool]:
                 if f.max_concurrency is not None and f.concurrency_len is not None:
                     facts["concurrency"] = f.max_concurrency
                     facts["concurrency_len"] = float(f.concurrency_len)
-                return facts, True
+                return facts, run_name(src)
     facts = {"kv_memory_gib": float(p["kv_memory_gib"])}
     if "logged_tokens" in p:
         facts["kv_tokens"] = float(p["logged_tokens"])
     if "logged_concurrency" in p:
         facts["concurrency"] = float(p["logged_concurrency"])
-    return facts, False
+    return facts, ""

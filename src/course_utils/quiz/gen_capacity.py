@@ -17,21 +17,13 @@ from course_utils.quiz.data import (
 from course_utils.quiz.engine import QuizError, fmt_num, generator
 
 
-def _shape_text(m: Any, kv_dtype: str) -> dict[str, str]:
-    b = m.kv_bytes_per_token(kv_dtype) // (2 * m.layers * m.kv_heads * m.head_dim)
-    return {
-        "en": f"2 (K and V) × {m.layers} layers × {m.kv_heads} KV heads × head dim "
-        f"{m.head_dim} × {b} byte{'s' if b > 1 else ''} = "
-        f"{fmt_num(m.kv_bytes_per_token(kv_dtype))} bytes per token",
-        "zh": f"2（K 与 V）× {m.layers} 层 × {m.kv_heads} 个 KV 头 × 头维 {m.head_dim} × "
-        f"{b} 字节 = 每 token {fmt_num(m.kv_bytes_per_token(kv_dtype))} 字节",
-    }
-
-
-def _log_name(p: Mapping[str, Any]) -> str:
-    """The recorded log a kv item read, as ``h200-.../serve.log``."""
-    path = item_data(p, "log")
-    return run_name(path) if isinstance(path, Path) else ""
+def _shape(m: Any, kv_dtype: str) -> dict[str, Any]:
+    """The values of an item's ``shape`` note: a token's KV bytes from the model's shape."""
+    per = m.kv_bytes_per_token(kv_dtype)
+    b = per // (2 * m.layers * m.kv_heads * m.head_dim)
+    byte = {"en": "bytes" if b > 1 else "byte", "zh": "字节"}
+    dims = {"layers": m.layers, "heads": m.kv_heads, "dim": m.head_dim}
+    return {"shape": ["shape"], **dims, "b": b, "byte": byte, "per": fmt_num(per)}
 
 
 @generator("kv_bytes_per_token")
@@ -44,11 +36,8 @@ def _g_kv_bytes(p: Mapping[str, Any]) -> dict[str, Any]:
         "tolerance": {"abs": 0},
         "values": {
             "name": m.name,
-            "layers": m.layers,
-            "heads": m.kv_heads,
-            "dim": m.head_dim,
             "dt": dt,
-            "shape": _shape_text(m, dt),
+            **_shape(m, dt),
         },
     }
 
@@ -59,10 +48,10 @@ def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
     from course_utils.core import capacity
 
     m, dt = item_model(p)
-    facts, from_log = logged_memory(p)
+    facts, log = logged_memory(p)
     gib = facts["kv_memory_gib"]
     tokens = m.kv_tokens(gib, dt)
-    logged = [] if "kv_tokens" not in facts else ["log"] if from_log else ["measured"]
+    logged = [] if "kv_tokens" not in facts else ["log"] if log else ["measured"]
     return {
         "type": "numeric",
         "answer": tokens,
@@ -71,10 +60,10 @@ def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
             "name": m.name,
             "gib": fmt_num(gib),
             "dt": dt,
-            "shape": _shape_text(m, dt),
+            **_shape(m, dt),
             "bs": capacity.BLOCK_SIZE,
             "tokens": fmt_num(tokens),
-            "log": _log_name(p) if from_log else "",
+            "log": log,
             "logged_tokens": fmt_num(facts.get("kv_tokens", 0)),
             "logged": logged,
         },
@@ -86,7 +75,7 @@ def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, kv_memory_gib | log, max_model_len, kv_dtype, logged_concurrency.
     Answer: ModelShape.max_concurrency."""
     m, dt = item_model(p)
-    facts, from_log = logged_memory(p)
+    facts, log = logged_memory(p)
     gib, mml = facts["kv_memory_gib"], int(p["max_model_len"])
     conc = m.max_concurrency(gib, mml, dt)
     blocks = m.kv_blocks(gib, dt)
@@ -102,9 +91,7 @@ def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
             "blocks": fmt_num(blocks),
             "conc": f"{conc:.2f}",
             "logged_conc": f"{facts.get('concurrency', 0):.2f}",
-            "log": {"en": f" (`{_log_name(p)}`)", "zh": f"（`{_log_name(p)}`）"}
-            if from_log
-            else "",
+            "log": {"en": f" (`{log}`)", "zh": f"（`{log}`）"} if log else "",
             "logged": ["logged"] if logged else [],
         },
     }

@@ -86,21 +86,17 @@ def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
                     f"{k} {', '.join(f'{v:.2f}' for v in vs)}" for k, vs in wins.items()
                 ),
                 "zh": "；".join(
-                    f"{_zh_label(k)} 为 {'、'.join(f'{v:.2f}' for v in vs)}"
+                    f"{'默认配置' if k == 'defaults' else k} 为 {'、'.join(f'{v:.2f}' for v in vs)}"
                     for k, vs in wins.items()
                 ),
             },
             "kept": kept_label,
             "defaults": f"{runs['defaults']:.2f}",
             "kept_goodput": f"{runs[kept_label]:.2f}",
-            "worst": {"en": worst, "zh": _zh_label(worst)},
+            "worst": {"en": worst, "zh": "默认配置" if worst == "defaults" else worst},
             "cross": f"{cross[worst]:.0%}",
         },
     }
-
-
-def _zh_label(label: str) -> str:
-    return "默认配置" if label == "defaults" else label
 
 
 @generator("loop_ending")

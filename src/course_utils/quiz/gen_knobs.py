@@ -254,9 +254,8 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
         "right": "starts" if ok else "rejected",
         "values": {
             "argv": argv,
-            "on": {"en": f" ({fmt_num(gib)} GiB GPU)", "zh": f"（{fmt_num(gib)} GiB 显卡）"}
-            if gib
-            else "",
+            "on": ["gpu"] if gib else [],
+            "gib": fmt_num(gib) if gib else "",
             "why": why or "",
             "where": listed(where),
             "verdict": ["raises" if why else "accepts"],

@@ -23,12 +23,8 @@ def _loop(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list
     return steps, last_summary(steps), pts
 
 
-def _workload(w: Mapping[str, Any]) -> dict[str, str]:
-    rate = fmt_num(w["request_rate"])
-    return {
-        "en": f"{w['input_len']}/{w['output_len']} tokens at {rate} req/s",
-        "zh": f"输入 {w['input_len']} / 输出 {w['output_len']} token，{rate} req/s",
-    }
+def _workload(w: Mapping[str, Any]) -> dict[str, Any]:
+    return {"input": w["input_len"], "output": w["output_len"], "rate": fmt_num(w["request_rate"])}
 
 
 def _loop_windows(loop: Path) -> tuple[dict[str, list[float]], Any, Any]:
@@ -79,7 +75,7 @@ def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
         "right": "ending_only",
         "values": {
             "run": run_name(loop),
-            "wl": _workload(base.workload),
+            **_workload(base.workload),
             "slo": str(base.slo).split(" @ ")[0],
             "rows": {
                 "en": "; ".join(
@@ -133,7 +129,7 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
         "right": "past_knee",
         "values": {
             "run": run_name(root),
-            "wl": _workload(w),
+            **_workload(w),
             "slo": str(b.slo).split(" @ ")[0],
             "knobs": listed(f"`{k}`" for k in o["tried"]),
             "share": f"{o['goodput_share']:.0%}",

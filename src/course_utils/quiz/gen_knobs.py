@@ -199,10 +199,6 @@ def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
             "rate": fmt_num(rate),
             "e2e": fmt_num(e2e),
             "n": fmt_num(n),
-            "load": {
-                "en": f"{fmt_num(rate)} × {fmt_num(e2e)} s = {fmt_num(n)}",
-                "zh": f"{fmt_num(rate)} × {fmt_num(e2e)} 秒 = {fmt_num(n)}",
-            },
         },
     }
 

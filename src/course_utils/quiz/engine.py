@@ -241,17 +241,11 @@ def grade(question: Question, answer: Any, lang: Lang = "en") -> Result:
         if question.type == "single" and len(set(ids)) != 1:
             return err("one_choice")
         ok = frozenset(ids) == question.correct_ids
-    return Result(ok, feedback(question, ok, lang))
-
-
-def feedback(question: Question, ok: bool, lang: Lang = "en") -> str:
-    """Verdict, the answer (always for numeric, when wrong otherwise), then the explanation."""
-    s = STRINGS[lang]
+    # the verdict, the answer (always for numeric, when wrong otherwise), the explanation
     parts = [s["correct"] if ok else s["wrong"]]
     if question.type == "numeric" or not ok:
         parts.append(s["answer"].format(x=question.expected(lang)))
-    parts.append(question.explain[lang])
-    return s["sep"].join(parts)
+    return Result(ok, s["sep"].join([*parts, question.explain[lang]]))
 
 
 # ---------------------------------------------------------------- loading

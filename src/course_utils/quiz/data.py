@@ -7,7 +7,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.records import GZ, is_present, read_text
+import numpy as np
+
+from course_utils.core import capacity, metrics, slo, vllm_logs
+from course_utils.core.records import GZ, is_present, read_jsonl, read_text
 from course_utils.core.store import POINTS_FILE
 from course_utils.quiz.engine import PKG_DIR, REPO_ROOT, QuizError, fmt_num
 
@@ -46,8 +49,6 @@ def run_name(path: Path) -> str:
 
 
 def item_slo(p: Mapping[str, Any]) -> Any:
-    from course_utils.core import slo
-
     return slo.SLO.parse(str(p["slo"]))
 
 
@@ -94,8 +95,6 @@ def recorded_point(p: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def sweep_records(root: Path) -> list[tuple[dict[str, Any], Path]]:
     """(record, point folder) of each point in a sweep's points.jsonl that has a bench.json."""
-    from course_utils.core.records import read_jsonl
-
     out = []
     for rec in read_jsonl(root / POINTS_FILE):
         d = root / "points" / str(rec.get("key"))
@@ -111,8 +110,6 @@ def per_request_of(b: Any) -> Any:
 
 def item_bench(v: Any) -> Any:
     """A BenchResult from a path or a partial dict (missing required keys filled as 0)."""
-    from course_utils.core import slo
-
     if isinstance(v, Mapping):
         raw = {k: 0 for k in slo.REQUIRED_KEYS}
         raw.update(v)
@@ -123,8 +120,6 @@ def item_bench(v: Any) -> Any:
 def requests_bench(p: Mapping[str, Any]) -> Any:
     """A BenchResult from per-request ttft_ms/tpot_ms lists, as vLLM's calculate_metrics builds it
     (np.percentile p99s; each request's ITLs are its TPOT repeated)."""
-    import numpy as np
-
     src = item_data(p, "requests")
     if isinstance(src, Path):
         return item_bench(src)
@@ -191,8 +186,6 @@ def recorded_sweep(p: Mapping[str, Any]) -> list[dict[str, Any]]:
 def synthetic_series(spec: Mapping[str, Any]) -> list[Any]:
     """Snapshots from Prometheus text with the real metric names: lists waiting, running,
     kv_usage, preemptions (cumulative), one value per scrape ``interval_s`` apart."""
-    from course_utils.core import metrics
-
     waiting = list(spec["waiting"])
     n = len(waiting)
     running = list(spec.get("running", [0] * n))
@@ -221,8 +214,6 @@ def synthetic_series(spec: Mapping[str, Any]) -> list[Any]:
 
 def item_model(p: Mapping[str, Any]) -> tuple[Any, str]:
     """The item's model shape and its ``kv_dtype`` (auto by default)."""
-    from course_utils.core import capacity
-
     return capacity.load_model(p.get("model", "qwen2.5-7b-instruct")), str(
         p.get("kv_dtype", "auto")
     )
@@ -231,8 +222,6 @@ def item_model(p: Mapping[str, Any]) -> tuple[Any, str]:
 def logged_memory(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     """Start-up facts from ``params.log`` (core.vllm_logs) and the log's name when found, else
     from the params and ""."""
-    from course_utils.core import vllm_logs
-
     if "log" in p:
         try:
             src = item_data(p, "log")

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from course_utils.core import capacity, evalset, keep
+from course_utils.core.records import read_jsonl
 from course_utils.quiz.data import (
     item_data,
     item_model,
@@ -45,8 +47,6 @@ def _g_kv_bytes(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("kv_tokens")
 def _g_kv_tokens(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, kv_memory_gib | log, kv_dtype, rel_tol. Answer: ModelShape.kv_tokens."""
-    from course_utils.core import capacity
-
     m, dt = item_model(p)
     facts, log = logged_memory(p)
     gib = facts["kv_memory_gib"]
@@ -101,9 +101,6 @@ def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
 def _g_kv_gain(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: records (lab 01 results.jsonl), model, gpu, base, to. Answer: the KV tokens at
     ``to`` from those at ``base``, the extra memory share going whole to KV."""
-    from course_utils.core import capacity
-    from course_utils.core.records import read_jsonl
-
     src = resolve_path(p["records"])
     logged = {
         r["value"]: int(r["kv_cache_tokens"])
@@ -146,9 +143,6 @@ def _g_kv_gain(p: Mapping[str, Any]) -> dict[str, Any]:
 def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: records (a lab 01 results.jsonl, recorded; or inline records), baseline,
     eval_set, max_num_seqs. Answer: keep.kv_check's demand_tokens for the baseline."""
-    from course_utils.core import capacity, evalset, keep
-    from course_utils.core.records import read_jsonl
-
     src = item_data(p, "records")
     records = read_jsonl(src) if isinstance(src, Path) else [dict(r) for r in src]
     base = p["baseline"]
@@ -182,9 +176,6 @@ def _g_kv_binding(p: Mapping[str, Any]) -> dict[str, Any]:
 
 def _same_batch_points(src: Any, base: Any, cand: Any) -> dict[Any, dict[str, Any]]:
     """same_batch_spread's points {value: {tok_s, gen_before_full}, "window": {from_s, to_s}}."""
-    from course_utils.core import keep
-    from course_utils.core.records import read_jsonl
-
     if not isinstance(src, Path):
         pts = {(k if k == "window" else float(k)): dict(v) for k, v in src.items()}
         return pts
@@ -206,8 +197,6 @@ def _same_batch_points(src: Any, base: Any, cand: Any) -> dict[Any, dict[str, An
 def _repeat(p: Mapping[str, Any], base: Any) -> dict[str, Any]:
     """The values of the note on ``params.repeat`` (two recorded folders of the same sweep,
     run in the same order): the baseline's output tok/s in each; no note when absent."""
-    from course_utils.core.records import read_jsonl
-
     dirs = [resolve_path(d) for d in p.get("repeat") or []]
     if len(dirs) != 2 or not all((d / "results.jsonl").is_file() for d in dirs):
         return {"rep": [], **dict.fromkeys(("run_a", "run_b", "rep_a", "rep_b", "apart"), "")}
@@ -260,8 +249,6 @@ def _g_same_batch_spread(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("tpot_floor")
 def _g_tpot_floor(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: model, gpu, batch, context_tokens, rel_tol. Answer: capacity.tpot_floor_ms."""
-    from course_utils.core import capacity
-
     m, _ = item_model(p)
     g = capacity.get_gpu(p.get("gpu", "rtx4090"))
     batch, ctx = int(p.get("batch", 1)), int(p.get("context_tokens", 0))

@@ -9,15 +9,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from course_utils.core.keep import decide, loop_outcome, swept_knobs
+from course_utils.core.records import ServedPoint, relative_spread
+from course_utils.core.store import POINTS_FILE, TUNE_FILE, last_summary, read_jsonl
 from course_utils.quiz.data import resolve_path, run_name
 from course_utils.quiz.engine import QuizError, fmt_num, generator, listed
 
 
 def _loop(root: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[Any]]:
     """A recorded loop folder's tune.jsonl steps, last summary and served points."""
-    from course_utils.core.records import ServedPoint
-    from course_utils.core.store import POINTS_FILE, TUNE_FILE, last_summary, read_jsonl
-
     steps = read_jsonl(root / TUNE_FILE)
     pts = [ServedPoint.from_json(x) for x in read_jsonl(root / POINTS_FILE)]
     return steps, last_summary(steps), pts
@@ -58,8 +58,6 @@ def _grid_runs(grid: Path) -> dict[str, float]:
 def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: loop (a tune folder), grid (its grid's vllm_sweep folder). Answer: only the
     ending holds; the values' order is inside the spread between servers."""
-    from course_utils.core.records import relative_spread
-
     loop, grid = resolve_path(p["loop"]), resolve_path(p["grid"]) / "grid"
     wins, kept, base = _loop_windows(loop)
     kept_label = kept.label
@@ -98,8 +96,6 @@ def _g_knee_ranking(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("loop_ending")
 def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: run (a loop folder). Answer: keep.loop_outcome's past_knee, as run."""
-    from course_utils.core.keep import loop_outcome, swept_knobs
-
     root = resolve_path(p["run"])
     steps, summary, pts = _loop(root)
     kept = [x for x in pts if x.knobs == (summary or {}).get("knobs")]
@@ -146,9 +142,6 @@ def _g_loop_ending(p: Mapping[str, Any]) -> dict[str, Any]:
 def _g_spread_scale(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: loop, grid, other_host. Answer: keep.decide's tie when the gain over the
     lower score passes the spread between servers but the (max - min) / mean gap does not."""
-    from course_utils.core.keep import decide
-    from course_utils.core.records import relative_spread
-
     loop, grid = resolve_path(p["loop"]), resolve_path(p["grid"]) / "grid"
     wins, kept, _ = _loop_windows(loop)
     runs = _grid_runs(grid)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from course_utils.core import capacity, knobs
 from course_utils.quiz.data import option_list
 from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, listed, sep
 
@@ -34,8 +35,6 @@ def _knob_text(k: Any, move: bool = True) -> dict[str, str]:
 def _knob_choices(
     names: Sequence[str] | None, correct: set[str], move: bool = True
 ) -> list[dict[str, Any]]:
-    from course_utils.core import knobs
-
     ks = [knobs.get(n) for n in names] if names else list(knobs.KNOBS.values())
     return option_list([(_knob_text(k, move), k.name in correct, k.name) for k in ks])
 
@@ -64,8 +63,6 @@ def trade(k: Any, lang: str) -> str:
 
 def effect_line(k: Any, axis: str, lang: str) -> str:
     """``flag ✓/✗: TTFT better (condition); trade: ...`` for per-option explanations."""
-    from course_utils.core import knobs
-
     eff, cond, ax = getattr(k, axis), k.condition(axis, lang), AXES[axis][lang]
     c = (f"（{cond}）" if lang == "zh" else f" ({cond})") if cond else ""
     gap = " " if lang == "en" or ax[-1:].isascii() else ""
@@ -82,8 +79,6 @@ def each(lines: Sequence[str], lang: str) -> str:
 def _g_knob_direction(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: knob, axis (throughput|ttft|itl), given ({zh, en}: the situation, stated in
     the prompt so 'depends' is settled). Answer: the Effect in knobs.KNOBS."""
-    from course_utils.core import knobs
-
     k = knobs.get(p["knob"])
     axis = p["axis"]
     if axis not in AXES:
@@ -110,8 +105,6 @@ def _g_knob_direction(p: Mapping[str, Any]) -> dict[str, Any]:
 def _g_knob_recommend(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: goal (throughput|ttft|itl|capacity), knobs (the options shown, in order).
     Answer: knobs.recommend(goal) among them; the explanation says why each is in or out."""
-    from course_utils.core import knobs
-
     goal = p["goal"]
     good = [k.name for k in knobs.recommend(goal)]
     choices = _knob_choices(p.get("knobs"), set(good))
@@ -150,8 +143,6 @@ DEPENDS_NOTE = {
 def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: knobs (the options shown). Answer: those whose move helps throughput and
     leaves no latency worse in the direction map (they trade something off the curve)."""
-    from course_utils.core import knobs
-
     shown = [knobs.get(n) for n in p["knobs"]]
     choices = option_list([(_knob_text(k), helps_both(k), k.name) for k in shown])
 
@@ -175,7 +166,6 @@ def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
 def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: gpu, small_gpu, field_default, rate, e2e_s. Answer: by Little's law, whether
     the cap vLLM logs on ``gpu`` without the flag (knobs.default) holds the load."""
-    from course_utils.core import capacity, knobs
 
     def cap(key: str) -> int:
         g = capacity.get_gpu(key)
@@ -206,8 +196,6 @@ def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("knob_constraint")
 def _g_knob_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: constraint, knobs (optional subset). Answer: knobs.for_constraint()."""
-    from course_utils.core import knobs
-
     c = p["constraint"]
     pairs = knobs.for_constraint(c)
     if c not in CONSTRAINTS or not pairs:
@@ -233,8 +221,6 @@ def _g_knob_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("knob_validate")
 def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: values (knob -> value), gpu_memory_gib. Answer: knobs.validate() accepts?"""
-    from course_utils.core import knobs
-
     values = dict(p["values"])
     gib = p.get("gpu_memory_gib")
     argv = " ".join(f"{knobs.get(n).flag} {v}" for n, v in values.items())

@@ -4,11 +4,14 @@ under a full KV cache) and the replicas a target rate needs (lab 03's one-GPU kn
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from course_utils.core import diagnose, keep, metrics, replicas, scaleout, validity, vllm_logs
+from course_utils.core.records import read_jsonl, read_text
 from course_utils.quiz.data import (
     option_list,
     recorded_point,
@@ -21,8 +24,6 @@ from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
 
 def point_load(p: Mapping[str, Any]) -> dict[str, Any]:
     """One recorded sweep point (``params.point``): bench fields, /metrics summary, where."""
-    from course_utils.core import metrics
-
     rec = recorded_point(p)
     if rec is None:
         raise QuizError(f"recorded point {p.get('point')!r} not found")
@@ -75,8 +76,6 @@ def _law(b: Mapping[str, Any], n: str) -> dict[str, str]:
 def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: results (a max_num_seqs sweep), reference. Answer: the caps below rate x mean
     E2E of the reference, each checked against its recorded waiting series."""
-    from course_utils.core import diagnose, metrics
-
     pts = recorded_sweep({"knob": "max_num_seqs", "results": p["results"]})
     for x in pts:
         x["summary"] = metrics.summarize(metrics.load_series(x["dir"] / "metrics.jsonl"))
@@ -142,8 +141,6 @@ def _g_ttft_split(p: Mapping[str, Any]) -> dict[str, Any]:
     parts = ttft_parts(pt["summary"])
     key = ttft_key(parts)
     cap, rate = pt["knobs"].get("max_num_seqs"), pt["workload"].get("request_rate")
-    from course_utils.core import metrics
-
     return {
         "type": "single",
         "right": key,
@@ -170,8 +167,6 @@ def _g_ttft_split(p: Mapping[str, Any]) -> dict[str, Any]:
 def _replay_rows(root: Path) -> list[dict[str, float]]:
     """prefix_replay's rows {rate, p99 (TTFT ms), hit (prefix-cache hit rate)} of a recorded
     knee scan, by rate."""
-    from course_utils.core import metrics, validity
-
     rows = []
     for d in sorted(root.glob("rate-*"), key=lambda x: float(x.name.split("-", 1)[1])):
         b = json.loads((d / "bench.json").read_text(encoding="utf-8"))
@@ -186,8 +181,6 @@ def _replay_rows(root: Path) -> list[dict[str, float]]:
 def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: knee (a recorded knee-scan dir with rate-*/{bench.json, metrics.jsonl}).
     Answer: the rates whose prefix-cache hit rate (core.validity) marks them replayed."""
-    from course_utils.core import validity
-
     root = resolve_path(p["knee"])
     rows = _replay_rows(root)
     bad = [r for r in rows if r["hit"] > validity.REPLAY_HIT_RATE]
@@ -217,8 +210,6 @@ def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
 
 def _overrides(text: Any) -> Any:
     """The "Server overrides:" dict that `vllm bench sweep serve` prints, as a dict."""
-    import ast
-
     try:
         return ast.literal_eval(text) if isinstance(text, str) else text
     except (ValueError, SyntaxError):
@@ -229,9 +220,6 @@ def _overrides(text: Any) -> Any:
 def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: log (a `vllm bench sweep serve` log), result (that server's run=0.json),
     server (its overrides). Answer: the window held a JIT compile (core.vllm_logs)."""
-    from course_utils.core import vllm_logs
-    from course_utils.core.records import read_text
-
     log = resolve_path(p["log"])
     parsed = vllm_logs.parse_sweep_log(read_text(log, errors="replace"))
     want = dict(p["server"])
@@ -258,9 +246,6 @@ def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
 def _preempt_stats(root: Path, value: Any) -> tuple[dict[str, Any], list[Any], Any, Any]:
     """kv_preempt's recorded point at `value`, its 10 s stats lines,
     the first line with a queue (KV full) and the one with the longest queue."""
-    from course_utils.core import vllm_logs
-    from course_utils.core.records import read_jsonl, read_text
-
     recs = [r for r in read_jsonl(root / "results.jsonl") if r.get("value") == value]
     rec = next((r for r in recs if r.get("status") == "ok"), None)
     if rec is None:
@@ -303,8 +288,6 @@ def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
 def _g_replicas_plan(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: target (req/s), headroom (0..1), run (optional: a run folder; default
     core.scaleout.RUN_DIR). Answer: the safe replica count from the recorded one-GPU knee."""
-    from course_utils.core import keep, replicas, scaleout
-
     root = resolve_path(p.get("run") or scaleout.RUN_DIR)
     folder = root / "scaleout" if (root / "scaleout").is_dir() else root
     recs = scaleout.config_records(folder, "one")

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from course_utils.core import diagnose, knobs, metrics
+from course_utils.core import slo as slo_mod
 from course_utils.quiz.data import (
     item_bench,
     item_data,
@@ -40,8 +42,6 @@ def _requests(b: Any) -> dict[str, Any]:
 def _g_request_goodput(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: slo, requests (inline ttft_ms/tpot_ms/output_len/duration_s, or a path to a
     --save-detailed result). Answer: slo.request_goodput (vLLM's per-request goodput)."""
-    from course_utils.core import slo as slo_mod
-
     s, b = item_slo(p), requests_bench(p)
     g = slo_mod.request_goodput(b, s)
     if g is None:
@@ -65,8 +65,6 @@ def _g_request_goodput(p: Mapping[str, Any]) -> dict[str, Any]:
 def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: slo, requests (as request_goodput) or bench (a result). Answer: slo.score, as
     the item's choice pass, fail-<target> (the one target missed) or fail-several."""
-    from course_utils.core import slo as slo_mod
-
     s = item_slo(p)
     rec = recorded_point(p)
     if not rec and ("requests" in p or "ttft_ms" in p):
@@ -98,8 +96,6 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("slo_compare")
 def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: slo, configs. Answer: the config both goodputs rank first."""
-    from course_utils.core import slo as slo_mod
-
     s = item_slo(p)
     rows = []
     for c in p["configs"]:
@@ -152,8 +148,6 @@ def _p99s(b: Any, s: Any) -> list[str]:
 def _sweep_rows(pts: list[dict[str, Any]], s: Any, how: str, lang: str) -> str:
     """What each point's score is read from: throughput and p99s for the gate, good requests
     and the run's length for vLLM's goodput (good = goodput x duration, as vLLM counts)."""
-    from course_utils.core import slo as slo_mod
-
     rows = []
     for pt in pts:
         b = pt["bench"]
@@ -179,9 +173,6 @@ def _sweep_rows(pts: list[dict[str, Any]], s: Any, how: str, lang: str) -> str:
 def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: knob, slo, score (gate|request), results and/or points. Answer: the value
     with the highest score, or "none" when all score 0."""
-    from course_utils.core import knobs
-    from course_utils.core import slo as slo_mod
-
     s, how = item_slo(p), p.get("score", "gate")
     if how not in ("gate", "request"):
         raise QuizError("score must be gate or request")
@@ -224,8 +215,6 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
 def _diagnosis(p: Mapping[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
     """The tree's diagnosis of the item's recorded point, else of its ``series``/``bench``
     params; with the series summary, bench result, SLO and max_num_seqs."""
-    from course_utils.core import diagnose, metrics
-
     rec = recorded_point(p)
     if rec:
         src, bsrc = rec["series"], rec["bench"]
@@ -240,8 +229,6 @@ def _diagnosis(p: Mapping[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
 
 def _observed(cap: int | None, summary: Any, bench: Any, s: Any) -> dict[str, Any]:
     """The values of the item's ``observed`` note: the sampled gauges, p99s and SLO."""
-    from course_utils.core import metrics
-
     p99 = [
         f"p99 {k.upper()} {fmt_num(round(bench.percentile(k), 1))} ms"
         for k in ("ttft", "tpot")
@@ -291,8 +278,6 @@ def _g_diagnose_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
 def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
     """Same params as diagnose_constraint, plus knobs (the options shown). Answer: the
     diagnosis's knobs among them (or 'no engine knob'); each option says why."""
-    from course_utils.core import knobs
-
     d, summary, bench, s, cap = _diagnosis(p)
     names = p.get("knobs") or list(knobs.KNOBS)
     shown = [knobs.get(n) for n in names]

@@ -1,8 +1,8 @@
-"""``python -m course_utils``: the course's modules from a terminal.
+"""``python -m course_utils <verb>``: the course's modules from a terminal, one verb tree.
 
-Subcommands: knobs, capacity, goodput, diagnose, replicas (each with ``--format json``), plus
-sweep, tune, knee, replay, preflight and quiz from the modules that own them. Bad input: one
-line ``error: <what> → fix: <how>`` on stderr and exit status 2 (core.validate.error_line).
+knobs, capacity, goodput, diagnose, replicas (each with ``--format json``) here; sweep, tune,
+knee, preflight (lab.cli), replay, grid, modelfolder, workload, scaleout and quiz from the modules
+that own them. Bad input: one line ``error: <what> → fix: <how>`` on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from typing import Any
 from course_utils import quiz
 from course_utils.core import capacity, diagnose, knobs, metrics, replicas, slo
 from course_utils.core import validate as v
+from course_utils.core.records import KNEE_FILE
+from course_utils.core.store import POINTS_FILE
 from course_utils.core.validate import EXIT_BAD_INPUT, BadInput, error_line
 from course_utils.lab import cli as lab_cli
-from course_utils.lab import modelfolder, replay
+from course_utils.lab import grid, modelfolder, replay, scaleout
 from course_utils.lab import workload as lab_workload
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
@@ -59,30 +61,17 @@ def cmd_knobs(a: argparse.Namespace) -> None:
         ks = knobs.recommend(a.goal)
         _print([k.name for k in ks], a.format, lambda: "\n".join(k.flag for k in ks))
         return
-    rows = knobs.table(a.lang, a.gpu_memory_gib, a.entry)
-    data = [
-        {
-            "name": k.name,
-            "flag": k.flag,
-            "kwarg": k.kwarg,
-            "config": k.config,
-            "source": k.source,
-            "group": k.group,
-            "default": knobs.default(k.name, gpu_memory_gib=a.gpu_memory_gib, entry=a.entry),
-            "throughput": k.throughput,
-            "ttft": k.ttft,
-            "itl": k.itl,
-            "relieves": k.relieves,
-            "move": k.move[a.lang],
-            "trade": k.trade[a.lang],
-        }
-        for k in knobs.KNOBS.values()
-    ]
-    _print(data, a.format, lambda: _table(rows))
+    data = []
+    for kn in knobs.KNOBS.values():
+        d = {c: getattr(kn, c) for c in ("name", "flag", "kwarg", "config", "source", "group")}
+        d["default"] = knobs.default(kn.name, gpu_memory_gib=a.gpu_memory_gib, entry=a.entry)
+        d |= {c: getattr(kn, c) for c in ("throughput", "ttft", "itl", "relieves")}
+        data.append(d | {"move": kn.move[a.lang], "trade": kn.trade[a.lang]})
+    _print(data, a.format, lambda: _table(knobs.table(a.lang, a.gpu_memory_gib, a.entry)))
 
 
 def _capacity_knobs(a: argparse.Namespace, gpu: Any) -> None:
-    """The knob flags of ``capacity`` by vLLM's rules, the pair rule with the GPU's defaults."""
+    """The knob flags of ``capacity`` by vLLM's rules (the pair rule with the GPU's defaults)."""
     given = {
         k: getattr(a, k)
         for k in ("max_num_seqs", "max_num_batched_tokens")
@@ -91,18 +80,8 @@ def _capacity_knobs(a: argparse.Namespace, gpu: Any) -> None:
     if gpu is not None and given:
         total = gpu if isinstance(gpu, float) else capacity.get_gpu(gpu).memory_gib
         name = "" if isinstance(gpu, float) else gpu
-        v.check_knobs(
-            given,
-            "--max-num-seqs/--max-num-batched-tokens",
-            gpu_memory_gib=total,
-            entry=a.entry,
-            gpu_name=name,
-        )
-    if a.kv_dtype not in capacity.DTYPE_BYTES:
-        raise BadInput(
-            f"--kv-dtype {a.kv_dtype!r} not known",
-            f"use one of {', '.join(capacity.DTYPE_BYTES)}",
-        )
+        flag = "--max-num-seqs/--max-num-batched-tokens"
+        v.check_knobs(given, flag, gpu_memory_gib=total, entry=a.entry, gpu_name=name)
 
 
 def cmd_capacity(a: argparse.Namespace) -> None:
@@ -163,9 +142,8 @@ def _bench(path: str, flag: str = "--bench") -> slo.BenchResult:
     try:
         r = slo.BenchResult.from_json(path)
     except (slo.BenchResultError, OSError, UnicodeDecodeError) as exc:
-        raise BadInput(
-            f"{flag}: {exc}", "give the JSON `vllm bench serve --save-result` wrote"
-        ) from None
+        fix = "give the JSON `vllm bench serve --save-result` wrote"
+        raise BadInput(f"{flag}: {exc}", fix) from None
     try:
         slo.check_complete(r)
     except slo.BenchResultError as exc:
@@ -177,16 +155,9 @@ def cmd_goodput(a: argparse.Namespace) -> None:
     s = _slo(a.slo)
     r = _bench(a.bench)
     sc = slo.score(r, s)
-    data = {
-        "slo": str(s),
-        "request_throughput": sc.request_throughput,
-        "gate_goodput": sc.gate_goodput,
-        "request_goodput": sc.request_goodput,
-        "request_goodput_source": sc.request_goodput_source,
-        "meets_slo": sc.meets_slo,
-        "violations": sc.violations,
-        "why_they_differ": sc.why_they_differ(a.lang),
-    }
+    keys = ("request_throughput", "gate_goodput", "request_goodput", "request_goodput_source")
+    data = {"slo": str(s), **{k: getattr(sc, k) for k in (*keys, "meets_slo", "violations")}}
+    data["why_they_differ"] = sc.why_they_differ(a.lang)
 
     def text() -> str:
         rg = "n/a" if sc.request_goodput is None else f"{sc.request_goodput:.2f}"
@@ -209,9 +180,7 @@ def cmd_diagnose(a: argparse.Namespace) -> None:
         print(diagnose.mermaid(a.lang))
         return
     if not a.metrics:
-        raise BadInput(
-            "no --metrics given", "give --metrics SERIES.jsonl (samples taken under load)"
-        )
+        raise BadInput("no --metrics given", "give --metrics SERIES.jsonl (sampled under load)")
     s = _slo(a.slo)
     th = _thresholds(a.threshold)
     samples = _series(a.metrics)
@@ -246,18 +215,13 @@ def _series(path: str) -> list[Any]:
     recs = read_records(p)
     if not recs:
         raise BadInput(f"--metrics {path}: no samples", "give a series sampled under load")
+    fix = "give --metrics the metrics*.jsonl and --bench the bench JSON"
     if not all("t" in r and isinstance(r.get("values"), dict) for r in recs):
-        raise BadInput(
-            f"--metrics {path}: not a /metrics series (is it the bench JSON?)",
-            "give --metrics the metrics*.jsonl and --bench the bench JSON",
-        )
+        raise BadInput(f"--metrics {path}: not a /metrics series (is it the bench JSON?)", fix)
     try:
         return metrics.load_series(path)
     except (KeyError, TypeError, ValueError) as exc:
-        raise BadInput(
-            f"--metrics {path}: not a /metrics series ({exc})",
-            "give --metrics the metrics*.jsonl and --bench the bench JSON",
-        ) from None
+        raise BadInput(f"--metrics {path}: not a /metrics series ({exc})", fix) from None
 
 
 def cmd_replicas(a: argparse.Namespace) -> None:
@@ -295,26 +259,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="any GPU: the total CUDA reports (torch.cuda.mem_get_info()[1] / 2**30)",
     )
     c.add_argument("--entry", choices=("serve", "llm"), default="serve", help="whose defaults")
-    c.add_argument(
-        "--max-num-seqs", type=v.knob_arg("max_num_seqs"), default=None, help="default: the GPU's"
-    )
-    c.add_argument(
-        "--max-num-batched-tokens",
-        type=v.knob_arg("max_num_batched_tokens"),
-        default=None,
-        help="default: the GPU's",
-    )
-    c.add_argument(
-        "--gpu-memory-utilization", type=v.knob_arg("gpu_memory_utilization"), default=0.92
-    )
+    for knob, default in (
+        ("max_num_seqs", None),
+        ("max_num_batched_tokens", None),
+        ("gpu_memory_utilization", 0.92),
+    ):
+        what = "default: the GPU's" if default is None else None
+        c.add_argument(
+            "--" + knob.replace("_", "-"), type=v.knob_arg(knob), default=default, help=what
+        )
     c.add_argument("--max-model-len", type=v.knob_arg("max_model_len", auto=False), default=4096)
-    c.add_argument("--kv-dtype", default="auto", help=", ".join(capacity.DTYPE_BYTES))
-    c.add_argument(
-        "--overhead-gib",
-        type=v.non_negative_float,
-        default=None,
-        help="replace activation + non-torch",
-    )
+    c.add_argument("--kv-dtype", default="auto", choices=capacity.DTYPE_BYTES)
+    c.add_argument("--overhead-gib", type=v.non_negative_float, help="activation + non-torch")
     c.set_defaults(func=cmd_capacity)
 
     g = sub.add_parser("goodput", help="both goodput scores of a vllm bench serve result")
@@ -335,33 +291,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("replicas", help="replicas a target rate needs, from one replica's knee")
     common(r)
+    rate = v.positive_float
     r.add_argument(
-        "--knee-low",
-        type=v.positive_float,
-        required=True,
-        help="highest rate that met the SLO (req/s)",
+        "--knee-low", type=rate, required=True, help="the highest req/s that met the SLO"
     )
+    r.add_argument("--knee-high", type=rate, help="lowest rate above it that missed (req/s)")
+    r.add_argument("--target", type=rate, required=True, help="the rate to serve (req/s)")
     r.add_argument(
-        "--knee-high",
-        type=v.positive_float,
-        default=None,
-        help="lowest rate above it that missed (req/s)",
-    )
-    r.add_argument(
-        "--target", type=v.positive_float, required=True, help="the rate to serve (req/s)"
-    )
-    r.add_argument(
-        "--headroom",
-        type=v.share_below_one,
-        default=0.2,
-        help="share of each replica's knee kept free",
+        "--headroom", type=v.share_below_one, default=0.2, help="share of each knee kept free"
     )
     r.set_defaults(func=cmd_replicas)
 
     lab_cli.add_cli(sub)
     replay.add_cli(sub)
+    grid.add_cli(sub)
     modelfolder.add_cli(sub)
     lab_workload.add_parser(sub)
+    scaleout.add_cli(sub)
     quiz.add_cli(sub)
     return p
 
@@ -392,8 +338,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         report(e)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:  # Ctrl-C, or `timeout --signal=INT` around a GPU call
-        out = getattr(a, "out", None)
-        where = f" in {out}/points.jsonl" if out else ""
+        out, cmd = getattr(a, "out", None), getattr(a, "cmd", "")
+        knee = f"{getattr(a, 'config', '')}/{KNEE_FILE}"
+        file = {"sweep": POINTS_FILE, "tune": POINTS_FILE, "knee": KNEE_FILE, "scaleout": knee}
+        where = f" in {out}/{file[cmd]}" if out and cmd in file else ""
         print(
             f"interrupted: finished points stay{where}; the same command resumes from them "
             "(the point in progress is measured again)",

@@ -240,6 +240,10 @@ FILE_CASES: list[tuple[list[str], str]] = [
     (["preflight", "--model", "m", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
     (["preflight", "--model", "m", "--min-disk-gib", "-1"], "--min-disk-gib"),
     (["preflight", "--model", "m", "--lang", "fr"], "--lang"),
+    (["scaleout", "--config", "dp4", "--model", "m", "--out", "{tmp}/s", "--rates", "6"], "--config"),
+    (["scaleout", "--config", "dp2", "--model", "m", "--out", "{tmp}/s", "--rates", "0,a"], "--rates"),
+    (["scaleout", "--config", "dp2", "--model", "m", "--out", "{tmp}/s", "--rates", "6",
+      "--window-s", "0"], "--window-s"),
 ]
 
 
@@ -576,17 +580,9 @@ def test_each_notebook_checks_its_parameters_first() -> None:
             assert later not in cell or cell.index(call) < cell.index(later), (nb, later)
 
 
-@pytest.mark.parametrize("module", ["replay", "knee", "modelfolder"])
-def test_module_entry_points_have_help(capsys: pytest.CaptureFixture[str], module: str) -> None:
-    import importlib
-
-    mod = importlib.import_module(f"course_utils.lab.{module}")
-    assert mod.main(["--help"]) == 0
-    assert f"python -m course_utils {module}" in capsys.readouterr().out
-
-
 @pytest.mark.parametrize("verb", ["knobs", "capacity", "goodput", "diagnose", "replicas", "sweep",
-                                  "tune", "knee", "replay", "preflight", "modelfolder", "quiz"])
+                                  "tune", "knee", "replay", "preflight", "modelfolder", "quiz",
+                                  "workload", "scaleout"])
 def test_every_verb_has_help(capsys: pytest.CaptureFixture[str], verb: str) -> None:
     assert main([verb, "--help"]) == 0
     assert capsys.readouterr().out.startswith("usage: python -m course_utils " + verb)
@@ -688,10 +684,13 @@ def test_the_real_process_prints_one_line_and_exits_2() -> None:
 def test_grid_tool_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path, main: str,
                              content: str, argv: list[str], names: str) -> None:
     """The book's grid table (lab.grid) and the GPU host's grid tool speak the same one line."""
-    from course_utils.lab import grid
+    from course_utils.__main__ import main as cli_main
     from tests.tooling import tool
 
-    run_main = grid.main if main == "table" else tool("gpu/gridrun.py").main
+    def table(argv: list[str]) -> int:
+        return cli_main(["grid", *argv])
+
+    run_main = table if main == "table" else tool("gpu/gridrun.py").main
     f = tmp_path / "index.json"
     f.write_text(content)
     before = tree(tmp_path)

@@ -80,12 +80,13 @@ def test_prediction_matches_every_recorded_h200_start():
     total. The measured terms (core.capacity_terms) come from these logs, so this is the
     in-sample check; the probe's cases on a 24 GiB budget are the out-of-sample one."""
     cfg = json.loads((capacity.config_dir() / "config.json").read_text())
+    predict_case = tool("gpu/capacity_probe.py").predict_case
     starts = recorded_starts()
     assert len(starts) >= 30 and {e for *_, e, _ in starts} == {"serve", "llm"}
     total = round(H200.total_gib * capacity.GIB)
     for log, args, entry, logged in starts:
         cached = args.pop("_cached")
-        fit = capacity.predict_case(cfg, total, args, entry, compile_cached=cached)
+        fit = predict_case(cfg, total, args, entry, compile_cached=cached)
         got = fit.kv_tokens
         # a cached start of 2,048 tokens logged 0.29 GiB against the forward pass's 0.265:
         # 0.5 % of a 4090-sized pool (h200-2026-12-02/lab02-4090); cold starts stay in 0.2 %,
@@ -94,7 +95,7 @@ def test_prediction_matches_every_recorded_h200_start():
         bound = max((0.006 if cached else 0.002) * logged, resolution)
         assert abs(got - logged) <= bound, (log, args, cached, got, logged)
         if cached:  # the cold model would miss these by up to 11 %: the flag is what holds
-            cold = capacity.predict_case(cfg, total, args, entry).kv_tokens
+            cold = predict_case(cfg, total, args, entry).kv_tokens
             assert abs(got - logged) <= abs(cold - logged), (log, got, cold, logged)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.core import capacity, vllm_logs
+from course_utils.core import vllm_logs
 from course_utils.core.records import read_jsonl
 from tests.tooling import tool
 
@@ -63,7 +63,7 @@ def test_prediction_within_2_percent_of_vllms_kv_tokens(run: Path, case: str) ->
     assert vllm_logs.startup_facts(text).kv_cache_tokens == r.facts["kv_cache_tokens"]
     assert probe.memory_profile(text).as_dict() == r.memory
     # the prediction's inputs: nothing the log says about memory
-    fit = capacity.predict_case(json.loads(json.dumps(r.config)), r.gpu_total_bytes, r.knobs,
+    fit = probe.predict_case(json.loads(json.dumps(r.config)), r.gpu_total_bytes, r.knobs,
                                 r.entry, name=case)
     logged = r.facts["kv_cache_tokens"]
     err = (fit.kv_tokens - logged) / logged

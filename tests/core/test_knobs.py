@@ -137,17 +137,6 @@ def test_moves_include_the_reverse_direction():
     assert ("max_num_batched_tokens", "raise") not in itl
 
 
-@pytest.mark.parametrize("lang", ["en", "zh"])
-def test_spectrum_has_three_columns_from_the_same_data(lang):
-    rows = knobs.spectrum(lang)
-    assert all(len(r) == 3 for r in rows)
-    thr, lat, free = (list(c) for c in zip(*(r.values() for r in rows), strict=True))
-    assert any("--max-num-batched-tokens" in c for c in lat)
-    assert any("--gpu-memory-utilization" in c for c in thr)
-    assert not any("--gpu-memory-utilization" in c for c in lat)
-    assert {c.split("`")[1] for c in free if c} == {k.flag for k in knobs.free_wins()}
-
-
 def test_max_model_len_is_neither_a_kv_fix_nor_a_truncation():
     k = knobs.KNOBS["max_model_len"]
     assert "kv" not in k.relieves and k.throughput == "neutral"
@@ -172,4 +161,3 @@ def test_max_model_len_rejects_the_rest(value):
 def test_quantization_choices_include_mxfp8_and_auto_detect_is_none():
     knobs.validate({"quantization": "mxfp8"})
     assert knobs.default("quantization") is None
-    assert "quantization=None" in knobs.KNOBS["quantization"].note["en"]

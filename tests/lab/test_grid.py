@@ -432,7 +432,7 @@ def test_a_rehearsed_presets_grid_runs_the_targets_budget_like_the_loop(tmp_path
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "gpu.json").write_text(json.dumps(H200_CUDA))
     a = ap.parse_args(["tune", "--model", "m", "--out", str(tmp_path / "t"), "--preset", "kv",
-                       "--gpu-size", "h200"])
+                       "--gpu", "h200"])
     cli._apply_preset(a, tune=True)
     assert a.rehearse_gpu == "rtx4090"
     base, cand = cli._rehearse(a, cli.parse_assign(a.base, False),

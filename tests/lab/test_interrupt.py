@@ -87,3 +87,27 @@ def test_sigint_is_one_line_leaves_no_server_and_resumes(
     assert keys[: len(done)] == done and len(keys) == len(set(keys))
     assert len(_lines(starts)) - n_starts == len(keys) - len(done)
     assert _servers(starts) == []
+
+
+@pytest.mark.parametrize(("argv", "kept"), [
+    (["knee", "--model", "m", "--out", "{out}", "--slo", "ttft:300", "--rates", "2"], "knee.jsonl"),
+    (["scaleout", "--config", "dp2", "--model", "m", "--out", "{out}", "--rates", "6"],
+     "dp2/knee.jsonl"),
+    (["preflight", "--model", "m", "--out", "{out}"], None),
+])
+def test_an_interrupt_names_the_file_that_keeps_the_finished_records(
+        argv: list[str], kept: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from course_utils import __main__ as cli_main
+    from course_utils.lab import cli, scaleout
+
+    def interrupted(_a: object) -> int:
+        raise KeyboardInterrupt
+
+    for mod, name in ((cli, "_cmd_knee"), (scaleout, "_cmd_scaleout"), (cli, "_cmd_preflight")):
+        monkeypatch.setattr(mod, name, interrupted)
+    out = tmp_path / "o"
+    assert cli_main.main([a.replace("{out}", str(out)) for a in argv]) == 130
+    err = capsys.readouterr().err.strip()
+    where = f" in {out}/{kept}" if kept else ""
+    assert err.startswith(f"interrupted: finished points stay{where};"), err

@@ -9,6 +9,7 @@ import jinja2
 import pytest
 import tokenizers  # noqa: E402 - requirements.txt installs it: a missing one fails
 
+from course_utils.__main__ import main as course_main
 from course_utils.lab import modelfolder
 from course_utils.lab.modelfolder import SPECIAL_TOKENS, make_dummy_model_folder, stdlib_corpus
 
@@ -91,7 +92,8 @@ def test_rejects_unknown_model_and_tiny_vocab(tmp_path: Path) -> None:
 
 
 def test_cli_writes_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = modelfolder.main([str(tmp_path / "cli"), "--vocab-size", "700", "--max-corpus-mb", "0.2"])
+    rc = course_main(["modelfolder", str(tmp_path / "cli"), "--vocab-size", "700",
+                      "--max-corpus-mb", "0.2"])
     assert rc == 0
     assert "wrote" in capsys.readouterr().out
     tok = tokenizers.Tokenizer.from_file(str(tmp_path / "cli" / "tokenizer.json"))

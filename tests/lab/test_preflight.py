@@ -159,7 +159,7 @@ def test_model_folder_checks(dummy_model: Path, tmp_path: Path) -> None:
     shutil.copy(dummy_model / "config.json", no_tok)
     c = pf.check_model(str(no_tok))
     assert not c.ok and "has no tokenizer" in c.detail["en"]
-    assert "course_utils.lab.modelfolder" in c.fix["en"]
+    assert "python -m course_utils modelfolder" in c.fix["en"]
     assert pf.check_model(str(no_tok), tokenizer=str(dummy_model)).ok  # tokenizer elsewhere
     (no_tok / "tokenizer.json").write_text("{}")  # tokenizer_config.json still missing
     assert not pf.check_model(str(no_tok)).ok
@@ -223,7 +223,7 @@ def test_dummy_tokenizer_must_cover_the_vocab(dummy_model: Path, tmp_path: Path)
     (short / "config.json").write_text(json.dumps({**cfg, "vocab_size": 800}))
     c = pf.check_dummy_vocab(str(short))
     assert c is not None and not c.ok and "decodes 700 of the 800 ids" in c.detail["en"]
-    assert "python -m course_utils.lab.modelfolder" in c.fix["en"]
+    assert "python -m course_utils modelfolder" in c.fix["en"]
     assert pf.check_dummy_vocab("Qwen/Qwen2.5-7B-Instruct") is None  # nothing local to read
 
 

@@ -25,7 +25,7 @@ def _parse(*argv: str) -> argparse.Namespace:
 
 
 def test_tune_preset_fills_what_was_not_given() -> None:
-    a = _parse("tune", "--model", "m", "--out", "o", "--preset", "decode", "--gpu-size", "h200",
+    a = _parse("tune", "--model", "m", "--out", "o", "--preset", "decode", "--gpu", "h200",
                "--rate", "6", "--base", "max_num_seqs=512")
     cli._apply_preset(a, tune=True)
     assert (a.input_len, a.output_len, a.num_prompts, a.prefix_len) == (3072, 256, 150, 0)
@@ -113,11 +113,11 @@ def test_a_presets_warm_up_share_reaches_the_loop_and_its_grid(tmp_path: Path) -
     """The loop and vLLM's grid warm up alike: the preset's share (the whole load on the
     H200 presets) unless --warmup-share says otherwise; measure()'s 0.5 without one."""
     gridrun = tool("gpu/gridrun.py")
-    a = _parse("tune", "--model", "m", "--out", "o", "--preset", "knee", "--gpu-size", "h200")
+    a = _parse("tune", "--model", "m", "--out", "o", "--preset", "knee", "--gpu", "h200")
     cli._apply_preset(a, tune=True)
     assert a.warmup_share == 1.0
     assert cli._kwargs_from(a)["warmup_share"] == 1.0
-    b = _parse("tune", "--model", "m", "--out", "o", "--preset", "knee", "--gpu-size", "h200",
+    b = _parse("tune", "--model", "m", "--out", "o", "--preset", "knee", "--gpu", "h200",
                "--warmup-share", "0.3")
     cli._apply_preset(b, tune=True)
     assert b.warmup_share == 0.3

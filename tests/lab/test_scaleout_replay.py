@@ -133,18 +133,3 @@ def test_the_h200x2_run_supports_these_verdicts() -> None:
                           ("beside-capacity-probes", "one", "60"), ("dp2-bracket", "dp2", "130")}
     assert set(r.repeats) == {"beside-capacity-probes", "dp2-bracket"}
     assert r.problems() == []
-
-
-def test_the_direction_maps_tp_note_states_the_recorded_knees() -> None:
-    """The tensor_parallel_size row quotes the run: its numbers must be the replay's."""
-    from course_utils.core import knobs
-
-    note = knobs.get("tensor_parallel_size").note
-    r = lab03.replay_scaleout(ROOT / "labs/results/h200x2-2026-11-30")
-    k = r.three_way.knees
-    rows = {(x.config, x.rate): x for x in r.three_way.rows if not x.run}
-    for lang in ("en", "zh"):
-        for name in ("one", "dp2", "tp2"):
-            assert f"{k[name]['knee_rate']:g}-{k[name]['overloaded_rate']:g}" in note[lang]
-        assert f"{rows[('tp2', 80.0)].p99_tpot_ms:.1f} vs {rows[('dp2', 80.0)].p99_tpot_ms:.1f}" \
-            in note[lang].replace(" 对 ", " vs ")

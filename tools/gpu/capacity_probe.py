@@ -389,10 +389,34 @@ def run_probe(
     return ran
 
 
+def predict_case(
+    config: dict[str, Any],
+    total_bytes: int,
+    knobs: dict[str, Any],
+    entry: str = "serve",
+    name: str = "model",
+    compile_cached: bool = False,
+) -> capacity.Fit:
+    """``predict`` for one recorded start: a config.json dict, the GPU's CUDA total in bytes
+    and the knobs passed (unset ones take that GPU's defaults for ``entry``)."""
+    shape = capacity.ModelShape.from_config(config, name)
+    return capacity.predict(
+        shape,
+        capacity.custom_gpu(total_bytes / capacity.GIB),
+        float(knobs.get("gpu_memory_utilization") or 0.92),
+        int(knobs.get("max_model_len") or shape.max_position),
+        str(knobs.get("kv_cache_dtype") or "auto"),
+        entry=entry,
+        max_num_seqs=knobs.get("max_num_seqs"),
+        max_num_batched_tokens=knobs.get("max_num_batched_tokens"),
+        compile_cached=compile_cached,
+    )
+
+
 def _vs_prediction(rec: ProbeRecord) -> str:
     """vLLM's KV tokens against core.capacity's prediction (made without the log)."""
     got = rec.facts.get("kv_cache_tokens")
-    fit = capacity.predict_case(rec.config, rec.gpu_total_bytes, rec.knobs, rec.entry)
+    fit = predict_case(rec.config, rec.gpu_total_bytes, rec.knobs, rec.entry)
     if not got:
         return f"no KV cache size logged (predicted {fit.kv_tokens:,} tokens)"
     return f"KV {got:,} tokens, predicted {fit.kv_tokens:,} ({(fit.kv_tokens - got) / got:+.1%})"

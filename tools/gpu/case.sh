@@ -81,7 +81,7 @@ t0=$(date +%s)
 mins=$($PY -c "import sys; print(round(max(0.5, (float(sys.argv[1]) - 30) / 60), 2))" "$LOOP")
 # shellcheck disable=SC2086  # TUNE_EXTRA is a list of flags
 OUT= TUNE_TIMEOUT_S=$LOOP \
-  bash tools/gpu/run_tune.sh "$CASE" "$RUN" -- --preset "$PRESET" --gpu-size "$GPU_SIZE" \
+  bash tools/gpu/run_tune.sh "$CASE" "$RUN" -- --preset "$PRESET" --gpu "$GPU_SIZE" \
   --gpu-minutes "$mins" --seed 0 --startup-timeout 300 ${TUNE_EXTRA:-}
 loop_rc=$?
 if [ "$loop_rc" -eq 2 ]; then  # the preflight refused this host: no grid either

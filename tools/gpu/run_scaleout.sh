@@ -82,7 +82,7 @@ stop_ours() {
 }
 trap stop_ours EXIT
 
-CMD=("$PY" -m course_utils.lab.scaleout --config "$CONFIG" --model "$MODEL"
+CMD=("$PY" -m course_utils scaleout --config "$CONFIG" --model "$MODEL"
      --out "$RUN/scaleout" --rates "$RATES" --slo "ttft:300 tpot:50" --input-len 512
      --output-len 128 --window-s "${WINDOW_S:-10}" --budget-s "$BUDGET" --devices "$DEV"
      --max-model-len 4096 --load-format "${LOAD_FORMAT:-dummy}" --port "$PORT"

@@ -3,7 +3,7 @@
 # preflight (timed), the loop with a GPU-minute budget that ends it inside the call, the
 # GPU checked free, small results copied to $OUT. A rerun resumes from points.jsonl.
 #   bash tools/gpu/run_tune.sh NAME [RUN_DIR] -- TUNE_ARGS...
-# TUNE_ARGS may name a workload preset: -- --preset decode --gpu-size h200 --gpu-minutes 8
+# TUNE_ARGS may name a workload preset: -- --preset decode --gpu h200 --gpu-minutes 8
 # PY (python3): the Python that runs course_utils.
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -1,17 +1,8 @@
 """Memory arithmetic from a Hugging Face ``config.json``: weights, KV per token, KV tokens,
 max concurrency, the decode roofline (TPOT floor), and vLLM 0.26.0's KV cache predicted term
 by term before you rent a GPU (``predict``; ``rehearse`` runs another GPU's budget here).
-
-KV tokens follow vLLM 0.26.0 exactly (``vllm/v1/core/kv_cache_utils.py``):
-``num_blocks = available_memory // page_size // num_layers`` with
-``page_size = 2 * block_size * num_kv_heads * head_size * dtype_bytes`` (K and V, one
-layer), and ``GPU KV cache size = int(num_blocks / ceil(max_model_len / block_size) *
-max_model_len)`` tokens. Block size 16 is the CUDA default for these models.
-
-What vLLM leaves for the KV cache (``predict``): CUDA's total x utilisation, minus the
-weights as loaded, the activation peak of its profile run and the non-torch memory that grew.
-Shapes come from ``config.json``; the few terms that must be measured live in
-``core.capacity_terms`` with how and where they were measured.
+KV blocks and tokens follow ``vllm/v1/core/kv_cache_utils.py``; the terms that must be
+measured live in ``core.capacity_terms``.
 """
 
 from __future__ import annotations
@@ -19,38 +10,32 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.capacity_terms import CONTEXT_GIB, CUDAGRAPH_GIB_BY_MAX_NUM_SEQS, TERMS
+import numpy as np
 
-GIB = 1024**3
-BLOCK_SIZE = 16
-DTYPE_BYTES = {
-    "float32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "auto": None,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-}
+from course_utils.core import knobs as knobs_mod
+from course_utils.core.capacity_terms import CONTEXT_GIB, CUDAGRAPH_GIB_BY_MAX_NUM_SEQS, TERMS
+from course_utils.core.knobs import GIB as GIB
+
+BLOCK_SIZE = 16  # the CUDA default for these models
+DTYPE_BYTES: dict[str, int | None] = {"float32": 4, "float16": 2, "bfloat16": 2, "auto": None}
+DTYPE_BYTES |= dict.fromkeys(("fp8", "fp8_e4m3", "fp8_e5m2"), 1)
 MODELS = ("qwen2.5-7b-instruct", "qwen2.5-7b-instruct-awq")
 
 
 @dataclass(frozen=True)
 class GPU:
     name: str
-    memory_gib: float  # as nvidia-smi reports total memory, in GiB
+    memory_gib: float  # nvidia-smi's total (MiB / 1024)
     hbm_gbps: float  # vendor peak memory bandwidth, GB/s
-    source: str
-    # What CUDA reports as total (cudaMemGetInfo, torch.accelerator.get_memory_info): the
-    # total vLLM multiplies by gpu_memory_utilization (v1/worker/utils.py request_memory).
-    # A little less than nvidia-smi's; None where not known (then nvidia-smi's is used).
+    # CUDA's total (cudaMemGetInfo), which vLLM multiplies by gpu_memory_utilization; a little
+    # less than nvidia-smi's, used where this is None
     cuda_total_gib: float | None = None
-    cuda_total_source: str = ""
 
     @property
     def total_gib(self) -> float:
@@ -58,34 +43,13 @@ class GPU:
         return self.memory_gib if self.cuda_total_gib is None else self.cuda_total_gib
 
 
+# NVIDIA's spec sheets; CUDA totals from PyTorch's out-of-memory message on RTX 4090 hosts and
+# solved from the --kv-cache-memory bytes vLLM logged on the H200 lab host
 GPUS: dict[str, GPU] = {
-    # NVIDIA GeForce RTX 4090 spec: 24 GB GDDR6X, 1,008 GB/s; nvidia-smi shows 24,564 MiB
-    # (23.99 GiB). CUDA reports less: PyTorch's out-of-memory message on RTX 4090 hosts says
-    # "a total capacity of 23.64 GiB" (23.65 on some drivers).
-    "rtx4090": GPU(
-        "RTX 4090",
-        24564 / 1024,
-        1008,
-        "NVIDIA RTX 4090 specifications",
-        23.64,
-        "PyTorch's CUDA out-of-memory message on RTX 4090 hosts (cudaMemGetInfo total)",
-    ),
-    # NVIDIA A100 datasheet: 80GB SXM, 2,039 GB/s; nvidia-smi shows 81,920 MiB.
-    "a100-80gb": GPU("A100 80GB SXM", 81920 / 1024, 2039, "NVIDIA A100 datasheet"),
-    # NVIDIA H100 datasheet: H100 SXM 80 GB HBM3, 3.35 TB/s; nvidia-smi shows 81,559 MiB.
-    "h100": GPU("H100 SXM", 81559 / 1024, 3350, "NVIDIA H100 datasheet"),
-    # NVIDIA H200 datasheet: 141 GB HBM3e, 4.8 TB/s; nvidia-smi here showed 143,771 MiB.
-    # CUDA total 150,109,880,320 bytes: solved from the exact `--kv-cache-memory` byte counts
-    # vLLM logged at utilisation 0.80, 0.92 and 0.94 (labs/results/h200-2026-11-29b knobs);
-    # vLLM prints it as "139.8 GiB".
-    "h200": GPU(
-        "H200",
-        143771 / 1024,
-        4800,
-        "NVIDIA H200 datasheet; nvidia-smi on the lab host",
-        150_109_880_320 / 1024**3,
-        "solved from vLLM's logged --kv-cache-memory byte counts on the lab host",
-    ),
+    "rtx4090": GPU("RTX 4090", 24564 / 1024, 1008, 23.64),
+    "a100-80gb": GPU("A100 80GB SXM", 81920 / 1024, 2039),
+    "h100": GPU("H100 SXM", 81559 / 1024, 3350),
+    "h200": GPU("H200", 143771 / 1024, 4800, 150_109_880_320 / 1024**3),
 }
 
 
@@ -123,7 +87,6 @@ class ModelShape:
             max_position=int(cfg.get("max_position_embeddings", 0)),
         )
 
-    # -- weights ---------------------------------------------------------------
     def linear_params(self) -> int:
         q = self.heads * self.head_dim
         kv = self.kv_heads * self.head_dim
@@ -160,7 +123,6 @@ class ModelShape:
         loaded model holds (v1/worker/gpu/model_runner.py load_model measures both)."""
         return self.weight_gib() + TERMS["load_extra_gib"].value
 
-    # -- KV cache --------------------------------------------------------------
     def kv_bytes_per_token(self, kv_dtype: str = "auto") -> int:
         """K and V of one token across all layers."""
         b = DTYPE_BYTES.get(kv_dtype)
@@ -170,39 +132,33 @@ class ModelShape:
             b = 2 if self.dtype in ("float16", "bfloat16") else (DTYPE_BYTES.get(self.dtype) or 2)
         return 2 * self.layers * self.kv_heads * self.head_dim * b
 
-    def page_size_bytes(self, kv_dtype: str = "auto", block_size: int = BLOCK_SIZE) -> int:
+    def page_size_bytes(self, kv_dtype: str = "auto") -> int:
         """One block of one layer (vLLM's ``page_size_bytes``)."""
-        return self.kv_bytes_per_token(kv_dtype) // self.layers * block_size
+        return self.kv_bytes_per_token(kv_dtype) // self.layers * BLOCK_SIZE
 
-    def kv_blocks(
-        self, kv_memory_gib: float, kv_dtype: str = "auto", block_size: int = BLOCK_SIZE
-    ) -> int:
+    def kv_blocks(self, kv_memory_gib: float, kv_dtype: str = "auto") -> int:
         avail = int(kv_memory_gib * GIB)
-        return max(avail // self.page_size_bytes(kv_dtype, block_size) // self.layers, 0)
+        return max(avail // self.page_size_bytes(kv_dtype) // self.layers, 0)
 
-    def kv_tokens(
-        self, kv_memory_gib: float, kv_dtype: str = "auto", block_size: int = BLOCK_SIZE
-    ) -> int:
-        return self.kv_blocks(kv_memory_gib, kv_dtype, block_size) * block_size
+    def kv_tokens(self, kv_memory_gib: float, kv_dtype: str = "auto") -> int:
+        return self.kv_blocks(kv_memory_gib, kv_dtype) * BLOCK_SIZE
 
     def max_concurrency(
-        self,
-        kv_memory_gib: float,
-        max_model_len: int,
-        kv_dtype: str = "auto",
-        block_size: int = BLOCK_SIZE,
+        self, kv_memory_gib: float, max_model_len: int, kv_dtype: str = "auto"
     ) -> float:
-        blocks = self.kv_blocks(kv_memory_gib, kv_dtype, block_size)
-        return blocks / math.ceil(max_model_len / block_size)
+        return self.kv_blocks(kv_memory_gib, kv_dtype) / math.ceil(max_model_len / BLOCK_SIZE)
+
+
+def config_dir(name: str = "qwen2.5-7b-instruct") -> Path:
+    """Folder of a shipped model config (config.json, generation_config.json)."""
+    return Path(str(resources.files("course_utils") / "data" / "models" / name))
 
 
 def load_model(name_or_path: str = "qwen2.5-7b-instruct") -> ModelShape:
     """A shipped config (``qwen2.5-7b-instruct``, ``...-awq``) or a path to config.json/dir."""
     key = name_or_path.lower().split("/")[-1]
     if key in MODELS:
-        text = (
-            resources.files("course_utils") / "data" / "models" / key / "config.json"
-        ).read_text()
+        text = (config_dir(key) / "config.json").read_text()
         return ModelShape.from_config(json.loads(text), key)
     p = Path(name_or_path)
     if p.is_dir():
@@ -213,11 +169,6 @@ def load_model(name_or_path: str = "qwen2.5-7b-instruct") -> ModelShape:
             "or a path to a config.json"
         )
     return ModelShape.from_config(json.loads(p.read_text()), p.parent.name)
-
-
-def config_dir(name: str = "qwen2.5-7b-instruct") -> Path:
-    """Folder of a shipped model config (config.json, generation_config.json)."""
-    return Path(str(resources.files("course_utils") / "data" / "models" / name))
 
 
 def gpu_key(name: str) -> str:
@@ -258,9 +209,8 @@ class Fit:
 
     @property
     def fits(self) -> bool:
-        """vLLM starts: KV for one max_model_len request (kv_cache_utils.py
-        _check_enough_kv_cache_memory) and room outside the budget for what it allocates
-        after the profile (CUDA graphs, the sampler's penalty counts)."""
+        """vLLM starts: KV for one max_model_len request and room outside the budget for what
+        it allocates after the profile (CUDA graphs, the sampler's penalty counts)."""
         return self.kv_memory_gib > 0 and self.max_concurrency >= 1 and self.headroom_gib >= 0
 
     def as_dict(self) -> dict[str, Any]:
@@ -268,32 +218,17 @@ class Fit:
 
     def line(self, lang: str = "en") -> str:
         """The arithmetic term by term, in one line."""
-        return budget_line(
-            self.budget_gib,
-            self.weights_gib,
-            self.activation_gib,
-            self.non_torch_gib,
-            self.kv_memory_gib,
-            self.kv_tokens,
-            self.max_concurrency,
-            self.max_model_len,
-            lang,
-        )
+        gib = (self.budget_gib, self.weights_gib, self.activation_gib, self.non_torch_gib)
+        kv = (self.kv_tokens, self.max_concurrency, self.max_model_len)
+        return budget_line((*gib, self.kv_memory_gib), *kv, lang)
 
 
 def budget_line(
-    budget: float,
-    weights: float,
-    activation: float,
-    non_torch: float,
-    kv_gib: float,
-    tokens: int,
-    concurrency: float,
-    max_model_len: int,
-    lang: str = "en",
+    gib: Sequence[float], tokens: int, concurrency: float, max_model_len: int, lang: str = "en"
 ) -> str:
-    """``budget - weights - activation - non-torch = KV`` and what the KV holds, in words."""
-    terms = f"{budget:.2f} - {weights:.2f} - {activation:.2f} - {non_torch:.2f} = {kv_gib:.2f} GiB"
+    """``budget - weights - activation - non-torch = KV`` (``gib``, in that order) and what the
+    KV holds, in words."""
+    terms = " - ".join(f"{x:.2f}" for x in gib[:4]) + f" = {gib[4]:.2f} GiB"
     if lang == "zh":
         return (
             f"预算 - 权重 - 激活峰值 - 非 torch = KV：{terms}，即 {tokens:,} 个 token，"
@@ -305,19 +240,19 @@ def budget_line(
     )
 
 
+_LOGGED_GIB = (
+    "requested_gib",
+    "weights_memory_gib",
+    "torch_peak_increase_gib",
+    "non_torch_increase_gib",
+    "available_kv_gib",
+)
+
+
 def logged_line(memory: dict[str, Any], facts: dict[str, Any], lang: str = "en") -> str:
     """``budget_line`` from what vLLM logged (a ProbeRecord's ``memory`` and ``facts``)."""
-    return budget_line(
-        memory["requested_gib"],
-        memory["weights_memory_gib"],
-        memory["torch_peak_increase_gib"],
-        memory["non_torch_increase_gib"],
-        memory["available_kv_gib"],
-        facts["kv_cache_tokens"],
-        facts["max_concurrency"],
-        facts["concurrency_len"],
-        lang,
-    )
+    kv = (facts["kv_cache_tokens"], facts["max_concurrency"], facts["concurrency_len"])
+    return budget_line([memory[k] for k in _LOGGED_GIB], *kv, lang)
 
 
 def custom_gpu(total_gib: float, name: str | None = None) -> GPU:
@@ -326,7 +261,7 @@ def custom_gpu(total_gib: float, name: str | None = None) -> GPU:
     if total_gib <= 0:
         raise ValueError(f"GPU total must be > 0 GiB, not {total_gib}")
     label = name or f"{total_gib:g} GiB GPU"
-    return GPU(label, total_gib, 0.0, "--gpu-total-gib", total_gib, "given")
+    return GPU(label, total_gib, 0.0, total_gib)
 
 
 def activation_gib(
@@ -336,18 +271,14 @@ def activation_gib(
     *,
     compile_cached: bool = False,
 ) -> float:
-    """The torch peak of vLLM's profile run: the larger of the forward pass over the token
-    budget and the profile floor (v1/worker/gpu/model_runner.py profile_run ->
-    _dummy_run(max_num_tokens) then _dummy_sampler_run; measured terms in
-    core.capacity_terms). The floor is a cold start's (torch.compile compiling): a start that
-    loads the compiled graphs from the cache peaks at the forward pass. ``max_num_seqs``
-    does not move it: 256 and 1024 requests gave the same peak on the H200."""
+    """The torch peak of vLLM's profile run (model_runner.py profile_run): the forward pass
+    over the token budget, or on a cold start the larger of that and the profile floor."""
     del max_num_seqs  # measured not to matter (capacity_terms "profile_floor_gib")
     act = DTYPE_BYTES.get(shape.dtype) or 2
     per_token = (3 * shape.intermediate + 3 * shape.hidden) * act * TERMS["forward_factor"].value
     forward = max_num_batched_tokens * per_token / GIB
-    # the floor, plus two hidden-state copies of the token budget still held (the forward's
-    # output and the rows gathered for the sampler)
+    # the floor holds two hidden-state copies of the token budget (the forward's output and
+    # the rows gathered for the sampler)
     if compile_cached:
         return forward
     floor = TERMS["profile_floor_gib"].value + 2 * max_num_batched_tokens * shape.hidden * act / GIB
@@ -355,15 +286,9 @@ def activation_gib(
 
 
 def cudagraph_gib(max_num_seqs: int) -> float:
-    """CUDA graph memory vLLM captures after the KV cache (measured on the H200 by
-    max_num_seqs; interpolated, the nearest measured value outside the table)."""
-    pts = sorted(CUDAGRAPH_GIB_BY_MAX_NUM_SEQS.items())
-    if max_num_seqs <= pts[0][0]:
-        return pts[0][1]
-    for (s0, g0), (s1, g1) in zip(pts, pts[1:], strict=False):
-        if max_num_seqs <= s1:
-            return g0 + (g1 - g0) * (max_num_seqs - s0) / (s1 - s0)
-    return pts[-1][1]
+    """CUDA graph memory vLLM captures after the KV cache, interpolated by max_num_seqs."""
+    seqs, gib = zip(*sorted(CUDAGRAPH_GIB_BY_MAX_NUM_SEQS.items()), strict=True)
+    return float(np.interp(max_num_seqs, seqs, gib))
 
 
 def predict(
@@ -379,40 +304,20 @@ def predict(
     overhead_gib: float | None = None,
     compile_cached: bool = False,
 ) -> Fit:
-    """vLLM 0.26.0's KV cache for a model on a GPU, before you rent it.
-
-    - budget: ``requested_memory = ceil(total x gpu_memory_utilization)`` with CUDA's total
-      (v1/worker/utils.py request_memory);
-    - ``available = requested - weights - torch peak increase - non-torch increase``
-      (v1/worker/gpu_worker.py determine_available_memory, vllm/utils/mem_utils.py
-      memory_profiling). The CUDA graph estimate is subtracted only when the runner returns
-      one: the V2 model runner (the default for dense decoder models, config/vllm.py
-      use_v2_model_runner) returns 0 from profile_cudagraph_memory, so
-      VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS (default 1, envs.py) changes nothing here;
-    - ``blocks = available // page_size // layers`` (v1/core/kv_cache_utils.py
-      get_num_blocks), ``tokens = int(blocks / ceil(max_model_len / 16) x max_model_len)``
-      and ``max concurrency = blocks / ceil(max_model_len / 16)`` (get_kv_cache_capacity).
-
-    Unset batch knobs take the defaults this GPU gets for ``entry`` (knobs.default).
-    ``overhead_gib`` replaces activation + non-torch with one number (the old guess).
-    ``compile_cached``: a restart that loads torch.compile's graphs from vLLM's cache peaks
-    at the forward pass alone (``activation_gib``); the first start of a configuration is cold.
-    """
-    from course_utils.core import knobs as knobs_mod
-
-    # vLLM's own rules on the knobs (knobs.validate); a length is needed here, not auto
-    given = {"gpu_memory_utilization": gpu_memory_utilization, "max_model_len": max_model_len}
-    given.update(
-        {
-            k: x
-            for k, x in (
-                ("max_num_seqs", max_num_seqs),
-                ("max_num_batched_tokens", max_num_batched_tokens),
-            )
-            if x is not None
-        }
-    )
-    knobs_mod.validate(given, entry="serve" if entry == "serve" else "llm")
+    """vLLM 0.26.0's KV cache for a model on a GPU: ``ceil(CUDA total x utilisation)`` minus
+    the loaded weights, the activation peak and the non-torch growth (gpu_worker.py
+    determine_available_memory), counted in blocks as kv_cache_utils.py does. Unset batch knobs
+    take the GPU's defaults; ``overhead_gib`` replaces activation + non-torch;
+    ``compile_cached``: a restart that loads torch.compile's graphs from vLLM's cache."""
+    # vLLM's own rules on the knobs; a length is needed here, not auto
+    given = {
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "max_model_len": max_model_len,
+        "max_num_seqs": max_num_seqs,
+        "max_num_batched_tokens": max_num_batched_tokens,
+    }
+    set_ = {k: x for k, x in given.items() if x is not None}
+    knobs_mod.validate(set_, entry="serve" if entry == "serve" else "llm")
     if max_model_len < 1:
         raise ValueError(f"max_model_len must be a length >= 1 here, got {max_model_len}")
     if overhead_gib is not None and overhead_gib < 0:
@@ -427,12 +332,13 @@ def predict(
     non_torch = TERMS["non_torch_gib"].value
     overhead = act + non_torch if overhead_gib is None else overhead_gib
     weights = shape.loaded_weight_gib()
+    if kv_dtype.startswith("fp8"):
+        weights += TERMS["fp8_kv_load_gib"].value
     kv_mem = requested - weights - overhead
     blocks = shape.kv_blocks(max(kv_mem, 0.0), kv_dtype)
     per_req = math.ceil(max_model_len / BLOCK_SIZE)
     graphs = cudagraph_gib(seqs)
-    # v1/worker/gpu/sample/penalties.py: output_bin_counts, max_num_seqs x vocab int32,
-    # allocated after the first snapshot and outside every profiled term
+    # sample/penalties.py output_bin_counts (max_num_seqs x vocab int32), outside the profile
     penalties = seqs * shape.vocab * 4 / GIB
     return Fit(
         model=shape.name,
@@ -464,11 +370,8 @@ def tpot_floor_ms(
     kv_dtype: str = "auto",
     bandwidth_gbps: float | None = None,
 ) -> float:
-    """Decode roofline: one step reads every weight once plus each sequence's KV.
-
-    TPOT floor = (weight bytes + batch * context_tokens * KV bytes/token) / bandwidth.
-    Pass a measured ``bandwidth_gbps`` to replace the datasheet peak.
-    """
+    """Decode roofline: one step reads every weight once plus each sequence's KV, at the
+    datasheet's bandwidth or a measured ``bandwidth_gbps``."""
     shape = model if isinstance(model, ModelShape) else load_model(model)
     g = gpu if isinstance(gpu, GPU) else get_gpu(gpu)
     bw = (bandwidth_gbps or g.hbm_gbps) * 1e9
@@ -476,17 +379,10 @@ def tpot_floor_ms(
     return step_bytes / bw * 1000
 
 
-# --------------------------------------------------------------------------------------
-# rehearsal: another GPU's memory budget and defaults on the GPU at hand
-# --------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Rehearsal:
-    """Run as if on ``target``: vLLM's requested memory (total x utilisation, v1/worker/
-    utils.py request_memory) made equal to the target's, and the batch defaults the target
-    gets (EngineArgs.get_batch_defaults) passed explicitly, since this GPU would get its own.
-    Reproduces memory, KV capacity, max concurrency and the start-up fit; not speed."""
+    """Run as if on ``target``: its requested memory and batch defaults passed explicitly
+    (memory, KV capacity, max concurrency and the start-up fit carry over; speed does not)."""
 
     target: str
     target_total_gib: float
@@ -558,18 +454,10 @@ class Rehearsal:
 
 
 def rehearse(
-    target: str | GPU,
-    here_total_gib: float,
-    *,
-    entry: str = "serve",
-    util: float | None = None,
+    target: str | GPU, here_total_gib: float, *, entry: str = "serve", util: float | None = None
 ) -> Rehearsal:
     """The knobs that give this GPU (CUDA total ``here_total_gib``) ``target``'s budget."""
-    from course_utils.core import knobs as knobs_mod
-
     g = target if isinstance(target, GPU) else get_gpu(target)
-    if entry not in ("serve", "llm"):
-        raise ValueError(f"entry must be 'serve' or 'llm', not {entry!r}")
     u = float(knobs_mod.default("gpu_memory_utilization") if util is None else util)
     here = round(u * g.total_gib / here_total_gib, 6)
     if not 0 < here <= 1:
@@ -587,29 +475,4 @@ def rehearse(
         util_here=here,
         max_num_seqs=int(knobs_mod.default("max_num_seqs", **kw)),
         max_num_batched_tokens=int(knobs_mod.default("max_num_batched_tokens", **kw)),
-    )
-
-
-def predict_case(
-    config: dict[str, Any],
-    total_bytes: int,
-    knobs: dict[str, Any],
-    entry: str = "serve",
-    name: str = "model",
-    compile_cached: bool = False,
-) -> Fit:
-    """``predict`` for one start: a config.json dict, the GPU's CUDA total in bytes and the
-    knobs passed (unset ones take that GPU's defaults for ``entry``): what a probe record or
-    a recorded log holds, and nothing vLLM logged about memory."""
-    shape = ModelShape.from_config(config, name)
-    return predict(
-        shape,
-        custom_gpu(total_bytes / GIB),
-        float(knobs.get("gpu_memory_utilization") or 0.92),
-        int(knobs.get("max_model_len") or shape.max_position),
-        str(knobs.get("kv_cache_dtype") or "auto"),
-        entry=entry,
-        max_num_seqs=knobs.get("max_num_seqs"),
-        max_num_batched_tokens=knobs.get("max_num_batched_tokens"),
-        compile_cached=compile_cached,
     )

@@ -1,28 +1,15 @@
-"""The decision tree of the SLO lesson, as data: which constraint binds, and which knob moves it.
-
-Input: ``/metrics`` samples taken *during* a load (``metrics.MetricsSampler``), the
-``vllm bench serve`` result of that load, and the SLO. Output: a ``Diagnosis`` with the
-binding constraint (queue, prefill, decode, kv, or none), the numbers that decided it, and
-the knobs to try (read from ``knobs``, never restated here).
-
-A deep queue has four causes that need different answers: the KV pool is full or a step
-preempted (a KV problem), the running batch is pinned at ``max_num_seqs`` (a batch-width
-cap), the step's token budget is spent (the v1 scheduler admits waiting requests only
-``while ... token_budget > 0``, after the running ones, in ``vllm/v1/core/sched/scheduler.py``:
-a ``max_num_batched_tokens`` limit), or none of these: no engine limit holds the waiting
-requests back, so a queue that stays means the offered rate is at or past what one replica
-completes (add replicas; no engine knob fixes it). A request can also wait one step before the
-scheduler admits it; the ``waiting`` threshold is there so that such waits do not count.
-
-The Mermaid diagram in the book is generated from ``TREE`` by ``mermaid()``, so the
-picture and the code cannot drift apart.
+"""The decision tree of the SLO lesson, as data: from ``/metrics`` samples taken under load,
+the bench result and the SLO, which constraint binds and which knobs (from ``knobs``) move it.
+A deep queue has four causes: a full KV pool, the ``max_num_seqs`` cap, a spent step token
+budget (v1/core/sched/scheduler.py admits waiting requests while ``token_budget > 0``), or no
+engine limit (the rate is past one replica). The book's Mermaid diagram is drawn from ``TREE``.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from course_utils.core import knobs as knobs_mod
@@ -43,19 +30,14 @@ class Thresholds:
     """Named, overridable cut-offs of the tree (all read from samples taken under load)."""
 
     waiting_mean_min: float = 1.0
-    """Mean ``vllm:num_requests_waiting`` at or above which the queue counts as deep."""
     kv_full: float = 0.90
-    """Peak ``vllm:kv_cache_usage_perc`` (0..1) at or above which the KV pool counts as full."""
     cap_fraction: float = 0.95
-    """Peak running requests >= this fraction of ``max_num_seqs`` means the batch is capped."""
     preemptions_min: float = 1.0
-    """Preemptions during the load at or above which KV pressure counts as binding."""
     budget_fraction: float = 0.90
-    """Mean tokens per engine step (``vllm:iteration_tokens_total``) >= this fraction of
-    ``max_num_batched_tokens`` means the step's token budget is spent."""
 
     @staticmethod
     def describe(lang: str = "en") -> list[dict[str, str]]:
+        """Each cut-off: name, default and meaning (the samples are taken under load)."""
         docs = {
             "waiting_mean_min": (
                 "平均排队请求数达到它即算队列深",
@@ -75,11 +57,10 @@ class Thresholds:
                 "mean tokens per step / max_num_batched_tokens that counts as spent",
             ),
         }
-        d = Thresholds()
         return [
             {
                 "name": f.name,
-                "default": str(getattr(d, f.name)),
+                "default": str(f.default),
                 "meaning": docs[f.name][0 if lang == "zh" else 1],
             }
             for f in fields(Thresholds)
@@ -100,16 +81,10 @@ class Facts:
     p99_itl_ms: float | None
 
     def ttft_over(self) -> bool:
-        t = self.slo.ttft_ms
-        return t is not None and self.p99_ttft_ms is not None and self.p99_ttft_ms > t
+        return _over(self.p99_ttft_ms, self.slo.ttft_ms)
 
     def tpot_over(self) -> bool:
-        over = False
-        if self.slo.tpot_ms is not None and self.p99_tpot_ms is not None:
-            over |= self.p99_tpot_ms > self.slo.tpot_ms
-        if self.slo.itl_ms is not None and self.p99_itl_ms is not None:
-            over |= self.p99_itl_ms > self.slo.itl_ms
-        return over
+        return _over(self.p99_tpot_ms, self.slo.tpot_ms) or _over(self.p99_itl_ms, self.slo.itl_ms)
 
     def kv_full(self, th: Thresholds) -> bool:
         return (
@@ -129,6 +104,10 @@ class Facts:
             and self.tokens_per_step is not None
             and self.tokens_per_step >= th.budget_fraction * self.max_num_batched_tokens
         )
+
+
+def _over(p99: float | None, target: float | None) -> bool:
+    return p99 is not None and target is not None and p99 > target
 
 
 @dataclass(frozen=True)
@@ -277,11 +256,7 @@ class Diagnosis:
     def why(self, lang: str = "en") -> str:
         leaf = TREE[self.leaf]
         assert isinstance(leaf, Leaf)
-        steps = []
-        for qid, ans in self.path:
-            q = TREE[qid]
-            yes_no = ("是" if ans else "否") if lang == "zh" else ("yes" if ans else "no")
-            steps.append(f"{q.text[lang]} {yes_no}")
+        steps = [f"{TREE[q].text[lang]} {_yes_no(ans, lang)}" for q, ans in self.path]
         ev = ", ".join(f"{k}={_fmt(v)}" for k, v in self.evidence.items() if v is not None)
         if self.knobs:
             todo = ", ".join(
@@ -293,37 +268,25 @@ class Diagnosis:
         if caveat := budget_caveat(self, lang):
             todo += sep + caveat
         head = f"{leaf.text[lang]}{sep}" + " → ".join(steps)
-        label = ("证据" if lang == "zh" else "evidence", "试试" if lang == "zh" else "try")
+        label = ("证据", "试试") if lang == "zh" else ("evidence", "try")
         return f"{head}{sep}{label[0]}: {ev}{sep}{label[1]}: {todo}"
 
     def rows(self, lang: str = "en") -> list[dict[str, str]]:
         """The evidence as table rows: each question asked, its answer and the numbers behind it."""
-        zh = lang == "zh"
-        cols = ("问题", "回答", "依据") if zh else ("question", "answer", "evidence")
+        cols = ("问题", "回答", "依据") if lang == "zh" else ("question", "answer", "evidence")
         out = []
         for qid, ans in self.path:
-            q = TREE[qid]
             nums = ", ".join(f"{k}={_fmt(self.evidence.get(k))}" for k in EVIDENCE_KEYS[qid])
-            word = ("是" if ans else "否") if zh else ("yes" if ans else "no")
-            out.append(dict(zip(cols, (q.text[lang], word, nums), strict=True)))
+            out.append(
+                dict(zip(cols, (TREE[qid].text[lang], _yes_no(ans, lang), nums), strict=True))
+            )
         return out
 
     def rows_markdown(self, lang: str = "en") -> str:
-        rows = self.rows(lang)
-        head = list(rows[0]) if rows else []
-        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(r[c].replace("|", "\\|") for c in head) + " |" for r in rows]
-        return "\n".join(lines)
+        return knobs_mod.markdown_table(self.rows(lang))
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "constraint": self.constraint,
-            "leaf": self.leaf,
-            "evidence": self.evidence,
-            "knobs": self.knobs,
-            "moves": self.moves,
-            "path": [[q, a] for q, a in self.path],
-        }
+        return {**asdict(self), "path": [[q, a] for q, a in self.path]}
 
 
 # A step that carries less than this share of max_num_batched_tokens leaves the budget unused.
@@ -331,15 +294,13 @@ BUDGET_IN_USE = 0.5
 
 
 def budget_caveat(d: Diagnosis, lang: str = "en") -> str:
-    """For a diagnosis that names max_num_batched_tokens outside the budget leaf: a warning
-    when the steps carried well under the budget, so a larger one has little to add; else ""."""
+    """A warning when a diagnosis (not the budget leaf) says raise max_num_batched_tokens but
+    the steps carried well under the budget; else ""."""
     tps = d.evidence.get("tokens_per_step")
     budget = d.evidence.get("max_num_batched_tokens")
-    if d.leaf == "queue_budget" or "max_num_batched_tokens" not in d.knobs:
-        return ""
-    if d.moves.get("max_num_batched_tokens") != "raise" or not tps or not budget:
-        return ""
-    if tps >= BUDGET_IN_USE * budget:
+    knob = "max_num_batched_tokens"
+    raises = knob in d.knobs and d.moves.get(knob) == "raise" and d.leaf != "queue_budget"
+    if not raises or not tps or not budget or tps >= BUDGET_IN_USE * budget:
         return ""
     if lang == "zh":
         return (
@@ -350,6 +311,10 @@ def budget_caveat(d: Diagnosis, lang: str = "en") -> str:
         f"but a step carried {_fmt(tps)} tokens on average against a budget of "
         f"{_fmt(budget)}: the budget is not in use, so a larger one has little to add"
     )
+
+
+def _yes_no(ans: bool, lang: str) -> str:
+    return ("是" if ans else "否") if lang == "zh" else ("yes" if ans else "no")
 
 
 def _fmt(v: float | None) -> str:
@@ -364,9 +329,7 @@ def _fmt(v: float | None) -> str:
 
 def tokens_per_step(samples: Sequence[Snapshot]) -> float | None:
     """Mean tokens per engine step between the first and last sample (None if not exposed)."""
-    if not samples:
-        return None
-    last = samples[-1].histogram(ITERATION_TOKENS)
+    last = samples[-1].histogram(ITERATION_TOKENS) if samples else None
     if last is None:
         return None
     return last.minus(samples[0].histogram(ITERATION_TOKENS)).mean
@@ -409,16 +372,11 @@ def diagnose(
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
 ) -> Diagnosis:
-    """Walk the tree on samples taken under load.
-
-    ``max_num_seqs`` and ``max_num_batched_tokens``: the server's settings (what it logged,
-    or ``knobs.default``); without the token budget the budget question answers no.
-    """
+    """Walk the tree on samples taken under load. ``max_num_seqs`` and
+    ``max_num_batched_tokens``: the server's settings; without a budget that question says no."""
     th = thresholds or Thresholds()
-    for name, v in (
-        ("max_num_seqs", max_num_seqs),
-        ("max_num_batched_tokens", max_num_batched_tokens),
-    ):
+    settings = {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens}
+    for name, v in settings.items():
         if v is not None and v < 1:  # vLLM refuses both below 1
             raise ValueError(f"{name} must be >= 1, got {v!r}")
     f = gather(samples, bench, slo, max_num_seqs, max_num_batched_tokens)
@@ -434,10 +392,10 @@ def diagnose(
         "waiting_mean": round(s.waiting_mean, 3),
         "waiting_max": s.waiting_max,
         "running_max": s.running_max,
-        "max_num_seqs": float(max_num_seqs) if max_num_seqs is not None else None,
+        "max_num_seqs": None if max_num_seqs is None else float(max_num_seqs),
         "tokens_per_step": None if f.tokens_per_step is None else round(f.tokens_per_step, 1),
         "max_num_batched_tokens": (
-            float(max_num_batched_tokens) if max_num_batched_tokens is not None else None
+            None if max_num_batched_tokens is None else float(max_num_batched_tokens)
         ),
         "kv_usage_max": round(s.kv_usage_max, 4),
         "preemptions": s.preemptions,
@@ -463,26 +421,12 @@ def diagnose_engines(
     bench: BenchResult | None,
     slo: SLO,
     thresholds: Thresholds | None = None,
-    *,
-    max_num_seqs: int | None = None,
-    max_num_batched_tokens: int | None = None,
+    **settings: int | None,
 ) -> dict[str, Diagnosis]:
-    """The tree walked on each engine's own series, for a server with several engines (vLLM
-    data parallelism: one scheduler, queue, KV pool and ``max_num_seqs`` per engine); {} for
-    one engine. The queue, KV, batch-cap and token-budget questions read the engine's own
-    gauges; the latency percentiles are the client's (one bench for all engines)."""
-    return {
-        e: diagnose(
-            s,
-            bench,
-            slo,
-            thresholds,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-        )
-        for e, s in engine_series(samples).items()
-        if s
-    }
+    """``diagnose`` on each engine's own series (data parallelism: one scheduler, queue and
+    KV pool per engine); {} for one engine. Latency percentiles are the client's, shared."""
+    series = engine_series(samples).items()
+    return {e: diagnose(s, bench, slo, thresholds, **settings) for e, s in series if s}
 
 
 def busiest_engine(diags: dict[str, Diagnosis]) -> str | None:
@@ -502,7 +446,7 @@ def _ms(x: float | None) -> float | None:
 def mermaid(lang: str = "en", with_knobs: bool = True) -> str:
     """Mermaid flowchart source of ``TREE``, labels in ``lang`` (knob flags stay as written)."""
     lines = ["flowchart TB"]
-    yes, no = ("是", "否") if lang == "zh" else ("yes", "no")
+    yes, no = _yes_no(True, lang), _yes_no(False, lang)
     for node in TREE.values():
         label = node.text[lang]
         if isinstance(node, Question):

@@ -1,16 +1,13 @@
-"""The knob records of the direction map (data): one ``Knob`` per vLLM 0.26.0 tuning knob,
-with its flag, ``LLM(...)`` kwarg, config field, defaults source and the direction each move
-pushes throughput, TTFT and ITL/TPOT. ``course_utils.core.knobs`` reads them (validation,
-defaults, the table, ``recommend``); the sources are cited there and in each record."""
+"""The knob records of the direction map (data): one ``Knob`` per vLLM 0.26.0 tuning knob and
+the direction each move pushes throughput, TTFT and ITL/TPOT. ``core.knobs`` reads them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 Effect = Literal["better", "worse", "neutral", "depends"]
 Group = Literal["capacity", "batch_shape", "reuse_latency", "scale"]
-Constraint = Literal["queue", "prefill", "decode", "kv", "none"]
 Entry = Literal["serve", "llm"]
 Lang = Literal["zh", "en"]
 
@@ -25,9 +22,7 @@ METRIC_ATTR: dict[str, str] = {
 @dataclass(frozen=True)
 class Knob:
     name: str  # the LLM(...) kwarg, also our key
-    flag: str  # the `vllm serve` flag
     config: str  # config dataclass.field as named in 0.26.0
-    source: str  # file in the 0.26.0 wheel that declares it
     group: Group
     value_type: str  # float | int | bool | str | json
     move: dict[str, str]  # the move the effects describe, zh/en
@@ -37,7 +32,7 @@ class Knob:
     relieves: dict[str, str]  # constraint -> which way to turn it for that constraint
     label: dict[str, str]
     trade: dict[str, str]
-    note: dict[str, str] = field(default_factory=dict)
+    note: dict[str, str] = field(default_factory=dict)  # the knob-direction quiz explains with it
     choices: tuple[str, ...] = ()
     free_win: bool = False
     # metric ("throughput" | "ttft" | "itl") -> the condition its effect needs, zh/en
@@ -48,6 +43,17 @@ class Knob:
     @property
     def kwarg(self) -> str:
         return self.name
+
+    @property
+    def flag(self) -> str:
+        """The `vllm serve` flag."""
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def source(self) -> str:
+        """The file in the 0.26.0 wheel that declares it (vllm/config/<class>.py)."""
+        cls = self.config.split(".")[0].split(" ")[0]
+        return f"vllm/config/{cls.removesuffix('Config').lower()}.py"
 
     def text(self, what: str, lang: Lang = "en") -> str:
         return getattr(self, what)[lang]
@@ -61,81 +67,41 @@ class Knob:
 
 
 # `CacheDType` in vllm/config/cache.py (0.26.0)
-CACHE_DTYPES: tuple[str, ...] = (
-    "auto",
-    "float16",
-    "bfloat16",
-    "fp8",
-    "fp8_e4m3",
-    "fp8_e5m2",
-    "fp8_inc",
-    "fp8_ds_mla",
-    "turboquant_k8v4",
-    "turboquant_4bit_nc",
-    "turboquant_k3v4_nc",
-    "turboquant_3bit_nc",
-    "int4_per_token_head",
-    "int8_per_token_head",
-    "fp8_per_token_head",
-    "nvfp4",
+CACHE_DTYPES: tuple[str, ...] = tuple(
+    "auto float16 bfloat16 fp8 fp8_e4m3 fp8_e5m2 fp8_inc fp8_ds_mla turboquant_k8v4 "
+    "turboquant_4bit_nc turboquant_k3v4_nc turboquant_3bit_nc int4_per_token_head "
+    "int8_per_token_head fp8_per_token_head nvfp4".split()
 )
 
 
 # `QuantizationMethods` in vllm/model_executor/layers/quantization/__init__.py (0.26.0)
-QUANTIZATION_METHODS: tuple[str, ...] = (
-    "awq",
-    "auto_awq",
-    "fp8",
-    "fbgemm_fp8",
-    "fp_quant",
-    "modelopt",
-    "modelopt_fp4",
-    "modelopt_mxfp8",
-    "modelopt_mixed",
-    "auto_gptq",
-    "gptq",
-    "gptq_marlin",
-    "awq_marlin",
-    "humming",
-    "compressed-tensors",
-    "bitsandbytes",
-    "experts_int8",
-    "quark",
-    "moe_wna16",
-    "torchao",
-    "inc",
-    "mxfp4",
-    "gpt_oss_mxfp4",
-    "deepseek_v4_fp8",
-    "online",
-    "fp8_per_tensor",
-    "fp8_per_block",
-    "fp8_per_channel",
-    "int8_per_channel_weight_only",
-    "nvfp4_per_token",
-    "mxfp8",
+QUANTIZATION_METHODS: tuple[str, ...] = tuple(
+    "awq auto_awq fp8 fbgemm_fp8 fp_quant modelopt modelopt_fp4 modelopt_mxfp8 "
+    "modelopt_mixed auto_gptq gptq gptq_marlin awq_marlin humming compressed-tensors "
+    "bitsandbytes experts_int8 quark moe_wna16 torchao inc mxfp4 gpt_oss_mxfp4 "
+    "deepseek_v4_fp8 online fp8_per_tensor fp8_per_block fp8_per_channel "
+    "int8_per_channel_weight_only nvfp4_per_token mxfp8".split()
 )
 
 
+# The words of ``relieves`` moves (the records' moves, the tree's Mermaid and ``why``).
+RELIEF_WORD: dict[str, dict[str, str]] = {
+    "raise": {"en": "raise", "zh": "调高"},
+    "lower": {"en": "lower", "zh": "调低"},
+    "enable": {"en": "enable", "zh": "开启"},
+    "fp8": {"en": "fp8", "zh": "改成 fp8"},
+}
 KV_WAIT = {"en": "only when requests wait for KV space", "zh": "仅当请求在等 KV 空间时"}
-
-
 KV_BOUND = {"en": "only while the KV cache limits the batch", "zh": "仅当 KV cache 限制了批大小时"}
 
 
-def _k(**kw: Any) -> Knob:
-    return Knob(**kw)
-
-
 KNOB_LIST: list[Knob] = [
-    _k(
+    Knob(
         name="gpu_memory_utilization",
-        flag="--gpu-memory-utilization",
         config="CacheConfig.gpu_memory_utilization",
-        source="vllm/config/cache.py",
         group="capacity",
         value_type="float",
-        move={"en": "raise", "zh": "调高"},
+        move=RELIEF_WORD["raise"],
         throughput="better",
         ttft="better",
         itl="neutral",
@@ -146,18 +112,11 @@ KNOB_LIST: list[Knob] = [
             "not free",
             "zh": "留给其他进程的显存变少；空闲显存不够这个比例时拒绝启动",
         },
-        note={
-            "en": "More KV blocks, so a larger running batch and less waiting for KV; "
-            "TTFT improves only when requests were queueing for KV.",
-            "zh": "KV block 变多，运行批更大、排队等 KV 的时间变短；只有在请求确实在等 KV 时 TTFT 才会改善。",
-        },
         when={"throughput": KV_BOUND, "ttft": KV_WAIT},
     ),
-    _k(
+    Knob(
         name="quantization",
-        flag="--quantization",
         config="ModelConfig.quantization",
-        source="vllm/config/model.py",
         group="capacity",
         value_type="str",
         move={"en": "4-bit weights (AWQ/GPTQ) or fp8", "zh": "4 bit 权重（AWQ/GPTQ）或 fp8"},
@@ -170,16 +129,6 @@ KNOB_LIST: list[Knob] = [
             "en": "some output quality (measure it on the eval set)",
             "zh": "一些输出质量（在评测集上测）",
         },
-        note={
-            "en": "Fewer weight bytes per decode step and more memory left for KV. Prefill is "
-            "compute-bound, so TTFT can get slower with dequantising kernels at large batch. "
-            "Needs a quantized checkpoint (or an online method such as fp8): with an AWQ "
-            "checkpoint, quantization=None already reads its quantization_config, so "
-            "'on/off' is a choice between checkpoints, not a flag.",
-            "zh": "每个 decode 步读的权重字节更少，也给 KV 腾出显存。prefill 受算力限制，大批量时反量化内核可能让 TTFT 变慢。"
-            "它需要量化好的 checkpoint（或 fp8 这类在线量化）：AWQ checkpoint 在 quantization=None 时"
-            "就会按其 quantization_config 自动识别，所以“开/关量化”是在两个 checkpoint 之间选，不是一个开关。",
-        },
         choices=QUANTIZATION_METHODS,
         free_win=True,
         when={
@@ -190,14 +139,12 @@ KNOB_LIST: list[Knob] = [
             },
         },
     ),
-    _k(
+    Knob(
         name="kv_cache_dtype",
-        flag="--kv-cache-dtype",
         config="CacheConfig.cache_dtype",
-        source="vllm/config/cache.py",
         group="capacity",
         value_type="str",
-        move={"en": "fp8", "zh": "改成 fp8"},
+        move=RELIEF_WORD["fp8"],
         throughput="better",
         ttft="better",
         itl="neutral",
@@ -213,14 +160,12 @@ KNOB_LIST: list[Knob] = [
         choices=CACHE_DTYPES,
         when={"throughput": KV_BOUND, "ttft": KV_WAIT},
     ),
-    _k(
+    Knob(
         name="max_model_len",
-        flag="--max-model-len",
         config="ModelConfig.max_model_len",
-        source="vllm/config/model.py",
         group="capacity",
         value_type="int",
-        move={"en": "lower", "zh": "调低"},
+        move=RELIEF_WORD["lower"],
         throughput="neutral",
         ttft="neutral",
         itl="neutral",
@@ -231,22 +176,13 @@ KNOB_LIST: list[Knob] = [
             "truncate_prompt_tokens)",
             "zh": "更长的请求会被拒绝（不会截断，除非请求设置了 truncate_prompt_tokens）",
         },
-        note={
-            "en": "V1 allocates KV blocks per computed token, so lowering it does not let more "
-            "requests fit; it only matters at start-up, which fails if one max-length "
-            "request cannot fit. -1 or 'auto' picks the longest length that fits.",
-            "zh": "V1 按实际计算的 token 分配 KV block，调低它并不能让更多请求同时装下；它只在启动时起作用："
-            "若一个满长度请求都放不下，启动就失败。-1 或 'auto' 让 vLLM 选能装下的最长长度。",
-        },
     ),
-    _k(
+    Knob(
         name="max_num_seqs",
-        flag="--max-num-seqs",
         config="SchedulerConfig.max_num_seqs",
-        source="vllm/config/scheduler.py",
         group="batch_shape",
         value_type="int",
-        move={"en": "raise", "zh": "调高"},
+        move=RELIEF_WORD["raise"],
         throughput="better",
         ttft="better",
         itl="worse",
@@ -268,16 +204,14 @@ KNOB_LIST: list[Knob] = [
             },
             "ttft": {"en": "only when requests queue for a slot", "zh": "仅当请求在排队等名额时"},
         },
-        reverse={"en": "lower", "zh": "调低"},
+        reverse=RELIEF_WORD["lower"],
     ),
-    _k(
+    Knob(
         name="max_num_batched_tokens",
-        flag="--max-num-batched-tokens",
         config="SchedulerConfig.max_num_batched_tokens",
-        source="vllm/config/scheduler.py",
         group="batch_shape",
         value_type="int",
-        move={"en": "raise", "zh": "调高"},
+        move=RELIEF_WORD["raise"],
         throughput="better",
         ttft="better",
         itl="worse",
@@ -299,13 +233,11 @@ KNOB_LIST: list[Knob] = [
                 "zh": "仅当 prefill 或每步预算在拖住请求时",
             }
         },
-        reverse={"en": "lower", "zh": "调低"},
+        reverse=RELIEF_WORD["lower"],
     ),
-    _k(
+    Knob(
         name="enable_chunked_prefill",
-        flag="--enable-chunked-prefill",
         config="SchedulerConfig.enable_chunked_prefill",
-        source="vllm/config/scheduler.py",
         group="batch_shape",
         value_type="bool",
         move={"en": "keep on (default)", "zh": "保持开启（默认）"},
@@ -318,17 +250,10 @@ KNOB_LIST: list[Knob] = [
             "en": "a long prompt's own TTFT can grow; turning it off warns in 0.26.0",
             "zh": "长 prompt 自己的 TTFT 可能变长；0.26.0 里关掉会告警",
         },
-        note={
-            "en": "On by default for generate models; disabling it logs 'This model does not "
-            "officially support disabling chunked prefill' (engine/arg_utils.py).",
-            "zh": "生成模型默认开启；关掉会打印 'This model does not officially support disabling chunked prefill'（engine/arg_utils.py）。",
-        },
     ),
-    _k(
+    Knob(
         name="enable_prefix_caching",
-        flag="--enable-prefix-caching",
         config="CacheConfig.enable_prefix_caching",
-        source="vllm/config/cache.py",
         group="reuse_latency",
         value_type="bool",
         move={"en": "keep on (default)", "zh": "保持开启（默认）"},
@@ -350,11 +275,9 @@ KNOB_LIST: list[Knob] = [
             "ttft": {"en": "only when prompts share a prefix", "zh": "仅当 prompt 有共享前缀时"},
         },
     ),
-    _k(
+    Knob(
         name="speculative_config",
-        flag="--speculative-config",
         config="SpeculativeConfig (vllm/config/speculative.py)",
-        source="vllm/config/speculative.py",
         group="reuse_latency",
         value_type="json",
         move={"en": "enable (e.g. ngram or a draft model)", "zh": "开启（如 ngram 或草稿模型）"},
@@ -374,11 +297,9 @@ KNOB_LIST: list[Knob] = [
             "zh": "低批量时改善 TPOT；高批量时验证开销会吃掉吞吐",
         },
     ),
-    _k(
+    Knob(
         name="enforce_eager",
-        flag="--enforce-eager",
         config="ModelConfig.enforce_eager",
-        source="vllm/config/model.py",
         group="reuse_latency",
         value_type="bool",
         move={"en": "set True (turn CUDA graphs off)", "zh": "设为 True（关闭 CUDA graphs）"},
@@ -393,11 +314,9 @@ KNOB_LIST: list[Knob] = [
         },
         reverse={"en": "keep False (CUDA graphs on)", "zh": "保持 False（开启 CUDA graphs）"},
     ),
-    _k(
+    Knob(
         name="tensor_parallel_size",
-        flag="--tensor-parallel-size",
         config="ParallelConfig.tensor_parallel_size",
-        source="vllm/config/parallel.py",
         group="scale",
         value_type="int",
         move={"en": "raise (more GPUs)", "zh": "调高（更多 GPU）"},
@@ -415,17 +334,6 @@ KNOB_LIST: list[Knob] = [
                 "en": "of this deployment; per GPU often below independent replicas",
                 "zh": "指这一个部署；按每张 GPU 算常低于独立副本",
             }
-        },
-        note={
-            "en": "One scan in lab 03 on two H200s (Qwen2.5-7B, lab 02's workload and SLO, one "
-            "window per rate): TP=2's knee 80-100 req/s against 100-130 for two replicas "
-            "(--data-parallel-size 2) and 55-60 for one GPU; at 80 req/s TP=2 had the lower "
-            "p99 TPOT (12.6 vs 14.9 ms). One scan, not a rule: measure both on your workload "
-            "(book: field notes).",
-            "zh": "实验 03 在两张 H200 上的一次扫描（Qwen2.5-7B，实验 02 的负载与 SLO，每个速率一个"
-            "窗口）：TP=2 的拐点是 80-100 req/s，两个副本（--data-parallel-size 2）是 100-130，"
-            "单卡 55-60；在 80 req/s 时 TP=2 的 p99 TPOT 更低（12.6 对 14.9 ms）。一次扫描不构成"
-            "规律：请在你的负载上两种都测（书中实测笔记一页）。",
         },
     ),
 ]

@@ -1,26 +1,6 @@
-"""The direction map: every tuning knob of vLLM 0.26.0, written once.
-
-Each record says which flag, ``LLM(...)`` kwarg and config field a knob is, the default
-a user really gets, and which way the move pushes throughput, TTFT and ITL/TPOT.
-Directions are facts about the mechanism; magnitudes are for your own sweep.
-
-Sources (vLLM 0.26.0 wheel):
-- defaults by GPU memory and entry point: ``EngineArgs.get_batch_defaults`` in
-  ``vllm/engine/arg_utils.py`` (>= 70 GiB and not A100: 1024 seqs, 8192 / 16384 tokens
-  for serve / LLM; otherwise 256 seqs, 2048 / 8192 tokens).
-- ``CacheConfig`` (``vllm/config/cache.py``): ``gpu_memory_utilization = Field(0.92, gt=0,
-  le=1)``, ``cache_dtype`` (flag ``--kv-cache-dtype``), ``enable_prefix_caching``.
-- ``SchedulerConfig`` (``vllm/config/scheduler.py``): ``max_num_seqs``,
-  ``max_num_batched_tokens``, ``enable_chunked_prefill``; it raises
-  ``max_num_batched_tokens (X) must be greater than or equal to max_num_seqs (Y).``
-- ``ModelConfig`` (``vllm/config/model.py``): ``max_model_len`` (``Field(None, ge=-1)``;
-  ``-1``/``auto`` fit the longest context memory allows, parsed by
-  ``human_readable_int_or_auto`` in ``vllm/utils/argparse_utils.py``), ``quantization``
-  (``None`` reads the checkpoint's ``quantization_config``), ``enforce_eager``;
-  ``ParallelConfig.tensor_parallel_size``; ``SpeculativeConfig``.
-
-An effect that holds only under a condition carries it in ``Knob.when``; the book's table and
-``recommend`` both read it, so they cannot disagree.
+"""The direction map: every tuning knob of vLLM 0.26.0 (records in ``core.knob_table``), the
+defaults a user really gets, vLLM's checks on the values, and the book's tables. Directions
+are facts about the mechanism (conditions in ``Knob.when``); magnitudes are for your sweep.
 """
 
 from __future__ import annotations
@@ -31,29 +11,16 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from course_utils.core.knob_table import (
-    KNOB_LIST,
-    Effect,
-    Entry,
-    Knob,
-    Lang,
-)
+from course_utils.core.knob_table import KNOB_LIST, Entry, Knob, Lang
 from course_utils.core.knob_table import METRIC_ATTR as METRIC_ATTR
+from course_utils.core.knob_table import RELIEF_WORD as RELIEF_WORD
 
 GIB = 1024**3
-LARGE_GPU_GIB = 70  # get_batch_defaults: device_memory >= 70 * GiB_bytes and not A100
+LARGE_GPU_GIB = 70  # EngineArgs.get_batch_defaults: >= 70 GiB and not an A100
 
 
 class KnobError(ValueError):
     """A knob name, value or combination that vLLM 0.26.0 would reject."""
-
-
-INVERSE: dict[str, Effect] = {
-    "better": "worse",
-    "worse": "better",
-    "neutral": "neutral",
-    "depends": "depends",
-}
 
 
 KNOBS: dict[str, Knob] = {k.name: k for k in KNOB_LIST}
@@ -86,10 +53,6 @@ def get(name: str) -> Knob:
     return KNOBS[key]
 
 
-def _is_large_gpu(gpu_memory_gib: float, gpu_name: str) -> bool:
-    return gpu_memory_gib >= LARGE_GPU_GIB and "a100" not in gpu_name.lower()
-
-
 def default(
     name: str, *, gpu_memory_gib: float = 24.0, entry: Entry = "serve", gpu_name: str = ""
 ) -> Any:
@@ -97,7 +60,7 @@ def default(
     knob = get(name)
     if entry not in ("serve", "llm"):
         raise KnobError(f"entry must be 'serve' or 'llm', not {entry!r}")
-    large = _is_large_gpu(gpu_memory_gib, gpu_name)
+    large = gpu_memory_gib >= LARGE_GPU_GIB and "a100" not in gpu_name.lower()
     if knob.name == "max_num_seqs":
         return 1024 if large else 256
     if knob.name == "max_num_batched_tokens":
@@ -127,18 +90,13 @@ def effective(
 ) -> dict[str, Any]:
     """``values`` with vLLM's default filled in for each knob of ``names`` they leave unset:
     a configuration that spells a default out is the same server as one that leaves it."""
-    out = {
-        get(n).name: default(n, gpu_memory_gib=gpu_memory_gib, entry=entry, gpu_name=gpu_name)
-        for n in names
-    }
-    out.update(values)
-    return out
+    kw: dict[str, Any] = dict(gpu_memory_gib=gpu_memory_gib, entry=entry, gpu_name=gpu_name)
+    return {**{get(n).name: default(n, **kw) for n in names}, **values}
 
 
 def human_readable_int(value: Any, name: str) -> int:
-    """An int as ``vllm serve`` 0.26.0 reads it (``human_readable_int`` in
-    vllm/utils/argparse_utils.py): 1k = 1000, 1K = 1024, k/m/g/t decimal and K/M/G/T binary;
-    decimals only with a decimal suffix (25.6k), a plain number only as an int."""
+    """An int as vLLM 0.26.0's ``human_readable_int`` reads it: k/m/g/t decimal (25.6k too),
+    K/M/G/T binary (whole numbers only), else a plain int."""
     if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
         raise KnobError(f"{name}: {value!r} is not a valid int")
     if isinstance(value, int | float):
@@ -176,6 +134,10 @@ def _max_model_len(value: Any) -> int | None:
     return n
 
 
+_BOOL_WORDS = dict.fromkeys(("true", "1", "yes", "on"), True)
+_BOOL_WORDS |= dict.fromkeys(("false", "0", "no", "off"), False)
+
+
 def _coerce(knob: Knob, value: Any) -> Any:
     t = knob.value_type
     if knob.name == "max_model_len":
@@ -192,21 +154,14 @@ def _coerce(knob: Knob, value: Any) -> Any:
                 raise ValueError
             return int(value)
         if t == "bool":
-            if isinstance(value, bool):
-                return value
-            s = str(value).lower()
-            if s in ("true", "1", "yes", "on"):
-                return True
-            if s in ("false", "0", "no", "off"):
-                return False
-            raise ValueError
+            return value if isinstance(value, bool) else _BOOL_WORDS[str(value).lower()]
         if t == "json":
             out = value if value is None or isinstance(value, dict) else json.loads(str(value))
             if out is not None and not isinstance(out, dict):
                 raise ValueError  # vLLM reads a config object, e.g. {"method": "ngram"}
             return out
         return None if value is None else str(value)
-    except (ValueError, TypeError, json.JSONDecodeError):
+    except (ValueError, TypeError, KeyError, json.JSONDecodeError):
         raise KnobError(f"{knob.name}: {value!r} is not a valid {t}") from None
 
 
@@ -217,11 +172,8 @@ def validate(
     entry: Entry = "serve",
     gpu_name: str = "",
 ) -> dict[str, Any]:
-    """Check names, types, ranges and the cross-knob rules vLLM 0.26.0 enforces.
-
-    Returns the values coerced to their types; raises KnobError with one line.
-    Cross-knob rules use the defaults a user gets when ``gpu_memory_gib`` is given.
-    """
+    """The values coerced to their types after vLLM 0.26.0's checks of names, types, ranges
+    and cross-knob rules (with the defaults of ``gpu_memory_gib`` when given); KnobError."""
     out: dict[str, Any] = {}
     for name, value in values.items():
         knob = get(name)
@@ -240,34 +192,19 @@ def validate(
         # EngineArgs._set_default_max_num_seqs_and_batched_tokens_args: an unset
         # max_num_seqs is clamped to the token budget; an unset token budget is not raised
         # to meet an explicit max_num_seqs (SchedulerConfig then rejects the pair).
+        kw: dict[str, Any] = dict(gpu_memory_gib=gpu_memory_gib, entry=entry, gpu_name=gpu_name)
         if tokens is None:
-            tokens = default(
-                "max_num_batched_tokens",
-                gpu_memory_gib=gpu_memory_gib,
-                entry=entry,
-                gpu_name=gpu_name,
-            )
+            tokens = default("max_num_batched_tokens", **kw)
         if seqs is None:
-            seqs = min(
-                default(
-                    "max_num_seqs", gpu_memory_gib=gpu_memory_gib, entry=entry, gpu_name=gpu_name
-                ),
-                tokens,
-            )
+            seqs = min(default("max_num_seqs", **kw), tokens)
     if seqs is not None and tokens is not None and tokens < seqs:
         # SchedulerConfig.verify_max_model_len in vllm/config/scheduler.py
         raise KnobError(
             f"max_num_batched_tokens ({tokens}) must be >= max_num_seqs ({seqs}); "
             "raise max_num_batched_tokens with max_num_seqs"
         )
-    mml = out.get("max_model_len")
-    if (
-        out.get("enable_chunked_prefill") is False
-        and tokens is not None
-        and mml is not None
-        and mml > 0
-        and tokens < mml
-    ):
+    mml = out.get("max_model_len") or 0  # -1 (auto) and unset set no bound here
+    if out.get("enable_chunked_prefill") is False and tokens is not None and tokens < mml:
         raise KnobError(
             f"with chunked prefill off, max_num_batched_tokens ({tokens}) must be "
             f">= max_model_len ({mml})"
@@ -276,11 +213,8 @@ def validate(
 
 
 def to_cli_args(values: Mapping[str, Any], *, check: bool = True) -> list[str]:
-    """``vllm serve`` arguments for validated knob values (an argv list, never a string).
-
-    ``check=False`` checks each knob on its own (name, type, range) but not the cross-knob
-    rules, so vLLM itself judges the combination (to record its own error on purpose).
-    """
+    """``vllm serve`` argv for validated knob values. ``check=False`` checks each knob alone,
+    not the cross-knob rules, so vLLM itself judges the combination."""
     if check:
         checked = validate(values)
     else:
@@ -303,11 +237,8 @@ def to_cli_args(values: Mapping[str, Any], *, check: bool = True) -> list[str]:
 
 
 def recommend(goal: str) -> list[Knob]:
-    """Knobs whose move (the table's "move" column) pushes ``goal`` the right way.
-
-    Exactly the rows whose cell for ``goal`` shows ✓ in ``table``; a conditional ✓ is
-    included, and ``Knob.condition(goal)`` says what it needs. Trades still apply.
-    """
+    """Knobs whose move pushes ``goal`` the right way: the rows that show ✓ for ``goal`` in
+    ``table``, conditional ones included (``Knob.condition`` says what they need)."""
     if goal == "capacity":
         return [k for k in KNOB_LIST if "kv" in k.relieves]
     if goal not in METRIC_ATTR:
@@ -321,40 +252,9 @@ def moves(goal: str, lang: Lang = "en") -> list[tuple[Knob, str, str]]:
     if goal not in METRIC_ATTR:
         raise KnobError(f"goal must be throughput, ttft, itl or tpot, not {goal!r}")
     out = [(k, k.move[lang], k.condition(goal, lang)) for k in recommend(goal)]
-    out += [
-        (k, k.reverse[lang], "")
-        for k in KNOB_LIST
-        if k.reverse and INVERSE[k.effect(goal)] == "better"
-    ]
+    # the reverse move helps where the move hurts
+    out += [(k, k.reverse[lang], "") for k in KNOB_LIST if k.reverse and k.effect(goal) == "worse"]
     return out
-
-
-def spectrum(lang: Lang = "en") -> list[dict[str, str]]:
-    """The knob spectrum as three columns: toward throughput, toward low ITL, nearly free.
-
-    Read from the same records as ``table``: a move sits in a column when its effect on that
-    end is ✓ (conditions in brackets); free wins sit in the third column only.
-    """
-    zh = lang == "zh"
-    cols = (
-        ("推向吞吐端", "推向低延迟端（ITL/TPOT）", "两端都几乎免费")
-        if zh
-        else ("toward throughput", "toward low latency (ITL/TPOT)", "close to free on both ends")
-    )
-
-    def cell(k: Knob, move: str, cond: str) -> str:
-        return f"`{k.flag}` {move}" + _paren(cond, lang)
-
-    free = [cell(k, k.move[lang], k.trade[lang]) for k in free_wins()]
-    thr = [cell(k, m, c) for k, m, c in moves("throughput", lang) if not k.free_win]
-    lat = [cell(k, m, c) for k, m, c in moves("itl", lang) if not k.free_win]
-    n = max(len(free), len(thr), len(lat))
-    pad = [c + [""] * (n - len(c)) for c in (thr, lat, free)]
-    return [dict(zip(cols, row, strict=True)) for row in zip(*pad, strict=True)]
-
-
-def spectrum_markdown(lang: Lang = "en") -> str:
-    return _markdown(spectrum(lang))
 
 
 def display_width(text: str) -> int:
@@ -362,36 +262,22 @@ def display_width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
-_SPECTRUM_WORDS: dict[str, tuple[str, ...]] = {
-    "en": (
-        "throughput",
-        "latency",
-        "(tokens/s, many requests at once)",
-        "(short steps: low ITL/TPOT)",
-        "<- toward throughput",
-        "toward low latency ->",
-        "close to free on both ends:",
-        "conditions and costs: the direction map in section 4",
-    ),
-    "zh": (
-        "吞吐",
-        "延迟",
-        "（tokens/s，同时跑很多请求）",
-        "（每步短：ITL/TPOT 低）",
-        "<- 推向吞吐",
-        "推向低延迟 ->",
-        "两端都几乎免费：",
-        "条件与代价：见第 4 节的方向图",
-    ),
-}
+_SPECTRUM_WORDS: list[tuple[str, str]] = [  # (en, zh)
+    ("throughput", "吞吐"),
+    ("latency", "延迟"),
+    ("(tokens/s, many requests at once)", "（tokens/s，同时跑很多请求）"),
+    ("(short steps: low ITL/TPOT)", "（每步短：ITL/TPOT 低）"),
+    ("<- toward throughput", "<- 推向吞吐"),
+    ("toward low latency ->", "推向低延迟 ->"),
+    ("close to free on both ends:", "两端都几乎免费："),
+    ("conditions and costs: the direction map in section 4", "条件与代价：见第 4 节的方向图"),
+]
 
 
 def spectrum_text(lang: Lang = "en") -> str:
-    """The spectrum as plain text for a monospace block: the throughput end on the left, the
-    latency (ITL/TPOT) end on the right, the near-free wins below; conditions are left to the
-    direction map. Only ASCII and wide CJK characters, so the columns line up in a CJK
-    monospace font (see ``display_width``)."""
-    words = _SPECTRUM_WORDS[lang]
+    """The knob spectrum for a monospace block: the throughput end left, the ITL/TPOT end
+    right, near-free wins below; ASCII and wide CJK only, so the columns line up."""
+    words = [w[("en", "zh").index(lang)] for w in _SPECTRUM_WORDS]
 
     def item(k: Knob, move: str) -> str:
         short = re.split(r" \(|（", move)[0]
@@ -456,19 +342,9 @@ PRIORITY: dict[str, tuple[str, ...]] = {
 }
 
 
-# The words of ``relieves`` moves, per language (the tree's Mermaid and ``why`` use them).
-RELIEF_WORD: dict[str, dict[str, str]] = {
-    "raise": {"en": "raise", "zh": "调高"},
-    "lower": {"en": "lower", "zh": "调低"},
-    "enable": {"en": "enable", "zh": "开启"},
-    "fp8": {"en": "fp8", "zh": "改成 fp8"},
-}
-
-
 def in_effect(name: str, move: str, value: Any = None) -> bool:
-    """Whether a relieving move is already the knob's state: ``enable`` on a knob that is on
-    (``value``, or vLLM's default when None), ``fp8`` on an fp8 KV cache. A ``raise`` or
-    ``lower`` never is: it has no end to compare with."""
+    """Whether a relieving move is already the knob's state (``value``, else vLLM's default):
+    ``enable`` on a knob that is on, ``fp8`` on an fp8 KV cache; never ``raise``/``lower``."""
     v = default(name) if value is None else value
     if move == "enable":
         return v is True
@@ -514,11 +390,12 @@ def table(
 def table_markdown(
     lang: Lang = "en", gpu_memory_gib: float = 24.0, entry: Entry = "serve", gpu_name: str = ""
 ) -> str:
-    return _markdown(table(lang, gpu_memory_gib, entry, gpu_name))
+    return markdown_table(table(lang, gpu_memory_gib, entry, gpu_name))
 
 
-def _markdown(rows: list[dict[str, str]]) -> str:
-    head = list(rows[0])
+def markdown_table(rows: list[dict[str, str]]) -> str:
+    """Rows of equal keys as a Markdown table (the keys are the header)."""
+    head = list(rows[0]) if rows else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r[c].replace("|", "\\|") for c in head) + " |" for r in rows]
     return "\n".join(lines)

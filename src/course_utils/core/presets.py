@@ -1,13 +1,7 @@
-"""Named workloads, one per constraint the SLO loop must handle (data only).
-
-Each preset is a workload, an SLO, the base knobs and the loop's candidates, and what the
-loop is expected to do on it. Two sizes: "4090" (one 24 GiB RTX 4090, lab 02's defaults)
-and "h200" (one H200, the recorded runs). The values are starting points for a first run:
-the rates come from the labs' measurements where one exists (``recorded``: the run that
-measured it) and are otherwise placed by lab 02's knee scan.
-
-Used by lab 02 (``preset="decode"``), ``python -m course_utils tune --preset decode``,
-``python tools/gpu/gridrun.py prepare --preset decode`` and the other tools/gpu scripts.
+"""Named workloads, one per constraint the SLO loop must handle (data only): a workload, an
+SLO, the base knobs, the loop's candidates and what the loop is expected to do. Two sizes:
+"4090" (one RTX 4090, lab 02's defaults) and "h200" (one H200, the recorded runs). Rates are
+starting points placed by the labs' measurements and knee scans.
 """
 
 from __future__ import annotations
@@ -39,14 +33,10 @@ class Preset:
     candidates: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     expect: str = ""
     recorded: str | None = None  # labs/results/<run>/<folder> that measured this preset
-    rehearse: str | None = None
-    """Run at this GPU's memory budget and `vllm serve` defaults (lab.rehearsal), so that a
-    bigger GPU reproduces the smaller one's KV pool instead of a handicapped baseline."""
+    rehearse: str | None = None  # run at this GPU's budget and defaults (lab.rehearsal)
+    # the warm-up's prompts as a share of the load's (None: lab.measure's default); 1.0 where
+    # concurrency keeps growing, or the window fails the warm-up rule
     warmup_share: float | None = None
-    """The warm-up's prompts as a share of the load's (None: lab.measure's default), for the
-    loop and the grid alike. 1.0 where the load's concurrency keeps growing (a rate near or
-    past the knee, a slow candidate): half the prompts reach too few running requests, the
-    window fails the warm-up rule, and a grid run that fails it is lost."""
 
     def workload_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of core.records.Workload (seed 0, ignore_eos)."""
@@ -74,178 +64,106 @@ class Preset:
 
 
 def _p(**kw: Any) -> Preset:
-    kw["base"] = MappingProxyType(dict(kw.get("base") or {}))
+    """A preset: every one serves 4096-token contexts; an H200 one warms up with all prompts."""
+    kw["base"] = MappingProxyType({"max_model_len": 4096})
     kw["candidates"] = MappingProxyType({k: tuple(v) for k, v in kw["candidates"].items()})
+    kw.setdefault("warmup_share", 1.0 if kw["gpu"] == "h200" else None)
     return Preset(**kw)
 
 
-_LONG = {"max_model_len": 4096}
+def _load(
+    num_prompts: int, rate: float, slo: str, candidates: dict[str, Any], **extra: Any
+) -> dict[str, Any]:
+    """One size's load, SLO and candidates (and any field it sets apart from the other)."""
+    return dict(num_prompts=num_prompts, rate=rate, slo=slo, candidates=candidates, **extra)
 
-PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType(
-    {
-        (p.name, p.gpu): p
-        for p in (
-            # ---- prefill: long prompts, a tight TTFT target ----------------------------
-            _p(
-                name="prefill",
-                gpu="4090",
-                constraint="prefill",
-                input_len=3072,
-                output_len=64,
-                num_prompts=60,
-                rate=1.5,
-                slo="ttft:1000 tpot:100",
-                base=_LONG,
-                candidates={"max_num_batched_tokens": (4096, 8192)},
-                expect="prefill binds (TTFT); a larger max_num_batched_tokens may keep",
-            ),
-            _p(
-                name="prefill",
-                gpu="h200",
-                warmup_share=1.0,
-                constraint="prefill",
-                input_len=3072,
-                output_len=64,
-                num_prompts=200,
-                rate=10,
-                slo="ttft:300 tpot:50",
-                base=_LONG,
-                candidates={"max_num_batched_tokens": (16384, 32768)},
-                expect="prefill binds (TTFT); a larger max_num_batched_tokens may keep",
-            ),
-            # ---- decode: the recorded H200 run (3072 in / 256 out, TPOT 15 ms) -----------
-            _p(
-                name="decode",
-                gpu="4090",
-                constraint="decode",
-                input_len=3072,
-                output_len=256,
-                num_prompts=60,
-                rate=2,
-                slo="ttft:2000 tpot:40",
-                base=_LONG,
-                candidates={"max_num_batched_tokens": (1024,), "max_num_seqs": (32, 64)},
-                expect="decode binds (TPOT); candidates tie or lose: a plateau",
-            ),
-            _p(
-                name="decode",
-                gpu="h200",
-                warmup_share=1.0,
-                constraint="decode",
-                input_len=3072,
-                output_len=256,
-                num_prompts=150,
-                rate=12,
-                slo="ttft:2000 tpot:15",
-                base=_LONG,
-                candidates={"max_num_batched_tokens": (2048, 4096), "max_num_seqs": (128, 256)},
-                expect="decode binds (TPOT); every candidate ties: a plateau at the defaults",
-                recorded="h200-2026-11-30/decode12",
-            ),
-            # ---- kv: long outputs at a high rate, a smaller memory share -----------------
-            _p(
-                name="kv",
-                gpu="4090",
-                constraint="kv",
-                input_len=512,
-                output_len=1024,
-                num_prompts=120,
-                rate=4,
-                slo="ttft:1000 tpot:60",
-                base=_LONG,
-                candidates={"kv_cache_dtype": ("fp8",), "max_num_seqs": (64, 128)},
-                expect="the KV pool binds (preemptions); fp8 KV or fewer sequences may keep",
-            ),
-            # on an H200, vLLM's defaults hold 2.1 M tokens of KV (113 GiB, lab 03's log):
-            # more than 1024 sequences of 1536 tokens need, so that pool cannot fill. The
-            # case rehearses a 4090 (its budget and defaults, not a pool shrunk for the
-            # exercise) at a rate that fills that pool on this GPU (the rehearsal keeps the
-            # 4090's pool, not its speed). Measured at 10 req/s (h200-2026-12-01c/kv): the
-            # pool held 115,920 tokens and peaked at 83 % with 90 running, nothing bound. A
-            # request holds about 1024 tokens for about 7.6 s, so by Little's law its mean
-            # use reaches the pool near 15 req/s; 20 req/s asks for about 156k tokens (a
-            # prediction the next run checks: the baseline's diagnosis must say kv)
-            _p(
-                name="kv",
-                gpu="h200",
-                warmup_share=1.0,
-                constraint="kv",
-                input_len=512,
-                output_len=1024,
-                num_prompts=300,
-                rate=20,
-                slo="ttft:1000 tpot:30",
-                base=_LONG,
-                candidates={"gpu_memory_utilization": (0.95,), "kv_cache_dtype": ("fp8",)},
-                expect="the 4090's KV pool binds (a queue with the pool full); a larger pool "
-                "or fp8 KV keeps",
-                rehearse="rtx4090",
-            ),
-            # ---- knee: a rate past the knee: not a tuning problem ------------------------
-            _p(
-                name="knee",
-                gpu="4090",
-                constraint="queue",
-                input_len=512,
-                output_len=128,
-                num_prompts=200,
-                rate=20,
-                slo="ttft:300 tpot:50",
-                base=_LONG,
-                candidates={"max_num_seqs": (128, 384)},
-                expect="past the knee: no knob meets the SLO; the loop ends 'past the knee'",
-            ),
-            _p(
-                # one H200's knee in lab 03's scan was 55-60 req/s. vLLM's defaults admit every
-                # request (1024 sequences, 113 GiB of KV), so the overload shows as TTFT
-                # (prefill), not as a queue: the loop tries prefill's knob, and none meets
-                # the SLO
-                name="knee",
-                gpu="h200",
-                warmup_share=1.0,
-                constraint="queue",
-                input_len=512,
-                output_len=128,
-                num_prompts=600,
-                rate=80,
-                slo="ttft:300 tpot:50",
-                base=_LONG,
-                candidates={"max_num_batched_tokens": (16384, 32768)},
-                expect="past the knee: no knob meets the SLO; the loop ends 'past the knee'",
-            ),
-            # ---- prefix: a shared prefix, prefix caching on (vLLM's default) vs off -----
-            _p(
-                name="prefix",
-                gpu="4090",
-                constraint="prefix",
-                input_len=3072,
-                output_len=128,
-                prefix_len=2048,
-                num_prompts=80,
-                rate=2,
-                slo="ttft:500 tpot:50",
-                base=_LONG,
-                candidates={"enable_prefix_caching": (False,)},
-                expect="prefix caching (on by default) serves the shared prefix; off loses",
-            ),
-            _p(
-                name="prefix",
-                gpu="h200",
-                warmup_share=1.0,
-                constraint="prefix",
-                input_len=3072,
-                output_len=128,
-                prefix_len=2048,
-                num_prompts=300,
-                rate=15,
-                slo="ttft:300 tpot:30",
-                base=_LONG,
-                candidates={"enable_prefix_caching": (False,)},
-                expect="prefix caching (on by default) serves the shared prefix; off loses",
-            ),
-        )
-    }
+
+def _sizes(four: dict[str, Any], h200: dict[str, Any], **shared: Any) -> tuple[Preset, ...]:
+    """One workload (``shared``) at both sizes."""
+    return _p(**{"gpu": "4090", **shared, **four}), _p(**{"gpu": "h200", **shared, **h200})
+
+
+_ALL = (
+    # prefill: long prompts, a tight TTFT target
+    *_sizes(
+        _load(60, 1.5, "ttft:1000 tpot:100", {"max_num_batched_tokens": (4096, 8192)}),
+        _load(200, 10, "ttft:300 tpot:50", {"max_num_batched_tokens": (16384, 32768)}),
+        name="prefill",
+        constraint="prefill",
+        input_len=3072,
+        output_len=64,
+        expect="prefill binds (TTFT); a larger max_num_batched_tokens may keep",
+    ),
+    # decode: the recorded H200 run
+    *_sizes(
+        _load(
+            num_prompts=60,
+            rate=2,
+            slo="ttft:2000 tpot:40",
+            candidates={"max_num_batched_tokens": (1024,), "max_num_seqs": (32, 64)},
+            expect="decode binds (TPOT); candidates tie or lose: a plateau",
+        ),
+        _load(
+            num_prompts=150,
+            rate=12,
+            slo="ttft:2000 tpot:15",
+            candidates={"max_num_batched_tokens": (2048, 4096), "max_num_seqs": (128, 256)},
+            expect="decode binds (TPOT); every candidate ties: a plateau at the defaults",
+            recorded="h200-2026-11-30/decode12",
+        ),
+        name="decode",
+        constraint="decode",
+        input_len=3072,
+        output_len=256,
+    ),
+    # kv: long outputs at a high rate; an H200's own pool cannot fill, so its case rehearses a
+    # 4090's (field notes)
+    *_sizes(
+        _load(
+            num_prompts=120,
+            rate=4,
+            slo="ttft:1000 tpot:60",
+            candidates={"kv_cache_dtype": ("fp8",), "max_num_seqs": (64, 128)},
+            expect="the KV pool binds (preemptions); fp8 KV or fewer sequences may keep",
+        ),
+        _load(
+            num_prompts=300,
+            rate=20,
+            slo="ttft:1000 tpot:30",
+            candidates={"gpu_memory_utilization": (0.95,), "kv_cache_dtype": ("fp8",)},
+            expect="the 4090's KV pool binds (a queue with the pool full); a larger pool "
+            "or fp8 KV keeps",
+            rehearse="rtx4090",
+        ),
+        name="kv",
+        constraint="kv",
+        input_len=512,
+        output_len=1024,
+    ),
+    # knee: a rate past the knee, not a tuning problem; past one H200's knee every request is
+    # admitted, so the overload shows as TTFT
+    *_sizes(
+        _load(200, 20, "ttft:300 tpot:50", {"max_num_seqs": (128, 384)}),
+        _load(600, 80, "ttft:300 tpot:50", {"max_num_batched_tokens": (16384, 32768)}),
+        name="knee",
+        constraint="queue",
+        input_len=512,
+        output_len=128,
+        expect="past the knee: no knob meets the SLO; the loop ends 'past the knee'",
+    ),
+    # prefix: a shared prefix, prefix caching on (vLLM's default) vs off
+    *_sizes(
+        _load(80, 2, "ttft:500 tpot:50", {"enable_prefix_caching": (False,)}),
+        _load(300, 15, "ttft:300 tpot:30", {"enable_prefix_caching": (False,)}),
+        name="prefix",
+        constraint="prefix",
+        input_len=3072,
+        output_len=128,
+        prefix_len=2048,
+        expect="prefix caching (on by default) serves the shared prefix; off loses",
+    ),
 )
+PRESETS: Mapping[tuple[str, str], Preset] = MappingProxyType({(p.name, p.gpu): p for p in _ALL})
 
 
 def names() -> list[str]:

@@ -1,17 +1,6 @@
-"""What the labs print, in the page's language ("en" or "zh").
-
-- ``verdict``: lab 01's keep / revert / recheck (the dict of ``keep.verdict``, or ``keep.judge``'s
-  result, which holds it under "verdict");
-- ``knee``: the knee of an offered-rate scan (the dict of ``keep.pick_knee``);
-- ``stop_reason``: why ``sweep.tune`` stopped (its summary, or the ``stop_reason`` string);
-- ``loop_outcome``: what the finished loop concluded (``keep.loop_outcome``);
-- ``constraint_table``: the loop against vLLM's grid, one row per constraint
-  (``lab.grid``);
-- ``issue``: one validity issue (``validity``), used by the two above.
-
-English reuses the ``why`` the rules wrote; Chinese is built from the structured fields (and
-from the numbers inside ``why`` where the dict has no field for them).
-"""
+"""What the labs print, in the page's language: verdicts, knees, why the loop stopped and what
+it concluded, validity issues, the loop against vLLM's grid. English reuses the rules' ``why``;
+Chinese is built from the structured fields (or the numbers inside ``why``)."""
 
 from __future__ import annotations
 
@@ -20,18 +9,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from course_utils.core import diagnose
-
-__all__ = [
-    "LANGS",
-    "decision_word",
-    "issue",
-    "knee",
-    "constraint_table",
-    "loop_outcome",
-    "loop_vs_grid",
-    "stop_reason",
-    "verdict",
-]
 
 LANGS = ("en", "zh")
 DECISIONS = {
@@ -88,20 +65,18 @@ _ISSUES_ZH: list[tuple[re.Pattern[str], str]] = [
         re.compile(r"^the warm-up ran at most (\S+) requests at once, the window (\S+):.*"),
         "热身最多只有 {0} 个请求同时在跑，测量窗口到了 {1} 个：负载的批大小没有热身到",
     ),
-    (
-        re.compile(r"^the warm-up reached (\S+) concurrent requests, the load (\S+):.*"),
-        "热身只到 {0} 个并发请求，负载到了 {1} 个：负载的批形状没有热身到",
-    ),
 ]
 
 
 def issue(text: str, lang: str = "en") -> str:
     """One validity issue in `lang` (an unknown issue is returned as recorded)."""
-    if _lang(lang) == "en":
-        return text
-    for pat, zh in _ISSUES_ZH:
-        m = pat.match(text)
-        if m:
+    return text if _lang(lang) == "en" else _translate(text, _ISSUES_ZH)
+
+
+def _translate(text: str, table: list[tuple[re.Pattern[str], str]]) -> str:
+    """The first matching pattern's Chinese, filled with its groups; else ``text``."""
+    for pat, zh in table:
+        if m := pat.match(text):
             return zh.format(*m.groups())
     return text
 
@@ -162,11 +137,8 @@ def _verdict_why_zh(v: Mapping[str, Any]) -> str:
 
 
 def verdict(v: Mapping[str, Any], lang: str = "en", knob: str | None = None) -> str:
-    """One line: the decision, the value it leaves in place, and why.
-
-    ``v``: ``keep.verdict(...)`` (or ``keep.judge(...)``, whose "verdict" is used).
-    ``knob``: the knob's name, printed as ``knob=value``.
-    """
+    """One line: the decision, the value it leaves in place (``knob=value``), and why, for
+    ``keep.verdict(...)`` or ``keep.judge(...)``."""
     _lang(lang)
     if "verdict" in v and isinstance(v["verdict"], Mapping):
         v = v["verdict"]
@@ -216,29 +188,23 @@ def knee(k: Mapping[str, Any], lang: str = "en") -> str:
 
 # ---- why tune() stopped (sweep.tune) --------------------------------------------------------
 
-_STOPS_ZH: list[tuple[re.Pattern[str], Any]] = [
+_STOPS_ZH: list[tuple[re.Pattern[str], str]] = [
     (
         re.compile(
             r"^plateau: no knob the diagnosis names \((.*)\) has candidates left that help$"
         ),
-        lambda m, s: f"到平台了：诊断点名的旋钮（{m.group(1)}）都没有还能带来提升的候选值",
-    ),
-    (
-        re.compile(r"^diagnosis '([^']*)' \(([^)]*)\) names no engine knob: (.*)$"),
-        lambda m, s: _no_knob_zh(m.group(1), m.group(2)),
+        "到平台了：诊断点名的旋钮（{0}）都没有还能带来提升的候选值",
     ),
     (
         re.compile(r"^GPU budget: (\S+) min left < (\S+) min per point$"),
-        lambda m, s: f"GPU 预算到了：只剩 {m.group(1)} 分钟，少于每个点约 {m.group(2)} 分钟",
+        "GPU 预算到了：只剩 {0} 分钟，少于每个点约 {1} 分钟",
     ),
-    (
-        re.compile(r"^max_steps \((\d+)\) reached$"),
-        lambda m, s: f"已走满 max_steps（{m.group(1)} 步）",
-    ),
-    (re.compile(r"^baseline failed: (.*)$"), lambda m, s: f"基线没能启动：{m.group(1)}"),
-    (re.compile(r"^baseline not run$"), lambda m, s: "基线没有运行"),
-    (re.compile(r"^(\S+): no point ran$"), lambda m, s: f"{m.group(1)}：一个点也没跑"),
+    (re.compile(r"^max_steps \((\d+)\) reached$"), "已走满 max_steps（{0} 步）"),
+    (re.compile(r"^baseline failed: (.*)$"), "基线没能启动：{0}"),
+    (re.compile(r"^baseline not run$"), "基线没有运行"),
+    (re.compile(r"^(\S+): no point ran$"), "{0}：一个点也没跑"),
 ]
+_NO_KNOB_RE = re.compile(r"^diagnosis '([^']*)' \(([^)]*)\) names no engine knob: (.*)$")
 
 
 def _no_knob_zh(leaf: str, constraint: str) -> str:
@@ -253,11 +219,9 @@ def stop_reason(summary: Mapping[str, Any] | str, lang: str = "en") -> str:
     reason = summary if isinstance(summary, str) else str(summary.get("stop_reason") or "")
     if _lang(lang) == "en" or not reason:
         return reason
-    for pat, render in _STOPS_ZH:
-        m = pat.match(reason)
-        if m:
-            return render(m, summary)
-    return reason
+    if m := _NO_KNOB_RE.match(reason):
+        return _no_knob_zh(m.group(1), m.group(2))
+    return _translate(reason, _STOPS_ZH)
 
 
 def loop_outcome(o: Mapping[str, Any], lang: str = "en") -> str:
@@ -430,113 +394,78 @@ def loop_vs_grid(cmp: Mapping[str, Any], lang: str = "en") -> str:
 
 # ---- the loop against vLLM's grid, one row per constraint (lab.grid) ---------------------
 
-_CASE = {
-    "prefill": {
-        "en": "prefill (long prompts, tight TTFT)",
-        "zh": "prefill（长 prompt，TTFT 目标紧）",
-    },
-    "decode": {"en": "decode (tight TPOT)", "zh": "decode（TPOT 目标紧）"},
-    "kv": {"en": "KV capacity", "zh": "KV 容量"},
-    "knee": {"en": "queue past the knee", "zh": "过了拐点的排队"},
-    "prefix": {"en": "shared prefix", "zh": "共享前缀"},
-    "queue_cap": {"en": "queue: batch-width cap", "zh": "排队：批宽上限"},
+_CASE: dict[str, tuple[str, str]] = {  # (en, zh), as every table below
+    "prefill": ("prefill (long prompts, tight TTFT)", "prefill（长 prompt，TTFT 目标紧）"),
+    "decode": ("decode (tight TPOT)", "decode（TPOT 目标紧）"),
+    "kv": ("KV capacity", "KV 容量"),
+    "knee": ("queue past the knee", "过了拐点的排队"),
+    "prefix": ("shared prefix", "共享前缀"),
+    "queue_cap": ("queue: batch-width cap", "排队：批宽上限"),
 }
-_CT_HEAD = {
-    "en": [
-        "constraint",
-        "workload · SLO",
-        "vLLM's defaults (grid)",
-        "the loop's final",
-        "the grid's best",
-        "loop ÷ grid best",
-        "servers loop : grid",
-        "verdict",
-        "the loop ended",
-    ],
-    "zh": [
-        "约束",
-        "负载 · SLO",
-        "vLLM 默认配置（网格）",
-        "闭环最终",
-        "网格最佳",
-        "闭环 ÷ 网格最佳",
-        "服务器启动 闭环 : 网格",
-        "结论",
-        "闭环的结局",
-    ],
+_CT_HEAD = [
+    ("constraint", "约束"),
+    ("workload · SLO", "负载 · SLO"),
+    ("vLLM's defaults (grid)", "vLLM 默认配置（网格）"),
+    ("the loop's final", "闭环最终"),
+    ("the grid's best", "网格最佳"),
+    ("loop ÷ grid best", "闭环 ÷ 网格最佳"),
+    ("servers loop : grid", "服务器启动 闭环 : 网格"),
+    ("verdict", "结论"),
+    ("the loop ended", "闭环的结局"),
+]
+_CT: dict[str, tuple[str, str]] = {
+    "not_run": ("not run yet", "尚未运行"),
+    "partial": (
+        "partial: the grid measured {m} of {n} combos",
+        "不完整：网格测了 {n} 个组合中的 {m} 个",
+    ),
+    "no_loop": ("; the loop not recorded", "；闭环没有记录"),
+    "handicap": (" (from {start}, a handicap)", "（从 {start} 起步，人为设障）"),
+    "cross": (" (one config {x} apart on two servers)", "（同一配置在两台服务器上差 {x}）"),
+    "wl": (
+        "{i}→{o} tokens{pre}, {r} req/s; {slo}",
+        "输入 {i} / 输出 {o} token{pre}，{r} req/s；{slo}",
+    ),
+    "pre": (" ({p} shared)", "（其中 {p} 共享）"),
+    "note": ("**{case}**: {note}", "**{case}**：{note}"),
+    "sep": ("; ", "；"),
+    "label": (" (`{x}`)", "（`{x}`）"),
 }
-_CT: dict[str, dict[str, Any]] = {
-    "en": {
-        "not_run": "not run yet",
-        "partial": "partial: the grid measured {m} of {n} combos",
-        "no_loop": "; the loop not recorded",
-        "handicap": " (from {start}, a handicap)",
-        "cross": " (one config {x} apart on two servers)",
-        "wl": "{i}→{o} tokens{pre}, {r} req/s; {slo}",
-        "pre": " ({p} shared)",
-        "unit": "{v} req/s",
-        "note": "**{case}**: {note}",
-        "sep": "; ",
-        "label": " (`{x}`)",
-        "verdict": {
-            "same": "the same pick",
-            "tie": "tie",
-            "grid_better": "the grid is better",
-            "undecided": "undecided",
-            "loop_unfinished": "none yet: the loop is unfinished",
-        },
-        "outcome": {
-            "meets_slo": "meets the SLO",
-            "past_knee": "past the knee",
-            "untested": "nothing tried",
-            "unfinished": "unfinished",
-            "no_result": "no result",
-        },
-    },
-    "zh": {
-        "not_run": "尚未运行",
-        "partial": "不完整：网格测了 {n} 个组合中的 {m} 个",
-        "no_loop": "；闭环没有记录",
-        "handicap": "（从 {start} 起步，人为设障）",
-        "cross": "（同一配置在两台服务器上差 {x}）",
-        "wl": "输入 {i} / 输出 {o} token{pre}，{r} req/s；{slo}",
-        "pre": "（其中 {p} 共享）",
-        "unit": "{v} req/s",
-        "note": "**{case}**：{note}",
-        "sep": "；",
-        "label": "（`{x}`）",
-        "verdict": {
-            "same": "选的相同",
-            "tie": "打平",
-            "grid_better": "网格更好",
-            "undecided": "无法判断",
-            "loop_unfinished": "暂无：闭环没跑完",
-        },
-        "outcome": {
-            "meets_slo": "满足 SLO",
-            "past_knee": "已过拐点",
-            "untested": "什么也没试",
-            "unfinished": "没跑完",
-            "no_result": "无结果",
-        },
-    },
+_CT_VERDICT = {
+    "same": ("the same pick", "选的相同"),
+    "tie": ("tie", "打平"),
+    "grid_better": ("the grid is better", "网格更好"),
+    "undecided": ("undecided", "无法判断"),
+    "loop_unfinished": ("none yet: the loop is unfinished", "暂无：闭环没跑完"),
+}
+_CT_OUTCOME = {
+    "meets_slo": ("meets the SLO", "满足 SLO"),
+    "past_knee": ("past the knee", "已过拐点"),
+    "untested": ("nothing tried", "什么也没试"),
+    "unfinished": ("unfinished", "没跑完"),
+    "no_result": ("no result", "无结果"),
 }
 
 
-def _gp(x: Any, t: Mapping[str, Any]) -> str:
-    return "—" if x is None else str(t["unit"]).format(v=f"{float(x):.2f}")
+def _gp(x: Any) -> str:
+    return "—" if x is None else f"{float(x):.2f} req/s"
+
+
+def _pick(table: Mapping[str, tuple[str, str]], key: Any, lang: str, default: str = "—") -> str:
+    """``table[key]`` in ``lang``; ``default`` for a key it does not have."""
+    return table[key][LANGS.index(lang)] if key in table else default
 
 
 def _ct_row(r: Mapping[str, Any], lang: str) -> list[str]:
-    t = _CT[lang]
-    case = _CASE.get(str(r["case"]), {}).get(lang, str(r["case"]))
+    t = {k: v[LANGS.index(lang)] for k, v in _CT.items()}
+    case = _pick(_CASE, r["case"], lang, str(r["case"]))
     if r.get("handicapped_start"):
-        case += str(t["handicap"]).format(start=f"`{r['handicapped_start']}`")
+        case += t["handicap"].format(start=f"`{r['handicapped_start']}`")
     w = r.get("workload") or {}
     wl = "—"
     if w:
-        pre = str(t["pre"]).format(p=w["prefix_len"]) if w.get("prefix_len") else ""
-        wl = str(t["wl"]).format(
+        pre = t["pre"].format(p=w["prefix_len"]) if w.get("prefix_len") else ""
+        wl = t["wl"].format(
             i=w["input_len"],
             o=w["output_len"],
             pre=pre,
@@ -544,18 +473,18 @@ def _ct_row(r: Mapping[str, Any], lang: str) -> list[str]:
             slo=f"`{r.get('slo')}`",
         )
     if r["status"] == "not_run":
-        return [case, wl, *[str(t["not_run"])] + ["—"] * 6]
-    verdict = t["verdict"].get(r.get("verdict"), "—") if r.get("verdict") else "—"
+        return [case, wl, *[t["not_run"]] + ["—"] * 6]
+    verdict = _pick(_CT_VERDICT, r.get("verdict"), lang)
     if r.get("cross_spread") is not None and r.get("verdict") == "tie":
-        verdict += str(t["cross"]).format(x=f"{float(r['cross_spread']):.0%}")
+        verdict += t["cross"].format(x=f"{float(r['cross_spread']):.0%}")
     if r["status"] == "partial":
-        verdict = str(t["partial"]).format(m=r["combos_measured"], n=r["combos_planned"]) + (
-            str(t["no_loop"]) if r.get("loop") is None else f"{t['sep']}{verdict}"
+        verdict = t["partial"].format(m=r["combos_measured"], n=r["combos_planned"]) + (
+            t["no_loop"] if r.get("loop") is None else f"{t['sep']}{verdict}"
         )
     ratio = r.get("loop_over_grid_best")
-    best = _gp(r.get("grid_best"), t)
+    best = _gp(r.get("grid_best"))
     if r.get("grid_best_label"):
-        best += str(t["label"]).format(x=r["grid_best_label"])
+        best += t["label"].format(x=r["grid_best_label"])
     starts = "—"
     if r.get("restarts_grid") is not None:
         starts = f"{r.get('restarts_loop') if r.get('restarts_loop') is not None else '—'} : "
@@ -563,13 +492,13 @@ def _ct_row(r: Mapping[str, Any], lang: str) -> list[str]:
     return [
         case,
         wl,
-        _gp(r.get("defaults"), t),
-        _gp(r.get("loop"), t),
+        _gp(r.get("defaults")),
+        _gp(r.get("loop")),
         best,
         "—" if ratio is None else f"{float(ratio):.2f}",
         starts,
         verdict,
-        t["outcome"].get(r.get("outcome"), "—") if r.get("outcome") else "—",
+        _pick(_CT_OUTCOME, r.get("outcome"), lang),
     ]
 
 
@@ -577,14 +506,14 @@ def constraint_table(rows: list[Mapping[str, Any]], lang: str = "en") -> str:
     """The loop against vLLM's grid, one row per constraint (``lab.grid.CaseRow``
     dicts), then each row's note, in `lang`."""
     lang = _lang(lang)
-    head = _CT_HEAD[lang]
+    head = [h[LANGS.index(lang)] for h in _CT_HEAD]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += [
         "| " + " | ".join(c.replace("|", "\\|") for c in _ct_row(r, lang)) + " |" for r in rows
     ]
     notes = [
-        str(_CT[lang]["note"]).format(
-            case=_CASE.get(str(r["case"]), {}).get(lang, r["case"]), note=r["note"][lang]
+        _pick(_CT, "note", lang).format(
+            case=_pick(_CASE, r["case"], lang, str(r["case"])), note=r["note"][lang]
         )
         for r in rows
         if (r.get("note") or {}).get(lang)

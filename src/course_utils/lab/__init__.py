@@ -1,5 +1,4 @@
-"""What runs processes: ``vllm serve`` (server), ``vllm bench serve`` (bench), one measured
-window (measure), the sweep and the loop (sweep, tune), the knee scan (knee), lab 01's
-``LLM`` points (offline), replay of recorded runs, plots, the side-by-side with vLLM's own
-sweep, the dummy model folder and preflight. Imports ``core``, never ``quiz``.
+"""What runs processes: `vllm serve` (server), `vllm bench serve` (bench), measured windows,
+sweep, tune, knee, lab 01 (offline), replay, plots, the grid comparison, the model folder,
+preflight and the verbs of ``python -m course_utils`` (cli). Imports ``core``, never ``quiz``.
 """

@@ -1,20 +1,10 @@
 """Run `vllm bench serve` (0.26.0) against a running server and read its result JSON.
 
-Every flag emitted by `bench_args` exists in vLLM 0.26.0: vllm/benchmarks/serve.py
-`add_cli_args` and vllm/benchmarks/datasets/datasets.py `add_dataset_parser` /
-`add_random_dataset_base_args` (tests/test_bench.py checks them against that source).
-
-Notes from the 0.26.0 source:
-- with `--dataset-name random` and an OpenAI-compatible backend (`vllm` is one), bench
-  serve forces `ignore_eos=True` itself (serve.py main_async); `--ignore-eos` is still
-  passed when asked so the command line says what happens.
-- `--random-prefix-len P` prepends ONE shared random prefix of P tokens to every prompt;
-  total prompt = P + `--random-input-len` (datasets.py RandomDataset). `Workload.input_len`
-  is the total prompt length, so `--random-input-len` gets `input_len - prefix_len`.
-- a ``TraceWorkload`` (core.workload) is replayed with `--dataset-name timed_trace`: its
-  slice is written next to the result JSON (``<result stem>.trace.jsonl``).
-- per-request lists (`ttfts`, `itls`, `output_lens`, `start_times`, ...) are kept in the
-  JSON only with `--save-detailed`.
+Every flag ``bench_args`` emits exists in vLLM 0.26.0 (tests/lab/test_bench.py checks them
+against its source). ``--random-prefix-len P`` prepends ONE shared prefix of P tokens, so
+``--random-input-len`` gets ``input_len - prefix_len`` (``input_len`` is the whole prompt).
+A ``TraceWorkload`` is replayed with ``--dataset-name timed_trace`` from its slice written
+next to the result JSON. Per-request lists are kept only with ``--save-detailed``.
 """
 
 from __future__ import annotations
@@ -32,12 +22,7 @@ from course_utils.core.workload import TraceWorkload
 from course_utils.lab.proc import run_logged
 from course_utils.lab.workload import slice_path, write_slice
 
-__all__ = [
-    "BenchError",
-    "Workload",
-    "bench_args",
-    "run_bench",
-]
+__all__ = ["BenchError", "Workload", "bench_args", "run_bench"]
 
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
 METRIC_PERCENTILES = "50,90,99"
@@ -50,20 +35,6 @@ class BenchError(RuntimeError):
         super().__init__(reason)
         self.reason = reason
         self.log_path = log_path
-
-
-def _rate_arg(rate: float) -> str:
-    return "inf" if math.isinf(rate) else f"{rate:g}"
-
-
-def _goodput_args(slo: Any) -> list[str]:
-    """`--goodput ttft:300 tpot:50` from slo.goodput_args() (empty when nothing applies)."""
-    if slo is None:
-        return []
-    pairs = [str(a) for a in slo.goodput_args()]
-    if pairs and pairs[0] == "--goodput":
-        pairs = pairs[1:]
-    return ["--goodput", *pairs] if pairs else []
 
 
 def bench_args(
@@ -83,39 +54,18 @@ def bench_args(
 ) -> list[str]:
     """argv for `vllm bench serve` with vLLM 0.26.0's own flags (a list, never a string)."""
     w = workload
-    argv = [
-        *[str(c) for c in vllm_cmd],
-        "bench",
-        "serve",
-        "--backend",
-        "vllm",
-        "--base-url",
-        base_url.rstrip("/"),
-        "--endpoint",
-        "/v1/completions",
-        "--model",
-        model,
-    ]
+    argv = [*(str(c) for c in vllm_cmd), "bench", "serve", "--backend", "vllm"]
+    argv += ["--base-url", base_url.rstrip("/"), "--endpoint", "/v1/completions", "--model", model]
     if isinstance(w, TraceWorkload):  # self-timed: the trace's arrivals, scaled
         argv += w.dataset_args(slice_path(result_dir, result_filename))
         argv += ["--num-prompts", str(w.num_prompts)]
     else:
-        argv += [
-            "--dataset-name",
-            "random",
-            "--random-input-len",
-            str(w.input_len - w.prefix_len),
-            "--random-output-len",
-            str(w.output_len),
-        ]
+        argv += ["--dataset-name", "random", "--random-input-len", str(w.input_len - w.prefix_len)]
+        argv += ["--random-output-len", str(w.output_len)]
         if w.prefix_len:
             argv += ["--random-prefix-len", str(w.prefix_len)]
-        argv += [
-            "--num-prompts",
-            str(w.num_prompts),
-            "--request-rate",
-            _rate_arg(w.request_rate),
-        ]
+        rate = "inf" if math.isinf(w.request_rate) else f"{w.request_rate:g}"
+        argv += ["--num-prompts", str(w.num_prompts), "--request-rate", rate]
     if w.max_concurrency is not None:
         argv += ["--max-concurrency", str(w.max_concurrency)]
     pcts = METRIC_PERCENTILES
@@ -123,30 +73,16 @@ def bench_args(
     if p_slo is not None and float(p_slo) not in (50.0, 90.0, 99.0):
         word = str(int(p_slo)) if float(p_slo).is_integer() else str(p_slo)
         pcts = ",".join(sorted({*pcts.split(","), word}, key=float))
-    argv += [
-        "--percentile-metrics",
-        PERCENTILE_METRICS,
-        "--metric-percentiles",
-        pcts,
-        *_goodput_args(slo),
-        "--save-result",
-        "--result-dir",
-        str(result_dir),
-        "--result-filename",
-        result_filename,
-        "--seed",
-        str(w.seed),
-    ]
-    if save_detailed:
-        argv.append("--save-detailed")
-    if w.ignore_eos:
-        argv.append("--ignore-eos")
-    if tokenizer:
-        argv += ["--tokenizer", tokenizer]
-    if num_warmups:
-        argv += ["--num-warmups", str(num_warmups)]
-    if disable_tqdm:
-        argv.append("--disable-tqdm")
+    argv += ["--percentile-metrics", PERCENTILE_METRICS, "--metric-percentiles", pcts]
+    goodput = [str(x) for x in slo.goodput_args()] if slo is not None else []
+    argv += ["--goodput", *goodput] if goodput else []
+    argv += ["--save-result", "--result-dir", str(result_dir)]
+    argv += ["--result-filename", result_filename, "--seed", str(w.seed)]
+    flags = {"--save-detailed": save_detailed, "--ignore-eos": w.ignore_eos}
+    argv += [f for f, on in flags.items() if on]
+    argv += ["--tokenizer", tokenizer] if tokenizer else []
+    argv += ["--num-warmups", str(num_warmups)] if num_warmups else []
+    argv += ["--disable-tqdm"] if disable_tqdm else []
     return argv + [str(a) for a in extra_args]
 
 
@@ -166,8 +102,7 @@ def run_bench(
     env: Mapping[str, str] | None = None,
     extra_args: Sequence[str] = (),
 ) -> Any:
-    """Run `vllm bench serve` (a subprocess, its output in ``log_path``); return
-    slo.BenchResult of its JSON."""
+    """Run `vllm bench serve` (its output in ``log_path``); return the BenchResult of its JSON."""
     result_dir = Path(result_dir)
     result_dir.mkdir(parents=True, exist_ok=True)
     out = result_dir / result_filename

@@ -201,7 +201,7 @@ def _tokenizer_file(folder: Path) -> str | None:
 
 
 _FETCH_FIX = ("download the model to a folder and pass the folder", "先把模型下载到目录里再传目录")
-_MODELFOLDER = "python -m course_utils.lab.modelfolder"
+_MODELFOLDER = "python -m course_utils modelfolder"
 
 
 def _check_hub(model: str) -> Check:

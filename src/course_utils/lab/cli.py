@@ -1,4 +1,4 @@
-"""``python -m course_utils sweep|tune|preflight``: the lab harness from a terminal."""
+"""``python -m course_utils sweep|tune|knee|preflight``: the lab harness from a terminal."""
 
 from __future__ import annotations
 
@@ -15,88 +15,73 @@ from course_utils.core.knobs import KnobError
 from course_utils.core.knobs import get as get_knob
 from course_utils.core.records import Workload
 from course_utils.core.validate import BadInput, parse_assign, parse_values, process_kwargs
+from course_utils.lab.measure import MeasureConfig
 from course_utils.lab.preflight import MIN_FREE_DISK_GIB, preflight, requested_gmu
+from course_utils.lab.server import gpu_gib
 
 __all__ = ["add_cli", "process_kwargs", "workload_from_args"]
 
 
 GPU_HELP = "the GPU the run is for (a name from core.capacity; the preset's size); 4090 = rtx4090"
-
-
 gpu_name = v.gpu  # --gpu / --rehearse-gpu: core.validate.gpu_key
+
+
+# the run flags of sweep, tune and knee that take a value: (flag, type, default, help)
+_RUN_FLAGS: tuple[tuple[str, Any, Any, str | None], ...] = (
+    ("--gpu", gpu_name, None, GPU_HELP),
+    ("--slo", str, None, 'e.g. "ttft:300 tpot:50" (ms, p99)'),
+    ("--rate", v.rate, None, "offered request rate (req/s)"),
+    ("--input-len", v.positive_int, None, "512"),
+    ("--output-len", v.positive_int, None, "128"),
+    ("--num-prompts", v.positive_int, None, "200"),
+    ("--prefix-len", v.non_negative_int, None, "0"),
+    ("--max-concurrency", v.positive_int, None, None),
+    ("--seed", v.non_negative_int, 0, "the sampling seed of window 0's prompts"),
+    ("--load-format", str, None, "e.g. dummy (random weights)"),
+    ("--tokenizer", str, None, None),
+    ("--gpu-memory-gib", v.positive_float, None, None),
+    ("--rehearse-gpu", gpu_name, None, "run at that GPU's memory budget and batch defaults"),
+    ("--startup-timeout", v.positive_float, 900.0, None),
+    ("--bench-timeout", v.positive_float, 1800.0, None),
+    ("--vllm-cmd", str, "vllm", "the vllm executable (split like a shell)"),
+    ("--port", v.port, None, "the servers' port (none: a free one)"),
+    ("--patience", v.positive_int, 2, None),
+    ("--repeats", v.non_negative_int, MeasureConfig.repeats, "extra windows: the spread"),
+    ("--remeasure", v.non_negative_int, MeasureConfig.remeasure, "re-measures of invalid ones"),
+    ("--warmup-share", v.share, None, "warm-up prompts as a share of --num-prompts"),
+)
 
 
 def _common_cli(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model path or HF id for `vllm serve`")
+    p.add_argument("--out", required=True, help="output folder (points.jsonl, tune.jsonl)")
     p.add_argument(
         "--preset",
-        help="a named workload (core.presets: prefill, decode, kv, knee, prefix): its workload, "
-        "SLO, base knobs (and tune's candidates) unless given here",
+        help="a named workload (core.presets): its workload, SLO, base knobs (and tune's "
+        "candidates) unless given here",
     )
-    p.add_argument("--gpu", "--gpu-size", dest="gpu", type=gpu_name, default=None, help=GPU_HELP)
-    p.add_argument("--slo", default=None, help='e.g. "ttft:300 tpot:50" (ms, p99)')
-    p.add_argument("--rate", type=v.rate, default=None, help="offered request rate (req/s)")
-    p.add_argument("--out", required=True, help="output folder (points.jsonl, tune.jsonl)")
+    for flag, typ, default, what in _RUN_FLAGS:
+        p.add_argument(flag, type=typ, default=default, help=what)
     p.add_argument("--base", action="append", metavar="KNOB=VALUE", help="fixed knob values")
     p.add_argument(
         "--workload",
-        default=None,
         metavar="TRACE.jsonl",
         help="replay a trace (python -m course_utils workload): --num-prompts of its "
         "requests, its time scaled so its mean rate is --rate (default: as recorded); "
         "its lengths and shared prefixes replace --input-len, --output-len, --prefix-len",
     )
-    p.add_argument("--input-len", type=v.positive_int, default=None, help="512")
-    p.add_argument("--output-len", type=v.positive_int, default=None, help="128")
-    p.add_argument("--num-prompts", type=v.positive_int, default=None, help="200")
-    p.add_argument("--prefix-len", type=v.non_negative_int, default=None, help="0")
-    p.add_argument("--max-concurrency", type=v.positive_int, default=None)
-    p.add_argument("--seed", type=v.non_negative_int, default=0)
     p.add_argument("--ignore-eos", action="store_true")
-    p.add_argument("--load-format", default=None, help="e.g. dummy (random weights)")
-    p.add_argument("--tokenizer", default=None)
-    p.add_argument("--gpu-memory-gib", type=v.positive_float, default=None)
-    p.add_argument(
-        "--rehearse-gpu",
-        type=gpu_name,
-        default=None,
-        help="run at that GPU's memory budget and batch defaults (memory, not speed)",
-    )
-    p.add_argument("--startup-timeout", type=v.positive_float, default=900.0)
-    p.add_argument("--bench-timeout", type=v.positive_float, default=1800.0)
-    p.add_argument("--vllm-cmd", default="vllm", help="the vllm executable (split like a shell)")
-    p.add_argument("--port", type=v.port, default=None, help="the servers' port (none: a free one)")
     p.add_argument(
         "--resume",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="--no-resume refuses a folder with finished points (nothing recorded is overwritten)",
     )
-    p.add_argument("--patience", type=v.positive_int, default=2)
     p.add_argument(
         "--objective",
         choices=OBJECTIVES,
         default="request_goodput",
         help="request_goodput: vLLM's per-request goodput; gate: the p99 gate",
-    )
-    p.add_argument(
-        "--repeats",
-        type=v.non_negative_int,
-        default=1,
-        help="extra windows per point with fresh prompts (the run-to-run spread)",
-    )
-    p.add_argument(
-        "--remeasure",
-        type=v.non_negative_int,
-        default=1,
-        help="re-measure an invalid window (JIT compile, replay, ...) at most N times",
-    )
-    p.add_argument(
-        "--warmup-share",
-        type=v.share,
-        default=None,
-        help="warm-up prompts at the load's rate, as a share of --num-prompts "
-        "(default: the preset's, else 0.5)",
     )
     p.add_argument("--no-progress", action="store_true")
 
@@ -125,13 +110,8 @@ def _rehearse(
     return base, sweeps
 
 
-_DEFAULTS = {
-    "input_len": 512,
-    "output_len": 128,
-    "num_prompts": 200,
-    "prefix_len": 0,
-    "rate": math.inf,
-}
+# the load's flags: not given, they come from --preset, else from Workload's defaults
+_LOAD = ("input_len", "output_len", "num_prompts", "prefix_len", "rate")
 
 
 def _apply_preset(a: argparse.Namespace, *, tune: bool) -> None:
@@ -143,16 +123,9 @@ def _apply_preset(a: argparse.Namespace, *, tune: bool) -> None:
             pre = presets.get(a.preset, a.gpu or "rtx4090")
         except KeyError as exc:
             raise BadInput(f"--preset: {exc.args[0]}", "pick a preset and --gpu it has") from None
-        given = {
-            "input_len": pre.input_len,
-            "output_len": pre.output_len,
-            "num_prompts": pre.num_prompts,
-            "prefix_len": pre.prefix_len,
-            "rate": float(pre.rate),
-        }
-        for k, val in given.items():
+        for k in _LOAD:
             if getattr(a, k) is None:
-                setattr(a, k, val)
+                setattr(a, k, float(pre.rate) if k == "rate" else getattr(pre, k))
         a.slo = a.slo or pre.slo
         if pre.rehearse and not getattr(a, "rehearse_gpu", None):
             a.rehearse_gpu = pre.rehearse
@@ -164,12 +137,10 @@ def _apply_preset(a: argparse.Namespace, *, tune: bool) -> None:
             a.candidate = [
                 f"{k}={','.join(str(x) for x in vs)}" for k, vs in pre.candidates.items()
             ]
-    for k, val in _DEFAULTS.items():
+    for k in _LOAD:
         if getattr(a, k) is None:
-            setattr(a, k, val)
+            setattr(a, k, getattr(Workload(), "request_rate" if k == "rate" else k))
     if hasattr(a, "warmup_share") and a.warmup_share is None:
-        from course_utils.lab.measure import MeasureConfig
-
         a.warmup_share = MeasureConfig.warmup_share
     if not a.slo:
         raise BadInput("no SLO given", 'give --slo "ttft:300 tpot:50" (or --preset NAME)')
@@ -199,22 +170,16 @@ def _kwargs_from(a: argparse.Namespace) -> dict[str, Any]:
     workload = workload_from_args(a)
     server_kwargs, bench_kwargs = process_kwargs(a)
     slo = SLO.parse(a.slo, rate=None if math.isinf(a.rate) else a.rate)
-    return dict(
+    same = ("resume", "patience", "gpu_memory_gib", "objective", "repeats", "remeasure")
+    return {k: getattr(a, k) for k in (*same, "warmup_share")} | dict(
         workload=workload,
         slo=slo,
         out_dir=a.out,
         # the rehearsed knobs when --rehearse-gpu set them, else --base as given
         base_knobs=getattr(a, "base_knobs", None) or _base(a),
-        resume=a.resume,
-        patience=a.patience,
         server_kwargs=server_kwargs,
         bench_kwargs=bench_kwargs,
-        gpu_memory_gib=a.gpu_memory_gib,
         progress=not a.no_progress,
-        objective=a.objective,
-        repeats=a.repeats,
-        remeasure=a.remeasure,
-        warmup_share=a.warmup_share,
     )
 
 
@@ -231,11 +196,7 @@ def _check_args(a: argparse.Namespace, base: dict[str, Any], cand: dict[str, lis
         raise BadInput(f"--slo {a.slo!r}: {exc}", 'write e.g. --slo "ttft:300 tpot:50"') from None
     workload_from_args(a)
     process_kwargs(a)
-    gib = a.gpu_memory_gib or (GPUS[a.gpu].memory_gib if a.gpu else None)
-    if gib is None:  # as sweep() reads it: this host's GPU, else a 24 GiB one
-        from course_utils.lab.server import gpu_memory_gib
-
-        gib = gpu_memory_gib() or 24.0
+    gib = gpu_gib(a.gpu_memory_gib or (GPUS[a.gpu].memory_gib if a.gpu else None))
     v.check_knobs(base, "--base", entry="serve")
     flag = "--values" if a.cmd == "sweep" else "--candidate"
     couple = a.couple if a.cmd == "sweep" else not getattr(a, "no_couple", False)
@@ -249,19 +210,24 @@ def _check_args(a: argparse.Namespace, base: dict[str, Any], cand: dict[str, lis
     check_run_folder(a.out, resume=a.resume)
 
 
-def _preflight_first(
-    a: argparse.Namespace, *, base_knobs: dict[str, Any], candidates: dict[str, Any]
-) -> None:
-    """Before the first server: warnings to stderr; a failed check raises PreflightError."""
-    report = preflight(
+def _preflight(a: argparse.Namespace, **kw: Any) -> Any:
+    return preflight(
         a.model,
-        entry="serve",
         output_dir=a.out,
         port=a.port,
         load_format=a.load_format,
         tokenizer=a.tokenizer,
-        gpu_memory_utilization=requested_gmu(base_knobs, candidates),
         vllm_cmd=a.vllm_cmd,
+        **kw,
+    )
+
+
+def _preflight_first(
+    a: argparse.Namespace, *, base_knobs: dict[str, Any], candidates: dict[str, Any]
+) -> None:
+    """Before the first server: warnings to stderr; a failed check raises PreflightError."""
+    report = _preflight(
+        a, entry="serve", gpu_memory_utilization=requested_gmu(base_knobs, candidates)
     )
     for c in report.warnings():
         print(f"warning: {c.line('en')}", file=sys.stderr)
@@ -269,16 +235,11 @@ def _preflight_first(
 
 
 def _cmd_preflight(a: argparse.Namespace) -> int:
-    report = preflight(
-        a.model,
+    report = _preflight(
+        a,
         entry=a.entry,
-        output_dir=a.out,
-        port=a.port,
         host=a.host,
-        load_format=a.load_format,
-        tokenizer=a.tokenizer,
         gpu_memory_utilization=a.gpu_memory_utilization,
-        vllm_cmd=a.vllm_cmd,
         min_free_disk_gib=a.min_disk_gib,
     )
     print(report.table(a.lang), flush=True)
@@ -286,21 +247,20 @@ def _cmd_preflight(a: argparse.Namespace) -> int:
     return 0
 
 
-def _sweep_values(a: argparse.Namespace) -> dict[str, list[Any]]:
+def _knob_name(name: str, flag: str) -> str:
     try:
-        name = get_knob(a.knob).name
+        return get_knob(name).name
     except KnobError as exc:
         raise BadInput(
-            f"--knob: {exc}", "name a knob from `python -m course_utils knobs`"
+            f"{flag}: {exc}", "name a knob from `python -m course_utils knobs`"
         ) from None
-    return {name: parse_values(a.values, "--values")}
 
 
 def _cmd_sweep(a: argparse.Namespace) -> int:
     from course_utils.lab.sweep import sweep
 
     _apply_preset(a, tune=False)
-    base, sweeps = _base(a), _sweep_values(a)
+    base, sweeps = _base(a), {_knob_name(a.knob, "--knob"): parse_values(a.values, "--values")}
     _check_args(a, base, sweeps)
     base, sweeps = _rehearse(a, base, sweeps)
     a.base_knobs = base
@@ -314,22 +274,12 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
         couple=a.couple,
         **kw,
     )
-    for r in recs:
-        s = r.get("score") or {}
-        print(
-            json.dumps(
-                {
-                    "value": r["value"],
-                    "status": r["status"],
-                    "reason": r.get("reason"),
-                    "gate_goodput": s.get("gate_goodput"),
-                    "request_goodput": s.get("request_goodput"),
-                    "meets_slo": s.get("meets_slo"),
-                    "valid": r.get("valid"),
-                    "constraint": (r.get("diagnosis") or {}).get("constraint"),
-                }
-            )
-        )
+    for r in recs:  # one JSON line a point
+        sc = r.get("score") or {}
+        row = {k: r.get(k) for k in ("value", "status", "reason")}
+        row |= {k: sc.get(k) for k in ("gate_goodput", "request_goodput", "meets_slo")}
+        row |= {"valid": r.get("valid"), "constraint": (r.get("diagnosis") or {}).get("constraint")}
+        print(json.dumps(row))
     return 0
 
 
@@ -337,15 +287,7 @@ def _candidates(a: argparse.Namespace) -> dict[str, list[Any]]:
     cand = parse_assign(a.candidate, True, "--candidate")
     if not cand:
         raise BadInput("no --candidate given", "give --candidate KNOB=V1,V2 (or --preset NAME)")
-    out: dict[str, list[Any]] = {}
-    for k, vals in cand.items():
-        try:
-            out[get_knob(k).name] = vals
-        except KnobError as exc:
-            raise BadInput(
-                f"--candidate: {exc}", "name a knob from `python -m course_utils knobs`"
-            ) from None
-    return out
+    return {_knob_name(k, "--candidate"): vals for k, vals in cand.items()}
 
 
 def _cmd_tune(a: argparse.Namespace) -> int:
@@ -372,7 +314,7 @@ def _cmd_tune(a: argparse.Namespace) -> int:
 
 
 def add_cli(subparsers: Any) -> None:
-    """Register `sweep`, `tune` and `preflight` (each sets `func(args) -> int`)."""
+    """Register `sweep`, `tune`, `preflight` and `knee` (each sets `func(args) -> int`)."""
     p = subparsers.add_parser("sweep", help="sweep one vLLM knob against an SLO")
     _common_cli(p)
     p.add_argument("--knob", required=True, help="e.g. max_num_seqs")
@@ -387,12 +329,7 @@ def add_cli(subparsers: Any) -> None:
 
     t = subparsers.add_parser("tune", help="the SLO-driven closed loop: diagnose, sweep, keep")
     _common_cli(t)
-    t.add_argument(
-        "--candidate",
-        action="append",
-        metavar="KNOB=V1,V2,...",
-        help="values to try for a knob (repeat per knob)",
-    )
+    t.add_argument("--candidate", action="append", metavar="KNOB=V1,V2", help="repeat per knob")
     t.add_argument(
         "--plateau", type=v.non_negative_float, default=0.02, help="min relative goodput gain"
     )
@@ -403,12 +340,7 @@ def add_cli(subparsers: Any) -> None:
 
     f = subparsers.add_parser("preflight", help="check what a GPU run needs before it starts")
     f.add_argument("--model", required=True, help="model folder or hub id")
-    f.add_argument(
-        "--entry",
-        choices=("serve", "llm"),
-        default="serve",
-        help="serve: vllm serve subprocesses (lab 02, sweep, tune); llm: LLM(...) (lab 01)",
-    )
+    f.add_argument("--entry", choices=("serve", "llm"), default="serve", help="llm: lab 01's LLM")
     f.add_argument("--out", default=None, help="output folder (writable, disk space)")
     f.add_argument("--port", type=v.port, default=None, help="the server's port (none: a free one)")
     f.add_argument("--host", default="127.0.0.1")
@@ -424,7 +356,13 @@ def add_cli(subparsers: Any) -> None:
     f.add_argument("--min-disk-gib", type=v.non_negative_float, default=MIN_FREE_DISK_GIB)
     f.add_argument("--lang", choices=("en", "zh"), default="en")
     f.set_defaults(func=_cmd_preflight)
-    add_knee_cli(subparsers)
+
+    k = subparsers.add_parser("knee", help="offered-rate scan on one server: where the SLO breaks")
+    _common_cli(k)
+    k.add_argument("--rates", required=True, help="offered req/s, comma-separated, e.g. 2,4,6,8")
+    k.add_argument("--batch1-prompts", type=v.non_negative_int, default=0, help="one at a time")
+    k.add_argument("--bracket-repeats", type=v.non_negative_int, default=1, help="at the knee")
+    k.set_defaults(func=_cmd_knee, cmd="knee")
 
 
 def _cmd_knee(a: argparse.Namespace) -> int:
@@ -440,36 +378,14 @@ def _cmd_knee(a: argparse.Namespace) -> int:
     _check_args(a, base, {})
     _preflight_first(a, base_knobs=base, candidates={})
     kw = _kwargs_from(a)
+    common = ("workload", "slo", "out_dir", "base_knobs", "gpu_memory_gib")
     recs = knee_scan(
         a.model,
         [float(r) for r in rates],
-        workload=kw["workload"],
-        slo=kw["slo"],
-        out_dir=a.out,
-        base_knobs=kw["base_knobs"],
-        server_kwargs=kw["server_kwargs"],
-        bench_kwargs=kw["bench_kwargs"],
-        gpu_memory_gib=a.gpu_memory_gib,
+        **{k: kw[k] for k in (*common, "server_kwargs", "bench_kwargs")},
         batch1_prompts=a.batch1_prompts,
         bracket_repeats=a.bracket_repeats,
         progress=None if a.no_progress else (lambda m: print(m, file=sys.stderr)),
     )
     print(json.dumps(pick_knee(recs), indent=2, default=str))
     return 0
-
-
-def add_knee_cli(subparsers: Any) -> None:
-    """Register `knee`: the offered-rate scan on one server (lab 02 step 0)."""
-    k = subparsers.add_parser("knee", help="offered-rate scan on one server: where the SLO breaks")
-    _common_cli(k)
-    k.add_argument("--rates", required=True, help="offered req/s, comma-separated, e.g. 2,4,6,8")
-    k.add_argument(
-        "--batch1-prompts", type=v.non_negative_int, default=0, help="one-at-a-time requests"
-    )
-    k.add_argument(
-        "--bracket-repeats",
-        type=v.non_negative_int,
-        default=1,
-        help="more windows at the two rates around the knee",
-    )
-    k.set_defaults(func=_cmd_knee, cmd="knee")

@@ -1,19 +1,12 @@
 """``measure()``: the one place a load is measured on a running `vllm serve`.
 
-1. **Warm-up that covers the load**: `vllm bench serve` with the load's shape and rate (a
-   share of its prompts, its own seed), /metrics sampled, so the engine runs the batch
-   sizes the load will run before anything is measured. (A fixed handful of requests did
-   not: vLLM's JIT monitor then logged a Triton compile inside the measured window.)
-2. **Windows**: `vllm bench serve` with the workload (window 0 uses the workload's seed, so
-   every point of a sweep sends the same prompts), /metrics sampled while it runs, both
-   goodputs scored, the binding constraint diagnosed.
-3. **The validity gate** on every window: failed requests, achieved vs offered rate, output
-   length, prefix-cache hits from replayed prompts, a vLLM JIT compile logged inside the
-   window (the server log's bytes written during it), and a warm-up whose engine peak
-   fell short of the window's. An invalid window is re-measured on the same, now warm,
-   server with fresh prompts (``remeasure`` times); both windows are recorded.
-4. **Repeats** (``repeats``): more valid windows with fresh prompts, for the run-to-run
-   spread that a keep decision must beat.
+1. Warm-up at the load's shape and rate (a share of its prompts, its own seed), so the
+   engine runs the load's batch sizes before anything is measured.
+2. Windows: `vllm bench serve` with the workload (window 0: the workload's seed), /metrics
+   sampled, both goodputs scored, the binding constraint diagnosed.
+3. The validity gate on every window (core.validity, plus a JIT compile logged inside the
+   window); an invalid window is re-measured with fresh prompts (``remeasure`` times).
+4. ``repeats`` more valid windows with fresh prompts: the run-to-run spread.
 """
 
 from __future__ import annotations
@@ -36,7 +29,7 @@ from course_utils.core.records import (
     Workload,
     bench_summary,
 )
-from course_utils.core.slo import SLO, score
+from course_utils.core.slo import SLO, Score, score
 from course_utils.core.validity import (
     jit_issue,
     prefix_cache_hit_rate,
@@ -51,10 +44,11 @@ from course_utils.lab.server import VllmServer
 
 __all__ = [
     "MeasureConfig",
-    "WARMUP_SEED_OFFSET",
     "WINDOW_SEED_STRIDE",
+    "diag_dict",
     "jit_in_log_span",
     "measure",
+    "window_scores",
 ]
 
 # prompts of the warm-up and of window i come from seeds no other window uses
@@ -80,10 +74,6 @@ class MeasureConfig:
             raise ValueError("warmup_share must be in [0, 1]")
         if self.repeats < 0 or self.remeasure < 0:
             raise ValueError("repeats and remeasure must be >= 0")
-
-    def bench(self) -> dict[str, Any]:
-        """The keyword arguments of each lab.bench.run_bench call."""
-        return dict(self.bench_kwargs)
 
     def warmup_workload(self, w: Workload) -> Workload | None:
         if self.warmup_share <= 0:
@@ -119,84 +109,66 @@ def jit_in_log_span(log_path: Path, start: int, end: int) -> list[dict[str, Any]
     ]
 
 
-def _warm_up(
-    server: VllmServer, model: str, workload: Workload, paths: PointPaths, cfg: MeasureConfig
-) -> Warmup | None:
-    w = cfg.warmup_workload(workload)
+@dataclass
+class _Point:
+    """One point being measured on a running server."""
+
+    server: VllmServer
+    model: str
+    workload: Workload
+    slo: SLO | None
+    paths: PointPaths
+    cfg: MeasureConfig
+    limits: tuple[int, int | None]  # max_num_seqs, max_num_batched_tokens in effect
+
+    def bench(self, w: Workload, slo: SLO | None, result: Path, log: Path) -> Any:
+        """`vllm bench serve` with /metrics sampled; returns (sampler, result or BenchError)."""
+        sampler = MetricsSampler(self.server.metrics_url, interval_s=self.cfg.metrics_interval_s)
+        try:
+            with sampler:
+                url, kw = self.server.base_url, dict(self.cfg.bench_kwargs)
+                res = run_bench(
+                    url, self.model, w, slo, result.parent, result.name, log_path=log, **kw
+                )
+        except BenchError as exc:
+            return sampler, exc
+        return sampler, res
+
+
+def _warm_up(p: _Point) -> Warmup | None:
+    w = p.cfg.warmup_workload(p.workload)
     if w is None:
         return None
-    t0, off0 = time.monotonic(), _log_size(server)
-    sampler = MetricsSampler(server.metrics_url, interval_s=cfg.metrics_interval_s)
-    try:
-        with sampler:
-            res = run_bench(
-                server.base_url,
-                model,
-                w,
-                None,
-                paths.dir,
-                paths.warmup_json.name,
-                log_path=paths.warmup_log,
-                **cfg.bench(),
-            )
-    except BenchError as exc:
-        return Warmup(
-            seed=w.seed,
-            num_prompts=w.num_prompts,
-            status="failed",
-            reason=exc.reason,
-            elapsed_s=round(time.monotonic() - t0, 2),
-        )
-    return Warmup(
-        seed=w.seed,
-        num_prompts=w.num_prompts,
-        status="ok",
-        running_max=summarize(sampler.samples).running_max if sampler.samples else None,
-        max_concurrent_requests=res.raw.get("max_concurrent_requests"),
-        jit=jit_in_log_span(server.log_path, off0, _log_size(server)),
-        elapsed_s=round(time.monotonic() - t0, 2),
-        load_s=res.raw.get("duration"),
-    )
+    t0, off0 = time.monotonic(), _log_size(p.server)
+    sampler, res = p.bench(w, None, p.paths.warmup_json, p.paths.warmup_log)
+    warm = Warmup(seed=w.seed, num_prompts=w.num_prompts, status="ok")
+    if isinstance(res, BenchError):
+        warm.status, warm.reason = "failed", res.reason
+    else:
+        warm.running_max = summarize(sampler.samples).running_max if sampler.samples else None
+        warm.max_concurrent_requests = res.raw.get("max_concurrent_requests")
+        warm.jit = jit_in_log_span(p.server.log_path, off0, _log_size(p.server))
+        warm.load_s = res.raw.get("duration")
+    warm.elapsed_s = round(time.monotonic() - t0, 2)
+    return warm
 
 
-def _window(
-    server: VllmServer,
-    model: str,
-    workload: Workload,
-    slo: SLO | None,
-    paths: PointPaths,
-    cfg: MeasureConfig,
-    index: int,
-    purpose: str,
-    covered_running: float | None,
-    max_num_seqs: int,
-    max_num_batched_tokens: int | None,
-) -> Window:
+def _window(p: _Point, index: int, purpose: str, covered_running: float | None) -> Window:
     """One measured window on the running server (never raises for a failed bench)."""
-    w = replace(workload, seed=workload.seed + index * WINDOW_SEED_STRIDE)
+    server, slo = p.server, p.slo
+    w = replace(p.workload, seed=p.workload.seed + index * WINDOW_SEED_STRIDE)
     t0, started, off0 = time.monotonic(), time.time(), _log_size(server)
-    sampler = MetricsSampler(server.metrics_url, interval_s=cfg.metrics_interval_s)
     win = Window(index=index, purpose=purpose, seed=w.seed, status="failed", started_at=started)
-    try:
-        with sampler:
-            res = run_bench(
-                server.base_url,
-                model,
-                w,
-                slo,
-                paths.dir,
-                paths.bench_json(index).name,
-                log_path=paths.bench_log(index),
-                **cfg.bench(),
-            )
-    except BenchError as exc:
-        win.reason = f"bench failed: {exc.reason}"
-        if not server.alive():
-            win.reason = f"server died during the bench: {server.failure_reason()}"
-        return _close(win, server, sampler, paths, t0, off0)
-    _close(win, server, sampler, paths, t0, off0)
+    sampler, res = p.bench(w, slo, p.paths.bench_json(index), p.paths.bench_log(index))
+    sampler.save_jsonl(p.paths.metrics(index))
+    off1 = _log_size(server)
+    win.ended_at, win.elapsed_s = time.time(), round(time.monotonic() - t0, 2)
+    win.log_span, win.jit = [off0, off1], jit_in_log_span(server.log_path, off0, off1)
+    if isinstance(res, BenchError):
+        win.reason = f"bench failed: {res.reason}"
     if not server.alive():
         win.reason = f"server died during the bench: {server.failure_reason()}"
+    if win.reason:
         return win
     samples = sampler.samples
     load = summarize(samples)
@@ -205,54 +177,35 @@ def _window(
     if not samples:
         issues.append("no /metrics sample was taken during the bench")
     jit = jit_issue([j["kernel"] for j in win.jit])
-    if jit:
-        issues.append(jit)
     cover = warmup_issue(covered_running, load.running_max if samples else None)
-    if cover:
-        issues.append(cover)
+    issues += [x for x in (jit, cover) if x]
     if slo is not None:
-        sc = score(res, slo)
-        win.score = Scores(
-            gate_goodput=sc.gate_goodput,
-            request_goodput=sc.request_goodput,
-            request_throughput=sc.request_throughput,
-            meets_slo=sc.meets_slo,
-            violations=list(sc.violations),
-        )
-        mns, mnbt = max_num_seqs, max_num_batched_tokens
+        win.score = window_scores(score(res, slo))
+        mns, mnbt = p.limits
         diag = diagnose(samples, res, slo, max_num_seqs=mns, max_num_batched_tokens=mnbt)
         per = diagnose_engines(samples, res, slo, max_num_seqs=mns, max_num_batched_tokens=mnbt)
         if per:  # several engines (data parallel): each one's own view; the busiest decides
             series = engine_series(samples)
             win.engines = {
-                e: EngineWindow(summarize(series[e]).as_dict(), _diag_dict(d))
+                e: EngineWindow(summarize(series[e]).as_dict(), diag_dict(d))
                 for e, d in per.items()
             }
             diag = per[busiest_engine(per) or next(iter(per))]
-        win.diagnosis = _diag_dict(diag)
+        win.diagnosis = diag_dict(diag)
     win.status, win.valid, win.validity_issues = "ok", not issues, issues
     win.prefix_cache_hit_rate, win.bench, win.load = hit, bench_summary(res.raw), load.as_dict()
     return win
 
 
-def _diag_dict(d: Diagnosis) -> dict[str, Any]:
+def diag_dict(d: Diagnosis) -> dict[str, Any]:
+    """A diagnosis as a record stores it: its fields and its reason in both languages."""
     return {**d.as_dict(), "why_en": d.why("en"), "why_zh": d.why("zh")}
 
 
-def _close(
-    win: Window,
-    server: VllmServer,
-    sampler: MetricsSampler,
-    paths: PointPaths,
-    t0: float,
-    off0: int,
-) -> Window:
-    sampler.save_jsonl(paths.metrics(win.index))
-    off1 = _log_size(server)
-    win.ended_at, win.elapsed_s = time.time(), round(time.monotonic() - t0, 2)
-    win.log_span = [off0, off1]
-    win.jit = jit_in_log_span(server.log_path, off0, off1)
-    return win
+def window_scores(sc: Score) -> Scores:
+    """A window's stored scores from ``core.slo.score``."""
+    v = list(sc.violations)
+    return Scores(sc.gate_goodput, sc.request_goodput, sc.request_throughput, sc.meets_slo, v)
 
 
 def measure(
@@ -268,39 +221,26 @@ def measure(
     on_window: Any = None,
     first_index: int = 0,
 ) -> tuple[Warmup | None, list[Window]]:
-    """Warm up, then measure windows until ``1 + cfg.repeats`` are valid or the re-measure
-    budget (``cfg.remeasure`` invalid windows) is spent. Returns the warm-up and every
-    window, valid or not, in order. ``first_index``: the index (and seed offset) of the first
-    window, for more windows of a point measured before on this server. ``max_num_seqs`` and
-    ``max_num_batched_tokens``: the server's effective values, for the diagnosis."""
+    """Warm up, then measure windows until ``1 + cfg.repeats`` are valid or ``cfg.remeasure``
+    invalid ones are spent; returns the warm-up and every window in order. ``first_index``:
+    the first window's index (and seed offset). ``max_num_seqs``/``max_num_batched_tokens``:
+    the server's effective values, for the diagnosis."""
     cfg = cfg or MeasureConfig()
     paths.dir.mkdir(parents=True, exist_ok=True)
-    warm = _warm_up(server, model, workload, paths, cfg)
+    p = _Point(server, model, workload, slo, paths, cfg, (max_num_seqs, max_num_batched_tokens))
+    warm = _warm_up(p)
     covered = warm.running_max if warm is not None and warm.status == "ok" else None
     windows: list[Window] = []
     invalid = 0
     while sum(1 for w in windows if w.valid) < 1 + cfg.repeats:
         purpose = "measure" if not windows else "remeasure" if not windows[-1].valid else "repeat"
-        win = _window(
-            server,
-            model,
-            workload,
-            slo,
-            paths,
-            cfg,
-            first_index + len(windows),
-            purpose,
-            covered,
-            max_num_seqs,
-            max_num_batched_tokens,
-        )
+        win = _window(p, first_index + len(windows), purpose, covered)
         windows.append(win)
         if on_window is not None:
             on_window(win)
         if not win.ok or not server.alive():
             break
-        peak = win.load.get("running_max")
-        covered = warmed_peak(covered, peak)
+        covered = warmed_peak(covered, win.load.get("running_max"))
         if not win.valid:
             invalid += 1
             if invalid > cfg.remeasure:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import sysconfig
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -261,7 +260,7 @@ def make_dummy_model_folder(
         f'Weight-free model folder for vLLM `load_format="dummy"` ({name} config).\n'
         "The tokenizer is a byte-level BPE trained on local text, not the model's own:\n"
         "speed, memory and KV-cache size are real, generated text and accuracy are not.\n"
-        "Made by `python -m course_utils.lab.modelfolder`.\n"
+        "Made by `python -m course_utils modelfolder`.\n"
     )
     return out
 
@@ -375,15 +374,3 @@ def add_cli(subparsers: Any) -> None:
         help="stop reading the Python-source corpus after this many MB",
     )
     ap.set_defaults(func=_cmd)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m course_utils.lab.modelfolder``: the same as ``python -m course_utils
-    modelfolder``."""
-    from course_utils.__main__ import main as course_main
-
-    return course_main(["modelfolder", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -36,11 +36,8 @@ def run_logged(
     env: Mapping[str, str] | None = None,
     grace_s: float = 20.0,
 ) -> tuple[int | None, bool]:
-    """Run ``argv`` (a list, never a shell string), appending its output to ``log_path``.
-
-    Returns (return code or None, timed_out). On a timeout the group is stopped and
-    (None, True) returned; any other exception stops the group and propagates.
-    """
+    """Run ``argv`` (a list, never a shell string), its output appended to ``log_path``;
+    returns (return code, False) or (None, True) on a timeout. The group is always stopped."""
     full_env = None if env is None else {**os.environ, **env}
     with open(log_path, "ab") as log:
         log.write(f"$ {list(argv)}\n".encode())

@@ -1,10 +1,6 @@
-"""Rehearse another GPU here: its memory budget and batch defaults applied to a lab's knobs.
-
-``core.capacity.rehearse`` computes the scaled ``gpu_memory_utilization`` and the target's
-defaults; this module reads this GPU's CUDA total (the one vLLM multiplies, from one short
-``torch`` subprocess, so the lab's own process never holds a CUDA context) and applies the
-rehearsal to base knobs and swept values. Used by both labs (``rehearse_gpu``) and by
-``python -m course_utils sweep|tune --rehearse-gpu``.
+"""Rehearse another GPU here: its memory budget and batch defaults applied to a lab's knobs
+(``core.capacity.rehearse``), with this GPU's CUDA total read by one short ``torch``
+subprocess (the lab's own process never holds a CUDA context).
 """
 
 from __future__ import annotations
@@ -31,8 +27,7 @@ _SNIPPET = (
 
 
 def cuda_total(cache: Path | None = None, python: str | None = None) -> dict[str, Any]:
-    """The CUDA total (bytes) of the first visible GPU, as vLLM reads it
-    (torch.accelerator.get_memory_info), from one ``torch`` subprocess; kept in ``cache``."""
+    """The CUDA total (bytes) of the first visible GPU, as vLLM reads it; kept in ``cache``."""
     if cache is not None and cache.is_file():
         return dict(json.loads(cache.read_text()))
     exe = python or os.environ.get(TORCH_PYTHON_ENV) or sys.executable
@@ -67,8 +62,7 @@ def apply(
     cache: Path | None = None,
 ) -> tuple[capacity.Rehearsal, dict[str, Any], dict[str, list[Any]]]:
     """(the rehearsal, base knobs with the target's budget and defaults, swept values with
-    every gpu_memory_utilization scaled). Knobs set in ``base_knobs`` win over the target's
-    defaults; a utilisation there or in ``sweeps`` is read as the target's."""
+    every gpu_memory_utilization scaled); knobs set in ``base_knobs`` win."""
     here = here_total_gib or int(cuda_total(cache)["total"]) / capacity.GIB
     r = capacity.rehearse(target, here, entry=entry, util=base_knobs.get("gpu_memory_utilization"))
     base = {**r.knobs(), **{k: v for k, v in base_knobs.items() if k != "gpu_memory_utilization"}}
@@ -80,8 +74,7 @@ def apply(
 
 
 def as_run(r: capacity.Rehearsal) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """Knobs as the target would have them -> knobs for this GPU: the target's defaults
-    where unset, every gpu_memory_utilization scaled (lab 01: ``offline.sweep_llm``)."""
+    """Knobs as the target would have them -> knobs for this GPU (lab 01)."""
 
     def run(knobs: dict[str, Any]) -> dict[str, Any]:
         mine = {k: r.scale(v) if k == "gpu_memory_utilization" else v for k, v in knobs.items()}

@@ -488,14 +488,3 @@ def add_cli(subparsers: Any) -> None:
     r.add_argument("--plateau", type=non_negative_float, default=0.02)
     r.add_argument("--format", choices=("text", "json"), default="text")
     r.set_defaults(func=_cmd_replay)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m course_utils.lab.replay``: the same as ``python -m course_utils replay``."""
-    from course_utils.__main__ import main as course_main
-
-    return course_main(["replay", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

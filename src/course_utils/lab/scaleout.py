@@ -9,7 +9,7 @@ call: ``knee_scan`` (lab 02's ``measure()`` and validity gate) on ``RUN/scaleout
 ``knee/serve.log`` and ``scaleout.jsonl`` (one ``ScaleoutRun`` per call). Finished rates are
 skipped, so a call cut by its time budget resumes.
 
-    python -m course_utils.lab.scaleout --config dp2 --model M --out RUN/scaleout \\
+    python -m course_utils scaleout --config dp2 --model M --out RUN/scaleout \\
         --rates 80,100,120 --budget-s 420 --load-format dummy
 """
 
@@ -19,13 +19,13 @@ import argparse
 import math
 import re
 import shlex
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from course_utils.core import validate as v
 from course_utils.core.diagnose import diagnose_engines
 from course_utils.core.keep import pick_knee
 from course_utils.core.metrics import load_series
@@ -47,7 +47,7 @@ from course_utils.core.scaleout import (
     three_way,
 )
 from course_utils.core.slo import SLO, BenchResult
-from course_utils.core.validate import process_kwargs
+from course_utils.core.validate import BadInput, process_kwargs
 from course_utils.core.vllm_logs import startup_by_process
 from course_utils.lab.knee import KNEE_FILE, knee_scan, latest_by_rate, rate_key
 from course_utils.lab.measure import MeasureConfig
@@ -55,12 +55,12 @@ from course_utils.lab.replay import load_knee, repo_root
 
 __all__ = [
     "DEFAULT_WINDOW_S",
+    "add_cli",
     "ConfigReplay",
     "EngineCheck",
     "ScaleoutReplay",
     "device_minutes",
     "load_config",
-    "main",
     "replay_scaleout",
     "run_config",
     "run_dir",
@@ -338,62 +338,55 @@ def _rates(text: str) -> list[float]:
     try:
         out = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"--rates: numbers separated by commas, not {text!r}") from None
+        out = []
     if not out or any(not (math.isfinite(r) and r > 0) for r in out):
-        raise ValueError(f"--rates: finite rates > 0 req/s, not {text!r}")
+        raise BadInput(f"--rates {text!r}: not finite rates > 0 req/s", "write e.g. --rates 6,12")
     return out
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m course_utils.lab.scaleout", description=__doc__)
+def add_cli(subparsers: Any) -> None:
+    """Register `scaleout`: one config's offered-rate scan (tools/gpu/run_scaleout.sh)."""
+    p = subparsers.add_parser("scaleout", help="one lab 03 config's offered-rate scan")
     p.add_argument("--config", required=True, choices=sorted(CONFIGS))
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True, help="the scale-out folder (one sub-folder a config)")
     p.add_argument("--rates", required=True, help="offered rates, req/s, e.g. 80,100,120")
     p.add_argument("--slo", default="ttft:300 tpot:50")
-    p.add_argument("--input-len", type=int, default=512)
-    p.add_argument("--output-len", type=int, default=128)
-    p.add_argument("--window-s", type=float, default=DEFAULT_WINDOW_S)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--budget-s", type=float, default=None, help="seconds this call may take")
+    p.add_argument("--input-len", type=v.positive_int, default=512)
+    p.add_argument("--output-len", type=v.positive_int, default=128)
+    p.add_argument("--window-s", type=v.positive_float, default=DEFAULT_WINDOW_S)
+    p.add_argument("--seed", type=v.non_negative_int, default=0)
+    p.add_argument(
+        "--budget-s", type=v.positive_float, default=None, help="seconds this call may take"
+    )
     p.add_argument("--devices", default=None, help="CUDA_VISIBLE_DEVICES (default: the config's)")
     p.add_argument(
         "--startup-estimate-s",
-        type=float,
+        type=v.non_negative_float,
         default=STARTUP_ESTIMATE_S,
         help="no server starts with less budget left than this",
     )
     p.add_argument(
         "--rate-estimate-s",
-        type=float,
+        type=v.non_negative_float,
         default=RATE_ESTIMATE_S,
         help="a rate's cost before the first is measured (no rate starts that would not fit)",
     )
-    p.add_argument("--max-model-len", type=int, default=4096)
+    p.add_argument("--max-model-len", type=v.positive_int, default=4096)
     p.add_argument("--load-format", default=None)
     p.add_argument("--tokenizer", default=None)
-    p.add_argument("--port", type=int, default=None)
-    p.add_argument("--startup-timeout", type=float, default=420.0)
-    p.add_argument("--bench-timeout", type=float, default=300.0)
+    p.add_argument("--port", type=v.port, default=None)
+    p.add_argument("--startup-timeout", type=v.positive_float, default=420.0)
+    p.add_argument("--bench-timeout", type=v.positive_float, default=300.0)
     p.add_argument("--vllm-cmd", default="vllm")
-    return p
+    p.set_defaults(func=_cmd_scaleout)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    a = build_parser().parse_args(argv)
-    try:
-        rates = _rates(a.rates)
-        slo = SLO.parse(a.slo)
-        wl = Workload(
-            input_len=a.input_len,
-            output_len=a.output_len,
-            num_prompts=max(1, math.ceil(max(rates) * a.window_s)),
-            seed=a.seed,
-            ignore_eos=True,
-        )
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+def _cmd_scaleout(a: argparse.Namespace) -> int:
+    rates = _rates(a.rates)
+    slo = SLO.parse(a.slo)
+    n = max(1, math.ceil(max(rates) * a.window_s))
+    wl = Workload(a.input_len, a.output_len, num_prompts=n, seed=a.seed, ignore_eos=True)
     skw, bkw = process_kwargs(a)
     run = run_config(
         a.config,
@@ -407,7 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         devices=a.devices,
         startup_estimate_s=a.startup_estimate_s,
         rate_estimate_s=a.rate_estimate_s,
-        base_knobs={"max_model_len": a.max_model_len} if a.max_model_len else None,
+        base_knobs={"max_model_len": a.max_model_len},
         server_kwargs=skw,
         bench_kwargs=bkw,
     )
@@ -417,7 +410,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"knee: {run.knee.get('why')}" + (f"; {run.reason}" if run.reason else "")
     )
     return 0 if run.status != "failed" else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,15 +1,8 @@
-"""Start and stop one `vllm serve` process for a lab point, and say in one line why it failed.
-
-The server runs in its own session (process group), so the API server and its EngineCore
-child are stopped together: SIGINT to the group, then SIGTERM, then SIGKILL, then a bounded
-wait until `nvidia-smi` no longer lists any of the group's pids. Never a shell string.
-
-vLLM 0.26.0 facts used here (checked in /work/vllm-src/src/vllm):
-- `vllm serve MODEL` takes the model positionally (entrypoints/cli/serve.py,
-  utils/argparse_utils.py); `--host`, `--port` (entrypoints/openai/cli_args.py),
-  `--load-format dummy` (config/load.py), `--seed` (config/model.py).
-- `GET /health` answers 200 once the engine is up (entrypoints/serve/...).
-- The failure messages matched by `classify_failure` are quoted next to each rule.
+"""Start and stop one `vllm serve` process (an argv list, never a shell string) and say in
+one line why it failed. The server runs in its own process group, so the API server and its
+EngineCore child stop together (SIGINT, SIGTERM, SIGKILL), then a bounded wait until
+`nvidia-smi` lists none of the group's pids. vLLM 0.26.0: `GET /health` answers 200 once
+the engine is up.
 """
 
 from __future__ import annotations
@@ -40,13 +33,13 @@ __all__ = [
     "VllmServer",
     "classify_failure",
     "free_port",
+    "gpu_gib",
     "gpu_inventory",
     "gpu_memory_gib",
     "group_pids",
     "gpu_pids",
     "is_device",
     "visible_devices",
-    "visible_gpu_ids",
 ]
 
 
@@ -55,14 +48,7 @@ class ServerStartError(RuntimeError):
 
     def __init__(self, reason: str, *, log_path: Path | None = None, returncode: int | None = None):
         super().__init__(reason)
-        self.reason = reason
-        self.log_path = log_path
-        self.returncode = returncode
-
-
-# --------------------------------------------------------------------------------------
-# process helpers
-# --------------------------------------------------------------------------------------
+        self.reason, self.log_path, self.returncode = reason, log_path, returncode
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -95,23 +81,15 @@ def group_pids(pgid: int) -> list[int]:
     return pids
 
 
-def visible_gpu_ids() -> list[str]:
-    """The GPUs this process's ``CUDA_VISIBLE_DEVICES`` names (indices or UUIDs), [] when it
-    is unset. nvidia-smi counts in PCI bus order, CUDA by default fastest first; on a host
-    of one GPU model the two orders agree (ties go to the PCI bus id)."""
-    return visible_devices() or []
-
-
 def _nvidia_smi_run(
     query: str, timeout_s: float, visible_only: bool = False
 ) -> subprocess.CompletedProcess[str] | None:
     """`nvidia-smi QUERY --format=csv,noheader,nounits`, or None without a runnable one.
-    ``visible_only``: only the GPUs CUDA_VISIBLE_DEVICES names (``-i``), so a job on
-    another GPU of the host does not count as ours."""
+    ``visible_only``: only the GPUs CUDA_VISIBLE_DEVICES names (``-i``)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
-    ids = visible_gpu_ids() if visible_only else []
+    ids = (visible_devices() or []) if visible_only else []
     try:
         return subprocess.run(
             [exe, query, "--format=csv,noheader,nounits", *(["-i", ",".join(ids)] if ids else [])],
@@ -125,8 +103,7 @@ def _nvidia_smi_run(
 
 
 def _nvidia_smi(query: str, timeout_s: float = 10.0, visible_only: bool = True) -> list[str] | None:
-    """Whitespace-split output of `nvidia-smi QUERY --format=csv,noheader,nounits` for the
-    visible GPUs, or None when there is no nvidia-smi or it fails."""
+    """The whitespace-split output of ``_nvidia_smi_run`` (visible GPUs), or None."""
     done = _nvidia_smi_run(query, timeout_s, visible_only)
     return None if done is None else done.stdout.split()
 
@@ -154,17 +131,9 @@ def gpu_inventory(timeout_s: float = 10.0) -> tuple[list[GpuInfo] | None, str]:
         return None, ""
     gpus: list[GpuInfo] = []
     for line in done.stdout.splitlines():
-        parts = [x.strip() for x in line.split(",")]
-        if len(parts) != 6:
-            continue
-        try:
-            gpus.append(
-                GpuInfo(
-                    int(parts[0]), parts[1], parts[2], float(parts[3]), float(parts[4]), parts[5]
-                )
-            )
-        except ValueError:
-            continue
+        p = [x.strip() for x in line.split(",")]
+        with contextlib.suppress(ValueError, IndexError):
+            gpus.append(GpuInfo(int(p[0]), p[1], p[2], float(p[3]), float(p[4]), p[5]))
     if gpus:
         return gpus, ""
     said = (done.stdout + done.stderr).strip().splitlines()
@@ -178,8 +147,7 @@ def gpu_pids(timeout_s: float = 10.0) -> set[int] | None:
 
 
 def visible_devices(env: Mapping[str, str] | None = None) -> list[str] | None:
-    """The GPUs a CUDA process started with ``env`` (over this process's environment) may
-    use: the CUDA_VISIBLE_DEVICES entries (indices or UUIDs), or None when it is unset (all)."""
+    """CUDA_VISIBLE_DEVICES of ``env`` over this process's environment; None: unset (all)."""
     cvd = (env or {}).get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
     if cvd is None:
         return None
@@ -187,19 +155,14 @@ def visible_devices(env: Mapping[str, str] | None = None) -> list[str] | None:
 
 
 def is_device(token: str, index: int, uuid: str) -> bool:
-    """Whether a CUDA_VISIBLE_DEVICES entry names the GPU ``index``/``uuid`` (an index, or a
-    UUID or its unique prefix, as CUDA accepts)."""
+    """Whether a CUDA_VISIBLE_DEVICES entry (an index, a UUID or its prefix) names this GPU."""
     token = token.strip()
     return token == str(index) or (token.startswith(("GPU-", "MIG-")) and uuid.startswith(token))
 
 
 def gpu_memory_used_mib(devices: Sequence[str] | None = None) -> float | None:
-    """Memory in use (MiB) per `nvidia-smi` on ``devices`` (CUDA_VISIBLE_DEVICES entries; None:
-    every GPU), or None without nvidia-smi. A server's stop watches only its own GPUs, so a
-    job on another GPU of the host cannot hold it up.
-
-    A fallback for containers, where `--query-compute-apps` may not show our pids.
-    """
+    """Memory in use (MiB) on ``devices`` (CUDA_VISIBLE_DEVICES entries; None: every GPU) per
+    `nvidia-smi`, or None: a stop's fallback where a container hides the pids."""
     if devices is None:
         out = _nvidia_smi("--query-gpu=memory.used")
         try:
@@ -209,16 +172,13 @@ def gpu_memory_used_mib(devices: Sequence[str] | None = None) -> float | None:
     done = _nvidia_smi_run("--query-gpu=index,uuid,memory.used", 10.0)
     if done is None:
         return None
-    total, seen = 0.0, False
+    used: list[float] = []
     for line in done.stdout.splitlines():
-        parts = [x.strip() for x in line.split(",")]
-        try:
-            index, uuid, used = int(parts[0]), parts[1], float(parts[2])
-        except (ValueError, IndexError):
-            continue
-        if any(is_device(t, index, uuid) for t in devices):
-            total, seen = total + used, True
-    return total if seen else None
+        p = [x.strip() for x in line.split(",")]
+        with contextlib.suppress(ValueError, IndexError):
+            if any(is_device(t, int(p[0]), p[1]) for t in devices):
+                used.append(float(p[2]))
+    return sum(used) if used else None
 
 
 def gpu_memory_gib(index: int = 0) -> float | None:
@@ -230,15 +190,17 @@ def gpu_memory_gib(index: int = 0) -> float | None:
         return None
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """prctl(PR_SET_PDEATHSIG, SIGTERM): if this Python dies (a killed Jupyter kernel), the
-    `vllm serve` child gets SIGTERM instead of holding the GPU as an orphan."""
-    try:
-        import ctypes
+def gpu_gib(given: float | None = None) -> float:
+    """A GPU's memory (GiB): as given, else this host's first visible GPU, else 24 GiB."""
+    return float(given) if given is not None else gpu_memory_gib() or 24.0
 
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """prctl(PR_SET_PDEATHSIG, SIGTERM): the child dies with this Python (a killed kernel)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 _LIVE: weakref.WeakSet[VllmServer] = weakref.WeakSet()
@@ -251,11 +213,6 @@ def _cleanup_all() -> None:
 
 
 atexit.register(_cleanup_all)
-
-
-# --------------------------------------------------------------------------------------
-# the server
-# --------------------------------------------------------------------------------------
 
 
 class VllmServer:
@@ -287,21 +244,16 @@ class VllmServer:
     ) -> None:
         if isinstance(extra_args, str):
             raise TypeError("extra_args must be a list of strings, not one shell string")
-        self.model = model
-        self.knobs = dict(knobs or {})
+        self.model, self.knobs, self.host = model, dict(knobs or {}), host
         self.check_knobs = check_knobs  # False: vLLM judges the knob combination itself
-        self.host = host
         self.port = int(port) if port is not None else free_port(host)
-        self.load_format = load_format
-        self.seed = seed
+        self.load_format, self.seed = load_format, seed
         self.extra_args = [str(a) for a in extra_args]
         self.vllm_cmd = [str(c) for c in vllm_cmd]
         self.log_path = Path(log_path) if log_path else Path(f"vllm-serve-{self.port}.log")
         self.env = dict(env) if env is not None else None
-        self.startup_timeout_s = startup_timeout_s
-        self.poll_interval_s = poll_interval_s
-        self.stop_timeout_s = stop_timeout_s
-        self.gpu_release_timeout_s = gpu_release_timeout_s
+        self.startup_timeout_s, self.poll_interval_s = startup_timeout_s, poll_interval_s
+        self.stop_timeout_s, self.gpu_release_timeout_s = stop_timeout_s, gpu_release_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup_s: float | None = None
         self._seen_pids: set[int] = set()
@@ -309,28 +261,22 @@ class VllmServer:
         self._old_sigterm: Any = None
         self._gpu_used_before: float | None = None
 
-    # ---- command lines ---------------------------------------------------------------
-    def knob_args(self) -> list[str]:
-        from course_utils.core import knobs as knobs_mod
+    def ship_argv(self) -> list[str]:
+        """The command to deploy these knobs (no host/port/load-format/seed of the lab)."""
+        from course_utils.core.knobs import to_cli_args
 
-        if not self.knobs:
-            return []
-        return [str(a) for a in knobs_mod.to_cli_args(self.knobs, check=self.check_knobs)]
+        knobs = to_cli_args(self.knobs, check=self.check_knobs) if self.knobs else []
+        return [*self.vllm_cmd, "serve", self.model, *(str(a) for a in knobs)]
 
     @property
     def argv(self) -> list[str]:
         """The exact argv started (a list; never a shell string)."""
-        argv = [*self.vllm_cmd, "serve", self.model, *self.knob_args()]
-        argv += ["--host", self.host, "--port", str(self.port)]
+        argv = [*self.ship_argv(), "--host", self.host, "--port", str(self.port)]
         if self.load_format:
             argv += ["--load-format", self.load_format]
         if self.seed is not None:
             argv += ["--seed", str(self.seed)]
         return argv + self.extra_args
-
-    def ship_argv(self) -> list[str]:
-        """The command to deploy these knobs (no host/port/load-format/seed of the lab)."""
-        return [*self.vllm_cmd, "serve", self.model, *self.knob_args()]
 
     @property
     def devices(self) -> list[str] | None:
@@ -344,10 +290,6 @@ class VllmServer:
     @property
     def metrics_url(self) -> str:
         return f"{self.base_url}/metrics"
-
-    @property
-    def health_url(self) -> str:
-        return f"{self.base_url}/health"
 
     @property
     def pgid(self) -> int | None:
@@ -366,10 +308,9 @@ class VllmServer:
         rc = self.proc.returncode if self.proc is not None else None
         return classify_failure(self.log_text(), rc)
 
-    # ---- start -----------------------------------------------------------------------
     def healthy(self, timeout_s: float = 2.0) -> bool:
         try:
-            with urllib.request.urlopen(self.health_url, timeout=timeout_s) as resp:
+            with urllib.request.urlopen(f"{self.base_url}/health", timeout=timeout_s) as resp:
                 return resp.status == 200
         except (urllib.error.URLError, OSError, ValueError):
             return False
@@ -382,6 +323,9 @@ class VllmServer:
         self._log_fh.write(f"$ {self.argv}\n".encode())
         self._log_fh.flush()
         env = None if self.env is None else {**os.environ, **self.env}
+        # PDEATHSIG fires when the forking *thread* exits: only from the main thread
+        main = threading.current_thread() is threading.main_thread()
+        linux_main = sys.platform.startswith("linux") and main
         self._gpu_used_before = gpu_memory_used_mib(self.devices)
         t0 = time.monotonic()
         self.proc = subprocess.Popen(  # noqa: S603 - argv list, no shell
@@ -391,13 +335,7 @@ class VllmServer:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env=env,
-            # PDEATHSIG fires when the forking *thread* exits: only from the main thread
-            preexec_fn=_die_with_parent
-            if (
-                sys.platform.startswith("linux")
-                and threading.current_thread() is threading.main_thread()
-            )
-            else None,
+            preexec_fn=_die_with_parent if linux_main else None,
         )
         _LIVE.add(self)
         try:
@@ -430,7 +368,6 @@ class VllmServer:
         if self.pgid is not None:
             self._seen_pids.update(group_pids(self.pgid))
 
-    # ---- stop ------------------------------------------------------------------------
     def stop(
         self, *, grace_s: float | None = None, gpu_release_timeout_s: float | None = None
     ) -> None:
@@ -458,9 +395,8 @@ class VllmServer:
                     break
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
-        self._wait_gpu_released(
-            self.gpu_release_timeout_s if gpu_release_timeout_s is None else gpu_release_timeout_s
-        )
+        release = gpu_release_timeout_s
+        self._wait_gpu_released(self.gpu_release_timeout_s if release is None else release)
         if self._log_fh is not None:
             with contextlib.suppress(OSError):
                 self._log_fh.close()
@@ -468,31 +404,23 @@ class VllmServer:
         _LIVE.discard(self)
 
     def _wait_gpu_released(self, timeout_s: float, margin_mib: float = 1024.0) -> None:
-        """Until nvidia-smi lists none of our pids and memory use on this server's GPUs
-        (``devices``) is back near its start."""
+        """Until nvidia-smi lists none of our pids and our GPUs' memory use is back."""
         deadline = time.monotonic() + timeout_s
         while True:
             on_gpu = gpu_pids()
             ours = on_gpu is not None and bool(on_gpu & self._seen_pids)
             used = gpu_memory_used_mib(self.devices) if on_gpu is not None else None
-            high = (
-                used is not None
-                and self._gpu_used_before is not None
-                and used > self._gpu_used_before + margin_mib
-            )
-            if not ours and not high:
-                return
-            if time.monotonic() > deadline and not ours:
+            before = self._gpu_used_before
+            high = used is not None and before is not None and used > before + margin_mib
+            if not ours and (not high or time.monotonic() > deadline):
                 return
             if time.monotonic() > deadline:
-                left = sorted((on_gpu or set()) & self._seen_pids)
-                for pid in left:  # our own pids only
+                for pid in sorted((on_gpu or set()) & self._seen_pids):  # our own pids only
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(pid, signal.SIGKILL)
                 return
             time.sleep(0.5)
 
-    # ---- context manager -------------------------------------------------------------
     def __enter__(self) -> VllmServer:
         self._install_sigterm()
         try:
@@ -522,5 +450,5 @@ class VllmServer:
             self._old_sigterm = None
 
 
-def _raise_system_exit(signum: int, frame: object) -> None:
+def _raise_system_exit(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)

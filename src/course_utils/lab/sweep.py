@@ -1,18 +1,11 @@
-"""One-knob sweeps: for each value, a fresh `vllm serve`, ``measure()`` on it, one record.
+"""One-knob sweeps: for each value, a fresh `vllm serve`, ``measure()`` on it, one record
+appended to ``out_dir/points.jsonl`` at once, so an interrupted sweep resumes.
 
-Each point is appended to ``out_dir/points.jsonl`` at once (fsync), so an interrupted sweep
-resumes without losing or repeating a point. Points of one sweep run on fresh servers with
-the same workload seed (window 0 sends the same prompts at every value).
-
-Coupling (``couple=True``): vLLM 0.26.0 rejects max_num_batched_tokens < max_num_seqs
-(vllm/config/scheduler.py). A point whose effective max_num_batched_tokens (set, or the
-0.26.0 default for this GPU) is below max_num_seqs gets it raised to max_num_seqs; when the
-swept knob is max_num_batched_tokens itself, max_num_seqs is lowered to it instead.
-
-Pre-validation (``prevalidate=True``): every value is checked with ``knobs.validate``
-(names, types, ranges, cross-knob rules) before any server starts, so a bad combination
-costs no GPU time. With ``prevalidate=False`` only each knob on its own is checked and vLLM
-judges the combination: the point fails with vLLM's own reason.
+``couple=True``: vLLM 0.26.0 rejects max_num_batched_tokens < max_num_seqs, so a point's
+effective max_num_batched_tokens is raised to max_num_seqs (when max_num_batched_tokens is
+swept, max_num_seqs is lowered to it). ``prevalidate=True``: every value passes
+``knobs.validate`` (cross-knob rules included) before any server starts; False: each knob
+alone, and vLLM judges the combination.
 """
 
 from __future__ import annotations
@@ -21,7 +14,7 @@ import json
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +24,6 @@ from course_utils.core.keep import early_stop_reason, objective_label
 from course_utils.core.metrics import load_series
 from course_utils.core.records import (
     PointPaths,
-    Scores,
     ServedPoint,
     Workload,
     append_jsonl,
@@ -47,8 +39,8 @@ from course_utils.core.store import (
     read_text,
     set_aside,
 )
-from course_utils.lab.measure import MeasureConfig, measure
-from course_utils.lab.server import ServerStartError, VllmServer, gpu_memory_gib
+from course_utils.lab.measure import MeasureConfig, diag_dict, measure, window_scores
+from course_utils.lab.server import ServerStartError, VllmServer, gpu_gib
 
 __all__ = [
     "BASELINE",
@@ -56,7 +48,7 @@ __all__ = [
     "SweepConfig",
     "check_values",
     "couple_knobs",
-    "effective",
+    "limits",
     "load_points",
     "progress_bar",
     "rescore",
@@ -65,12 +57,13 @@ __all__ = [
 ]
 
 BASELINE = "baseline"
+_LIMITS = ("max_num_seqs", "max_num_batched_tokens")
 
 
 @dataclass
 class SweepConfig:
-    """Everything a served point needs besides its knobs (one object instead of 20
-    keyword arguments). ``SweepConfig.make(**kw)`` takes the keyword names the labs use."""
+    """Everything a served point needs besides its knobs; ``SweepConfig.make(**kw)`` takes
+    the keyword names the labs use."""
 
     workload: Workload
     slo: SLO | None
@@ -96,53 +89,40 @@ class SweepConfig:
         metrics_interval_s: float | None = None,
         **kw: Any,
     ) -> SweepConfig:
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(kw) - names)
+        unknown = sorted(set(kw) - {f.name for f in fields(cls)})
         if unknown:
             raise TypeError(f"unknown sweep option(s): {', '.join(unknown)}")
-        m: dict[str, Any] = {"bench_kwargs": dict(bench_kwargs or {})}
-        for k, v in (
-            ("warmup_min_prompts", warmup_prompts),
-            ("warmup_share", warmup_share),
-            ("repeats", repeats),
-            ("remeasure", remeasure),
-            ("metrics_interval_s", metrics_interval_s),
-        ):
-            if v is not None:
-                m[k] = v
+        m: dict[str, Any] = {
+            "warmup_min_prompts": warmup_prompts,
+            "warmup_share": warmup_share,
+            "repeats": repeats,
+            "remeasure": remeasure,
+            "metrics_interval_s": metrics_interval_s,
+        }
+        m = {k: v for k, v in m.items() if v is not None}
+        m["bench_kwargs"] = dict(bench_kwargs or {})
         kw["out_dir"] = Path(kw["out_dir"])
         kw["server_kwargs"] = dict(kw.get("server_kwargs") or {})
         kw.setdefault("measure", MeasureConfig(**m))
         return cls(**kw)
 
     def gpu_gib(self) -> float:
-        return _gpu_gib(self.gpu_memory_gib)
-
-    def server_extra(self) -> dict[str, Any]:
-        return {
-            "load_format": self.server_kwargs.get("load_format"),
-            "extra_args": list(self.server_kwargs.get("extra_args", ())),
-        }
+        return gpu_gib(self.gpu_memory_gib)
 
 
 def load_points(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a points.jsonl (or of the folder that holds one), as written; a bad or
-    torn line raises BadInput naming the file and line."""
+    """Records of a points.jsonl (or its folder); a bad line raises BadInput naming it."""
     p = Path(path)
     return read_records(
         p / POINTS_FILE if p.is_dir() else p, need="key", check=RUN_CHECKS[POINTS_FILE]
     )
 
 
-def load_served(path: str | Path) -> list[ServedPoint]:
-    """The points of a points.jsonl as records (runs recorded before windows included)."""
-    return [ServedPoint.from_json(r) for r in load_points(path)]
-
-
-def effective(name: str, values: Mapping[str, Any], gpu_gib: float) -> Any:
-    """A knob's value as served: the one set, else vLLM 0.26.0's `vllm serve` default."""
-    v = values.get(name)
-    return v if v is not None else knobs_mod.default(name, gpu_memory_gib=gpu_gib, entry="serve")
+def limits(knobs: Mapping[str, Any], gpu_gib: float) -> tuple[int, int]:
+    """max_num_seqs and max_num_batched_tokens as served (set, else vLLM's `serve` default)."""
+    given = {k: v for k, v in knobs.items() if v is not None}
+    eff = knobs_mod.effective(given, _LIMITS, gpu_memory_gib=gpu_gib)
+    return int(eff["max_num_seqs"]), int(eff["max_num_batched_tokens"])
 
 
 def couple_knobs(
@@ -152,8 +132,7 @@ def couple_knobs(
     out = dict(values)
     if "max_num_seqs" not in out and "max_num_batched_tokens" not in out:
         return out, {}
-    seqs = int(effective("max_num_seqs", out, gpu_gib))
-    tokens = int(effective("max_num_batched_tokens", out, gpu_gib))
+    seqs, tokens = limits(out, gpu_gib)
     if tokens >= seqs:
         return out, {}
     if swept == "max_num_batched_tokens":
@@ -163,21 +142,10 @@ def couple_knobs(
     return out, {"max_num_batched_tokens": seqs}
 
 
-def _gpu_gib(gpu_memory_gib_: float | None) -> float:
-    if gpu_memory_gib_ is not None:
-        return float(gpu_memory_gib_)
-    found = gpu_memory_gib()
-    return found if found is not None else 24.0
-
-
 def progress_bar(total: int, desc: str, enabled: bool) -> Any:
-    if not enabled:
-        return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a dependency
-        return None
-    return tqdm(total=total, desc=desc, leave=True)
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, leave=True) if enabled else None
 
 
 def validate_each(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -196,26 +164,21 @@ def check_values(
     gpu_gib: float,
     prevalidate: bool = True,
 ) -> list[tuple[Any, dict[str, Any], dict[str, Any]]]:
-    """knobs.validate every point before any server starts; raise KnobError (one line).
-    prevalidate=False: each knob on its own only (see the module docstring)."""
+    """knobs.validate every point before any server starts; raise KnobError (one line)."""
     name = knobs_mod.get(knob).name if knob != BASELINE else BASELINE
     out = []
     for v in values:
-        merged = dict(base)
-        if name != BASELINE:
-            merged[name] = v
+        merged = {**base, name: v} if name != BASELINE else dict(base)
         coupled: dict[str, Any] = {}
         try:
-            if not prevalidate:
+            if prevalidate:
+                checked = knobs_mod.validate(merged, entry="serve")
+            else:
                 checked = validate_each(merged)
-                if couple:
-                    checked, coupled = couple_knobs(checked, name, gpu_gib)
-                out.append((checked.get(name, v) if name != BASELINE else None, checked, coupled))
-                continue
-            checked = knobs_mod.validate(merged, entry="serve")
             if couple:
                 checked, coupled = couple_knobs(checked, name, gpu_gib)
-            checked = knobs_mod.validate(checked, gpu_memory_gib=gpu_gib, entry="serve")
+            if prevalidate:
+                checked = knobs_mod.validate(checked, gpu_memory_gib=gpu_gib, entry="serve")
         except knobs_mod.KnobError as exc:
             label = f"{name}={v!r}" if name != BASELINE else "base knobs"
             hint = (
@@ -229,11 +192,6 @@ def check_values(
     return out
 
 
-# --------------------------------------------------------------------------------------
-# one point
-# --------------------------------------------------------------------------------------
-
-
 def run_point(
     model: str, point: ServedPoint, cfg: SweepConfig, on_window: Callable[[Any], None] | None = None
 ) -> ServedPoint:
@@ -243,21 +201,12 @@ def run_point(
     paths = PointPaths.of(cfg.out_dir, point.key)
     paths.dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    srv = VllmServer(
-        model,
-        point.knobs,
-        log_path=paths.server_log,
-        check_knobs=cfg.prevalidate,
-        **cfg.server_kwargs,
-    )
+    kw = dict(log_path=paths.server_log, check_knobs=cfg.prevalidate, **cfg.server_kwargs)
+    srv = VllmServer(model, point.knobs, **kw)
     point.serve_cmd = shlex.join(srv.argv)
-    mns = int(effective("max_num_seqs", point.knobs, cfg.gpu_gib()))
-    mnbt = int(effective("max_num_batched_tokens", point.knobs, cfg.gpu_gib()))
-    bench_kw = {
-        "vllm_cmd": cfg.server_kwargs.get("vllm_cmd", ("vllm",)),
-        **dict(cfg.measure.bench_kwargs),
-    }
-    mcfg = MeasureConfig(**{**cfg.measure.__dict__, "bench_kwargs": bench_kw})
+    mns, mnbt = limits(point.knobs, cfg.gpu_gib())
+    bench_kw = {"vllm_cmd": srv.vllm_cmd, **dict(cfg.measure.bench_kwargs)}
+    mcfg = replace(cfg.measure, bench_kwargs=bench_kw)
     try:
         with srv:
             point.startup_s = round(srv.startup_s or 0.0, 2)
@@ -274,22 +223,14 @@ def run_point(
             )
     except ServerStartError as exc:
         point.status, point.reason = "failed", exc.reason
-        point.elapsed_s = round(time.monotonic() - t0, 2)
-        return point
-    point.elapsed_s = round(time.monotonic() - t0, 2)
-    done = [w for w in point.windows if w.ok]
-    if done:
-        point.status, point.reason = "ok", None
     else:
-        point.status = "failed"
+        ok = any(w.ok for w in point.windows)
         last = point.windows[-1].reason if point.windows else None
-        point.reason = last or (point.warmup.reason if point.warmup else None) or "no window"
+        warm = point.warmup.reason if point.warmup else None
+        point.status = "ok" if ok else "failed"
+        point.reason = None if ok else last or warm or "no window"
+    point.elapsed_s = round(time.monotonic() - t0, 2)
     return point
-
-
-# --------------------------------------------------------------------------------------
-# sweep
-# --------------------------------------------------------------------------------------
 
 
 def _done_points(
@@ -311,16 +252,13 @@ def _done_points(
 
 
 def rescore(rec: Mapping[str, Any], cfg: SweepConfig) -> dict[str, Any] | None:
-    """A finished point scored under another SLO, scored again under ``cfg.slo`` from what
-    its windows saved: each bench JSON's percentiles (the p99 gate) and per-request lists
-    (vLLM's per-request goodput), and the /metrics series (the diagnosis). None when a
-    window's data cannot give the score (then the point is measured again)."""
+    """A point scored under another SLO, scored under ``cfg.slo`` from its saved bench JSONs
+    and /metrics series; None when they cannot give the score (then it is measured again)."""
     if rec.get("status") != "ok" or cfg.slo is None:
         return None
     p = ServedPoint.from_json(rec)
     paths = PointPaths.of(cfg.out_dir, p.key)
-    mns = int(effective("max_num_seqs", p.knobs, cfg.gpu_gib()))
-    mnbt = int(effective("max_num_batched_tokens", p.knobs, cfg.gpu_gib()))
+    mns, mnbt = limits(p.knobs, cfg.gpu_gib())
     sources = set()
     for w in p.windows:
         if w.status != "ok":
@@ -336,18 +274,12 @@ def rescore(rec: Mapping[str, Any], cfg: SweepConfig) -> dict[str, Any] | None:
         if sc.request_goodput is None:
             return None
         sources.add(sc.request_goodput_source)
-        w.score = Scores(
-            gate_goodput=sc.gate_goodput,
-            request_goodput=sc.request_goodput,
-            request_throughput=sc.request_throughput,
-            meets_slo=sc.meets_slo,
-            violations=list(sc.violations),
-        )
+        w.score = window_scores(sc)
         series = paths.metrics(w.index)
         samples = load_series(series) if is_present(series) else []
         if samples:
             d = diagnose(samples, res, cfg.slo, max_num_seqs=mns, max_num_batched_tokens=mnbt)
-            w.diagnosis = {**d.as_dict(), "why_en": d.why("en"), "why_zh": d.why("zh")}
+            w.diagnosis = diag_dict(d)
     p.slo = str(cfg.slo)
     out = p.to_json()
     out["rescored"] = {
@@ -375,17 +307,12 @@ def sweep(
     config: SweepConfig | None = None,
     **kw: Any,
 ) -> list[dict[str, Any]]:
-    """Sweep one knob; return the point records (``ServedPoint.to_json()``) in value order,
-    resumed ones included.
+    """Sweep one knob; return the point records in value order, resumed ones included.
 
-    Options of the served points go in ``config`` or as keywords (``SweepConfig.make``:
-    workload, slo, out_dir, server_kwargs, bench_kwargs, couple, resume, retry_failed,
-    objective, gpu_memory_gib, prevalidate, warmup_prompts, warmup_share, repeats,
-    remeasure, metrics_interval_s). Every value is validated before any server starts (a bad
-    value raises knobs.KnobError). ``early_stop``: stop after ``patience`` points without an
-    objective gain > ``min_gain`` (gate: also when the SLO breaks after it held).
-    ``on_point(record)`` runs after each new record is written; ``stop_if()`` is asked before
-    each new point (a reason stops the sweep)."""
+    Served-point options go in ``config`` or as keywords (``SweepConfig.make``). Every value
+    is validated before any server starts (knobs.KnobError). ``early_stop``: stop after
+    ``patience`` points without an objective gain > ``min_gain``. ``on_point(record)`` runs
+    after each new record; ``stop_if()`` is asked before each new point (a reason stops)."""
     cfg = config or SweepConfig.make(**kw)
     if isinstance(values, str | bytes) or not values:
         raise knobs_mod.KnobError(f"{knob}: give a non-empty list of values")
@@ -394,11 +321,8 @@ def sweep(
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     gpu_gib = cfg.gpu_gib()
     name = knobs_mod.get(knob).name if knob != BASELINE else BASELINE
-    base = (
-        knobs_mod.validate(dict(base_knobs or {}), entry="serve")
-        if cfg.prevalidate
-        else validate_each(dict(base_knobs or {}))
-    )
+    given = dict(base_knobs or {})
+    base = knobs_mod.validate(given, entry="serve") if cfg.prevalidate else validate_each(given)
     planned = check_values(name, values, base, cfg.couple, gpu_gib, cfg.prevalidate)
     points_path = cfg.out_dir / POINTS_FILE
     check_run_folder(cfg.out_dir, resume=cfg.resume)
@@ -427,11 +351,7 @@ def sweep(
                     on_point(rec)
             records.append(done[key])
             _tick(bar, name, value, ServedPoint.from_json(done[key]), cfg.objective)
-            why = (
-                early_stop_reason(records, patience, min_gain, cfg.objective)
-                if early_stop
-                else None
-            )
+            why = early_stop and early_stop_reason(records, patience, min_gain, cfg.objective)
             if why:
                 if bar is not None:
                     bar.set_postfix_str(f"early stop: {why}")
@@ -453,31 +373,24 @@ def _new_point(
     tag: str | None,
 ) -> ServedPoint:
     """A point to measure; its key hashes everything that changes what is measured."""
+    w = cfg.workload.to_dict()
     key = point_key(
         {
             "model": model,
             "knob": name,
             "value": value,
             "base": {k: v for k, v in sorted(base.items()) if k != name},
-            "workload": cfg.workload.to_dict(),
-            "server": cfg.server_extra(),
+            "workload": w,
+            "server": {
+                "load_format": cfg.server_kwargs.get("load_format"),
+                "extra_args": list(cfg.server_kwargs.get("extra_args", ())),
+            },
             "effective": dict(sorted(checked.items())),
         }
     )
-    return ServedPoint(
-        key=key,
-        tag=tag,
-        model=model,
-        knob=name,
-        value=value,
-        knobs=checked,
-        base_knobs=base,
-        coupled=coupled,
-        workload=cfg.workload.to_dict(),
-        slo=str(cfg.slo),
-        status="running",
-        time=time.strftime("%Y-%m-%dT%H:%M:%S"),
-    )
+    p = ServedPoint(key, name, value, checked, w, str(cfg.slo), "running", tag=tag, model=model)
+    p.base_knobs, p.coupled, p.time = base, coupled, time.strftime("%Y-%m-%dT%H:%M:%S")
+    return p
 
 
 def _tick(bar: Any, name: str, value: Any, p: ServedPoint, objective: str) -> None:

@@ -1,12 +1,7 @@
-"""The closed tuning loop: baseline -> diagnose -> sweep the knob the diagnosis names ->
-keep the best value only if it lies further from the current score than the plateau and the
-measured run-to-run spread, both as (max - min) / mean ->
-diagnose again -> next knob, until a plateau, a "not a tuning problem" diagnosis, or the
-GPU-minute budget. One line per step in ``out_dir/tune.jsonl``, a summary last.
-
-Objectives: "request_goodput" (default), vLLM's per-request goodput (requests that met
-every target, per second); "gate", the p99 gate (throughput if every p99 target holds,
-else 0). Every step records both. Decisions use valid windows only (lab.measure).
+"""The closed tuning loop: baseline -> diagnose -> sweep the knob the diagnosis names -> keep
+the best value only beyond the plateau and the run-to-run spread (core.keep.decide) ->
+diagnose again, until a plateau, a "not a tuning problem" diagnosis or the GPU-minute budget.
+One line per step in ``out_dir/tune.jsonl``, a summary last; both objectives recorded.
 """
 
 from __future__ import annotations
@@ -103,18 +98,14 @@ def _result(p: ServedPoint, objective: str) -> dict[str, Any]:
         "score": objective_value(p, objective),
         "spread": p.spread(objective),
         "valid": p.valid,
-        "windows": [
-            {
-                "index": w.index,
-                "purpose": w.purpose,
-                "valid": w.valid,
-                "validity_issues": w.validity_issues,
-                "score": w.score.objective(objective) if w.score else None,
-            }
-            for w in p.windows
-        ],
+        "windows": [_window_result(w, objective) for w in p.windows],
         "validity_issues": p.validity_issues,
     }
+
+
+def _window_result(w: Any, objective: str) -> dict[str, Any]:
+    d = {k: getattr(w, k) for k in ("index", "purpose", "valid", "validity_issues")}
+    return d | {"score": w.score.objective(objective) if w.score else None}
 
 
 class _Budget:
@@ -128,18 +119,13 @@ class _Budget:
         on_point: Callable[[dict[str, Any]], None] | None,
         bar: Any,
     ) -> None:
-        self.gpu_minutes, self.est, self.on_point, self.bar = (
-            gpu_minutes,
-            est_point_minutes,
-            on_point,
-            bar,
-        )
+        self.gpu_minutes, self.est = gpu_minutes, est_point_minutes
+        self.on_point, self.bar = on_point, bar
         self.spent_s = 0.0
         self.measured: list[float] = []
+        recs = read_jsonl(out / POINTS_FILE)
         self.earlier = [
-            float(r["elapsed_s"])
-            for r in read_jsonl(out / POINTS_FILE)
-            if r.get("status") == "ok" and r.get("elapsed_s")
+            float(r["elapsed_s"]) for r in recs if r.get("status") == "ok" and r.get("elapsed_s")
         ]
         self.hit: list[str] = []
 
@@ -157,10 +143,8 @@ class _Budget:
         if self.bar is not None:
             left = self.left_min()
             label = "baseline" if rec.get("knob") == BASELINE else f"{rec['knob']}={rec['value']}"
-            self.bar.set_postfix_str(
-                f"{label}: {rec.get('status')}"
-                + (f" | GPU min left ~{left:.1f}" if left is not None else "")
-            )
+            budget = f" | GPU min left ~{left:.1f}" if left is not None else ""
+            self.bar.set_postfix_str(f"{label}: {rec.get('status')}{budget}")
             self.bar.update(1)
         if self.on_point is not None:
             self.on_point(rec)
@@ -172,6 +156,10 @@ class _Budget:
             self.hit.append(why)
             return why
         return None
+
+    def hooks(self, cfg: SweepConfig) -> dict[str, Any]:
+        """The sweep() keywords that count its points against this budget."""
+        return {"on_point": self.count, "stop_if": self.stop, "progress": False, "config": cfg}
 
     def stamp(self, step: TuneStep) -> TuneStep:
         left = self.left_min()
@@ -209,17 +197,13 @@ def tune(
     config: SweepConfig | None = None,
     **kw: Any,
 ) -> dict[str, Any]:
-    """The loop. Returns its summary (with the `vllm serve` command to ship).
+    """The loop; returns its summary (with the `vllm serve` command to ship).
 
-    ``candidates``: values to try per knob, e.g. {"max_num_seqs": [64, 128, 256]}; the knob
-    swept next is the first one the diagnosis names that has candidates left. Served-point
-    options go in ``config`` or as keywords (``SweepConfig.make``). A step keeps the best
-    valid value only if it lies further from the current score than ``plateau`` and the
-    run-to-run spread of both points (``repeats`` windows each), both as (max - min) / mean
-    (core.keep.decide); a difference inside the spread is a tie and the current value stays. The loop stops when the diagnosis names no engine
-    knob, when no named knob helps (plateau), after ``max_steps``, or when the GPU-minute
-    budget would be overspent by a point that still has to run (a normal end: the summary
-    says so; rerun to resume from points.jsonl).
+    ``candidates``: values to try per knob, e.g. {"max_num_seqs": [64, 128, 256]}; the next
+    knob is the first the diagnosis names with candidates left. Served-point options go in
+    ``config`` or as keywords (``SweepConfig.make``). It stops when the diagnosis names no
+    engine knob, no named knob helps, after ``max_steps``, or before a point the GPU-minute
+    budget cannot pay for (rerun to resume from points.jsonl).
     """
     cfg = config or SweepConfig.make(couple=couple, **kw)
     check_objective(cfg.objective)
@@ -268,38 +252,19 @@ def tune(
 def _baseline(
     model: str, knobs: dict[str, Any], cfg: SweepConfig, budget: _Budget, tune_path: Path
 ) -> _State:
-    recs = sweep(
-        model,
-        BASELINE,
-        [None],
-        base_knobs=knobs,
-        on_point=budget.count,
-        stop_if=budget.stop,
-        early_stop=False,
-        progress=False,
-        config=cfg,
-    )
+    recs = sweep(model, BASELINE, [None], base_knobs=knobs, early_stop=False, **budget.hooks(cfg))
     if not recs:
         raise _Stop(budget.hit[-1] if budget.hit else "baseline not run")
     p = as_point(recs[0])
-    step = TuneStep(
-        step=0,
-        kind="baseline",
-        objective=cfg.objective,
-        knobs=knobs,
-        point=p.key,
-        status=p.status,
-        reason=p.reason,
-    )
+    step = TuneStep(0, "baseline", cfg.objective, knobs=knobs, point=p.key, status=p.status)
+    step.reason = p.reason
     if p.status != "ok":
         append_jsonl(tune_path, budget.stamp(step))
         raise _Stop(f"baseline failed: {p.reason}")
-    sc = p.scores()
-    step.score = objective_value(p, cfg.objective)
-    step.spread_before = p.spread(cfg.objective)
+    r = _result(p, cfg.objective)
+    step.score, step.spread_before = r["score"], r["spread"]
     step.valid, step.validity_issues, step.diagnosis = p.valid, p.validity_issues, p.diagnosis
-    step.gate_goodput = sc.gate_goodput if sc else None
-    step.request_goodput = sc.request_goodput if sc else None
+    step.gate_goodput, step.request_goodput = r["gate_goodput"], r["request_goodput"]
     step.meets_slo = p.meets_slo
     append_jsonl(tune_path, budget.stamp(step))
     if not p.valid:
@@ -310,14 +275,10 @@ def _baseline(
 def _next(state: _State, cand: Mapping[str, Any], tried: set[str]) -> str:
     diag = state.diag
     if not diag.get("knobs"):
+        queue = diag.get("constraint") == "queue"
+        why = "add replicas / lower the rate, not a tuning problem" if queue else "at the limit"
         raise _Stop(
-            f"diagnosis '{diag.get('leaf')}' ({diag.get('constraint')}) names no engine "
-            "knob: "
-            + (
-                "add replicas / lower the rate, not a tuning problem"
-                if diag.get("constraint") == "queue"
-                else "at the limit"
-            )
+            f"diagnosis '{diag.get('leaf')}' ({diag.get('constraint')}) names no engine knob: {why}"
         )
     named = [k for k in diag["knobs"] if k in cand and k not in tried]
     if not named:
@@ -344,35 +305,17 @@ def _sweep_step(
     if cur is None:
         cur = knobs_mod.default(knob, gpu_memory_gib=cfg.gpu_gib(), entry="serve")
     move = (state.diag.get("moves") or {}).get(knob)
-    step = TuneStep(
-        step=n,
-        kind="sweep",
-        objective=obj,
-        knob=knob,
-        move=move,
-        from_value=cur,
-        score_before=state.score,
-        spread_before=state.kept.spread(obj),
-        diagnosis_before=state.diag,
-        knobs_after=dict(state.knobs),
-    )
+    step = TuneStep(n, "sweep", obj, knob=knob, move=move, from_value=cur)
+    step.score_before, step.spread_before = state.score, state.kept.spread(obj)
+    step.diagnosis_before, step.knobs_after = state.diag, dict(state.knobs)
     todo = order_candidates(values, cur, move)
     if not todo:
         step.kind, step.reason = "skip", f"no candidate to {move} {knob} from {cur}"
         return step
     try:
-        recs = sweep(
-            model,
-            knob,
-            todo,
-            base_knobs=state.knobs,
-            on_point=budget.count,
-            stop_if=budget.stop,
-            patience=patience,
-            tag=f"tune-step-{n}",
-            progress=False,
-            config=cfg,
-        )
+        tag = f"tune-step-{n}"
+        kw = {"base_knobs": state.knobs, "patience": patience, "tag": tag, **budget.hooks(cfg)}
+        recs = sweep(model, knob, todo, **kw)
     except knobs_mod.KnobError as exc:
         step.kind, step.reason = "skip", str(exc)
         return step
@@ -414,7 +357,7 @@ def _summary(
     knobs = state.knobs if state else {}
     ship = VllmServer(model, knobs, vllm_cmd=cfg.server_kwargs.get("vllm_cmd", ("vllm",)), port=0)
     sc = state.kept.scores() if state else None
-    summary = {
+    summary: dict[str, Any] = {
         "kind": "summary",
         "model": model,
         "objective": cfg.objective,
@@ -433,16 +376,14 @@ def _summary(
         "serve_command": shlex.join(ship.ship_argv()),
         "label": objective_label(cfg.objective),
     }
-    meets = state.kept.meets_slo if state else None
-    tried = swept_knobs(read_jsonl(tune_path))
-    summary["meets_slo"] = meets
+    meets = summary["meets_slo"] = state.kept.meets_slo if state else None
     diag = state.diag if state else {}
     summary["outcome"] = loop_outcome(
         stop_reason,
         meets,
-        sc.request_goodput if sc else None,
+        summary["request_goodput"],
         cfg.workload.request_rate,
-        tried,
+        swept_knobs(read_jsonl(tune_path)),
         list(diag.get("knobs") or []),
         moves=diag.get("moves") or {},
         kept_knobs=state.knobs if state else None,

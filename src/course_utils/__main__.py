@@ -1,7 +1,7 @@
 """``python -m course_utils <verb>``: the course's modules from a terminal, one verb tree.
 
 knobs, capacity, goodput, diagnose, replicas (each with ``--format json``) here; sweep, tune,
-knee, preflight (lab.cli), replay, modelfolder, workload, scaleout and quiz from the modules
+knee, preflight (lab.cli), replay, grid, modelfolder, workload, scaleout and quiz from the modules
 that own them. Bad input: one line ``error: <what> → fix: <how>`` on stderr, exit status 2.
 """
 
@@ -20,7 +20,7 @@ from course_utils.core.records import KNEE_FILE
 from course_utils.core.store import POINTS_FILE
 from course_utils.core.validate import EXIT_BAD_INPUT, BadInput, error_line
 from course_utils.lab import cli as lab_cli
-from course_utils.lab import modelfolder, replay, scaleout
+from course_utils.lab import grid, modelfolder, replay, scaleout
 from course_utils.lab import workload as lab_workload
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
@@ -304,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     lab_cli.add_cli(sub)
     replay.add_cli(sub)
+    grid.add_cli(sub)
     modelfolder.add_cli(sub)
     lab_workload.add_parser(sub)
     scaleout.add_cli(sub)

@@ -684,10 +684,13 @@ def test_the_real_process_prints_one_line_and_exits_2() -> None:
 def test_grid_tool_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path, main: str,
                              content: str, argv: list[str], names: str) -> None:
     """The book's grid table (lab.grid) and the GPU host's grid tool speak the same one line."""
-    from course_utils.lab import grid
+    from course_utils.__main__ import main as cli_main
     from tests.tooling import tool
 
-    run_main = grid.main if main == "table" else tool("gpu/gridrun.py").main
+    def table(argv: list[str]) -> int:
+        return cli_main(["grid", *argv])
+
+    run_main = table if main == "table" else tool("gpu/gridrun.py").main
     f = tmp_path / "index.json"
     f.write_text(content)
     before = tree(tmp_path)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from course_utils.__main__ import main as cli_main
 from course_utils.core import presets, texts
 from course_utils.lab import grid
 
@@ -137,7 +138,7 @@ def test_cli_prints_the_table_and_fails_in_one_line_on_a_missing_folder(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert grid.main([]) == 0
+    assert cli_main(["grid"]) == 0
     assert "| decode (tight TPOT) |" in capsys.readouterr().out
     bad = tmp_path / "index.json"
     bad.write_text(
@@ -145,7 +146,7 @@ def test_cli_prints_the_table_and_fails_in_one_line_on_a_missing_folder(
             {"cases": [{"case": "decode", "preset": "decode", "grid": "nowhere/vllm_sweep"}]}
         )
     )
-    assert grid.main(["--index", str(bad)]) == 2
+    assert cli_main(["grid", "--index", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "nowhere" in err[0]
 

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from course_utils import quiz
 from course_utils.core import scaleout
@@ -16,8 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _item(**params) -> quiz.Question:
-    return quiz.expand({"id": "r", "generator": "replicas_plan",
-                        "params": {"target": 200, "headroom": 0.2, **params}})
+    """The lesson's item (its wording) with other params."""
+    raw = yaml.safe_load(quiz.quiz_path("slo-loop").read_text(encoding="utf-8"))["questions"]
+    entry = next(e for e in raw if e.get("generator") == "replicas_plan")
+    return quiz.expand({**entry, "params": {"target": 200, "headroom": 0.2, **params}})
 
 
 def test_the_key_is_the_safe_end_of_the_recorded_one_gpu_knee() -> None:

@@ -19,7 +19,6 @@ from course_utils import quiz
 from course_utils.core import capacity, diagnose, knobs, metrics, scaleout, slo
 from course_utils.quiz import data as qdata
 from course_utils.quiz import engine as qengine
-from course_utils.quiz import gen_slo
 from course_utils.quiz import render as qrender
 from tests.quiz.run_checks import RUN_CHECKS
 
@@ -38,6 +37,12 @@ SINGLE = dict(type="single", choices=[
 MULTI = dict(type="multiple", choices=[
     {"text": {"zh": "甲", "en": "A"}, "correct": True}, {"text": {"zh": "乙", "en": "B"}},
     {"text": {"zh": "丙", "en": "C"}, "correct": True}])
+
+
+def _entry(lesson: str, qid: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A lesson's item as written (its templates), with other params."""
+    raw = yaml.safe_load(quiz.quiz_path(lesson).read_text(encoding="utf-8"))["questions"]
+    return {**next(e for e in raw if e["id"] == qid), "params": params}
 
 
 def _num(answer: float, **tol: float) -> quiz.Question:
@@ -294,26 +299,31 @@ def _bench(d: dict[str, Any]) -> slo.BenchResult:
 
 
 def _load_bench(p: dict[str, Any]) -> slo.BenchResult:
-    rec = quiz.recorded_point(p)  # which file or inline dict the entry points at
+    rec = qdata.recorded_point(p)  # which file or inline dict the entry points at
     src = rec["bench"] if rec else qdata.item_data(p, "bench")
     return slo.BenchResult.from_json(src) if isinstance(src, Path) else _bench(src)
 
 
 def _load_series(p: dict[str, Any]) -> list[metrics.Snapshot]:
-    rec = quiz.recorded_point(p)
+    rec = qdata.recorded_point(p)
     src = rec["series"] if rec else qdata.item_data(p, "series")
     return metrics.load_series(src) if isinstance(src, Path) else _series(src)
 
 
 def _check_diagnosis(q: quiz.Question, p: dict[str, Any]) -> diagnose.Diagnosis:
-    rec = quiz.recorded_point(p)
+    rec = qdata.recorded_point(p)
     mns = rec["knobs"].get("max_num_seqs") if rec else p.get("max_num_seqs")
     d = diagnose.diagnose(_load_series(p), _load_bench(p), slo.SLO.parse(p["slo"]),
                           max_num_seqs=mns)
     summary = metrics.summarize(_load_series(p))
-    for lg in quiz.LANGS:  # the explanation teaches the leaf the tree reached
-        why = qengine._bi({x: gen_slo.diag_why(d, summary, mns, lg) for x in quiz.LANGS}, "w")
-        assert why[lg] in q.explain[lg], q.id
+    raw = [e for lesson in quiz.LESSONS for e in  # ids are unique within a lesson only
+           yaml.safe_load(quiz.quiz_path(lesson).read_text(encoding="utf-8"))["questions"]]
+    entry = next(e for e in raw if e["id"] == q.id and e.get("generator") == q.generator)
+    note = qengine._bi(entry["notes"][d.leaf], "note")
+    for lg in quiz.LANGS:  # the explanation teaches the leaf the tree reached, with its numbers
+        words = [w.strip() for w in re.split(r"\{\w+\}", note[lg]) if w.strip()]
+        assert words and all(w in q.explain[lg] for w in words), (q.id, lg)
+        assert f"{summary.waiting_mean:.1f}" in q.explain[lg] or "{w}" not in note[lg]
     return d
 
 
@@ -370,7 +380,7 @@ def check_generated(q: quiz.Question) -> None:
 
         src = qdata.item_data(p, "records")
         recs = read_jsonl(src) if isinstance(src, Path) else list(src)
-        items = evalset.load_items(quiz.resolve_path(p["eval_set"]))
+        items = evalset.load_items(qdata.resolve_path(p["eval_set"]))
         kv = keep.kv_check(recs, baseline=p["baseline"], max_num_seqs=p.get("max_num_seqs"),
                                 prompt_tokens_bound=evalset.prompt_tokens_bound(items))
         assert q.answer == kv["demand_tokens"]
@@ -392,7 +402,7 @@ def check_generated(q: quiz.Question) -> None:
     elif g == "request_goodput":
         good, n, dur = _requests(p)
         assert q.answer == pytest.approx(good / dur, abs=1e-4)
-        assert q.answer == pytest.approx(slo.request_goodput(quiz.requests_bench(p),
+        assert q.answer == pytest.approx(slo.request_goodput(qdata.requests_bench(p),
                                                              slo.SLO.parse(p["slo"])), abs=1e-4)
     elif g == "p99_gate":
         s = slo.SLO.parse(p["slo"])
@@ -417,7 +427,7 @@ def check_generated(q: quiz.Question) -> None:
     elif g == "sweep_best":
         s = slo.SLO.parse(p["slo"])
         fn = slo.gate_goodput if p.get("score", "gate") == "gate" else slo.request_goodput
-        scores = {pt["value"]: fn(pt["bench"], s) or 0.0 for pt in quiz.recorded_sweep(p)}
+        scores = {pt["value"]: fn(pt["bench"], s) or 0.0 for pt in qdata.recorded_sweep(p)}
         best = max(scores.values())
         winners = [str(v) for v, sc in scores.items() if sc == best]
         assert _keys(q) == ({winners[0]} if best > 0 and len(winners) == 1 else {"none"})
@@ -449,15 +459,52 @@ def test_kv_binding_question_reads_the_recorded_lab01_run() -> None:
     assert "does not bind" in q.explain["en"] and "没有卡住" in q.explain["zh"]
     assert quiz.grade(q, 345_088).correct  # without the block rounding: within 5 %
     assert not quiz.grade(q, 1_782_064).correct
-    fallback = {"id": "kv", "generator": "kv_binding",
-                "params": {**q.params, "records": [q.params["records"][1]]}}
-    inline = quiz.expand(fallback)
+    inline = quiz.expand(_entry("knobs", q.id, {**q.params, "records": [q.params["records"][1]]}))
     assert inline.answer == q.answer and "h200" not in inline.prompt["en"]
 
 
 def test_every_generator_is_used_and_checked() -> None:
     used = {q.generator for lesson in quiz.LESSONS for q in quiz.load(lesson) if q.generator}
     assert used == set(quiz.GENERATORS)
+
+
+def test_a_template_uses_every_value_and_no_other_name(tmp_path: Path) -> None:
+    """A generator's values fill its item's {name}s; a name it does not compute, a value the
+    text leaves out (in either language) or a right key with no choice is refused, naming
+    the item."""
+    params = {"model": "qwen2.5-7b-instruct", "gpu": "rtx4090", "batch": 1}
+    entry = _entry("knobs", "tpot-floor-4090", params)
+    q = quiz.expand(entry)
+    assert "batch 1," in q.prompt["en"] and "batch 1，" in q.prompt["zh"]
+    assert not re.search("[{}]", q.prompt["en"] + q.prompt["zh"] + q.explain["en"])
+
+    def load(item: dict[str, Any]) -> list[quiz.Question]:
+        f = tmp_path / f"{len(list(tmp_path.iterdir()))}.yaml"  # load caches by path
+        f.write_text(yaml.safe_dump({"lesson": "knobs", "title": {"zh": "题", "en": "t"},
+                                     "questions": [item]}, allow_unicode=True))
+        return quiz.load("knobs", f)
+
+    assert load(entry)[0].prompt == q.prompt
+    en, zh = entry["explain"]["en"], entry["explain"]["zh"]
+    bad = [({"en": en + " {nope}", "zh": zh}, r"en placeholders unknown \['nope'\], unused \[\]"),
+           ({"en": en.replace("{ms}", "1"), "zh": zh}, r"en placeholders unknown \[\], unused \['ms'\]"),
+           ({"en": en, "zh": zh.replace("{gb}", "1")}, r"zh placeholders .* unused \['gb'\]")]
+    for explain, msg in bad:
+        with pytest.raises(quiz.QuizError, match=r"\(tpot-floor-4090\): " + msg):
+            load({**entry, "explain": explain})
+    preempt = _entry("knobs", "kv-preempt-lab01", {"run": "labs/results/h200-2026-11-29c/knobs",
+                                                   "value": 0.8})
+    assert _keys(load(preempt)[0]) == {"preempt"}
+    choices = {k: v for k, v in preempt["choices"].items() if k != "preempt"}
+    with pytest.raises(quiz.QuizError, match=r"\(kv-preempt-lab01\): no choice keyed preempt"):
+        load({**preempt, "choices": choices})
+    # a note the generator picks must be written; the ones it does not pick are left out
+    raw = yaml.safe_load(quiz.quiz_path("knobs").read_text(encoding="utf-8"))["questions"]
+    binding = next(e for e in raw if e["id"] == "kv-binding-lab01")
+    q = load(binding)[0]
+    assert "does not bind" in q.explain["en"] and " it binds" not in q.explain["en"]
+    with pytest.raises(quiz.QuizError, match=r"\(kv-binding-lab01\): no note keyed free"):
+        load({**binding, "notes": {k: v for k, v in binding["notes"].items() if k != "free"}})
 
 
 def test_written_choice_questions_have_no_duplicate_texts(lesson: str) -> None:
@@ -469,8 +516,7 @@ def test_written_choice_questions_have_no_duplicate_texts(lesson: str) -> None:
 
 def test_answers_follow_the_direction_map(monkeypatch: pytest.MonkeyPatch) -> None:
     """Generated answers are read at load time: change the map and the quiz follows."""
-    entry = {"id": "d", "generator": "knob_direction",
-             "params": {"knob": "max_num_seqs", "axis": "itl"}}
+    entry = _entry("knobs", "dir-max-num-seqs-itl", {"knob": "max_num_seqs", "axis": "itl"})
     assert _keys(quiz.expand(entry)) == {knobs.KNOBS["max_num_seqs"].itl}
     flipped = dataclasses.replace(knobs.KNOBS["max_num_seqs"], itl="neutral")
     monkeypatch.setitem(knobs.KNOBS, "max_num_seqs", flipped)
@@ -485,8 +531,8 @@ def test_data_paths_switch_to_recorded_files(tmp_path: Path) -> None:
     bench = tmp_path / "b.json"
     bench.write_text(json.dumps({**{k: 1 for k in slo.REQUIRED_KEYS}, "p99_ttft_ms": 100,
                                  "p99_tpot_ms": 90}))
-    entry = {"id": "d", "generator": "diagnose_constraint",
-             "params": {"slo": "ttft:300 tpot:50", "series": str(series), "bench": str(bench)}}
+    entry = _entry("slo-loop", "diag-kv",
+                   {"slo": "ttft:300 tpot:50", "series": str(series), "bench": str(bench)})
     assert _keys(quiz.expand(entry)) == {"decode"}
     missing = {**entry["params"], "bench": [str(tmp_path / "h200-*" / "nope.json"),
                                             {"p99_ttft_ms": 900, "p99_tpot_ms": 20}]}
@@ -518,14 +564,14 @@ def test_recorded_points_are_found_by_knobs(tmp_path: Path) -> None:
               "bench": {"p99_ttft_ms": 10, "p99_tpot_ms": 10},
               "point": {"results": str(tmp_path / "h200-*" / "slo"),
                         "knobs": {"max_num_seqs": 256}}}
-    rec = quiz.recorded_point(params)
+    rec = qdata.recorded_point(params)
     assert rec and rec["bench"].parent.name == "bbb" and rec["knobs"]["max_num_seqs"] == 256
-    entry = {"id": "d", "generator": "diagnose_constraint", "params": params}
+    entry = _entry("slo-loop", "diag-kv", params)
     assert _keys(quiz.expand(entry)) == {"decode"}  # the recorded point, not the inline data
     params["point"]["knobs"] = {"max_num_seqs": 64}
     assert _keys(quiz.expand(entry)) == {"prefill"}
     params["point"]["knobs"] = {"max_num_seqs": 999}
-    assert quiz.recorded_point(params) is None
+    assert qdata.recorded_point(params) is None
     assert _keys(quiz.expand(entry)) == {"none"}  # falls back to the inline series/bench
 
 
@@ -540,18 +586,18 @@ def test_startup_facts_come_from_core_vllm_logs(tmp_path: Path) -> None:
     facts, from_log = qdata.logged_memory({"log": str(tmp_path / "serve.log"), "kv_memory_gib": 1})
     assert from_log and facts == {"kv_memory_gib": 5.98, "kv_tokens": 112048.0,
                                   "concurrency": 27.36, "concurrency_len": 4096.0}
-    q = quiz.expand({"id": "k", "generator": "kv_tokens",
-                     "params": {"model": "qwen2.5-7b-instruct", "kv_memory_gib": 99,
-                                "log": [str(tmp_path / "nope.log"), str(tmp_path / "serve.log")]}})
+    logs = [str(tmp_path / "nope.log"), str(tmp_path / "serve.log")]
+    q = quiz.expand(_entry("knobs", "kv-tokens-h200",
+                           {"model": "qwen2.5-7b-instruct", "kv_memory_gib": 99, "log": logs}))
     assert q.answer == capacity.load_model().kv_tokens(5.98)
     assert quiz.grade(q, 112048).correct and "112,048 tokens" in q.explain["en"]
     missing = {"model": "qwen2.5-7b-instruct", "kv_memory_gib": 99, "log": "nope/*.log"}
-    q = quiz.expand({"id": "k", "generator": "kv_tokens", "params": missing})
+    q = quiz.expand(_entry("knobs", "kv-tokens-h200", missing))
     assert q.answer == capacity.load_model().kv_tokens(99)
 
 
 def test_synthetic_series_uses_real_metric_names() -> None:
-    snaps = quiz.synthetic_series({"waiting": [1, 2], "running": [3, 4], "kv_usage": [0.5, 0.6],
+    snaps = qdata.synthetic_series({"waiting": [1, 2], "running": [3, 4], "kv_usage": [0.5, 0.6],
                                    "preemptions": [0, 5]})
     assert snaps[1].gauge(metrics.WAITING) == 2 and snaps[1].gauge(metrics.KV_USAGE) == 0.6
     assert metrics.summarize(snaps).preemptions == 5
@@ -750,8 +796,7 @@ def test_same_batch_spread_question_reads_the_recorded_run() -> None:
     ids = {c.key: c.id for c in q.choices}
     assert quiz.grade(q, ids["spread"]).correct
     assert not any(quiz.grade(q, ids[k]).correct for k in ("keep-base", "preempt", "no-bind"))
-    fallback = quiz.expand({"id": "s", "generator": "same_batch_spread",
-                            "params": {**q.params, "run": [q.params["run"][1]]}})
+    fallback = quiz.expand(_entry("knobs", q.id, {**q.params, "run": [q.params["run"][1]]}))
     assert _keys(fallback) == _keys(q) == {"spread"}
     assert fallback.explain == q.explain and "h200" not in fallback.prompt["en"]
 

@@ -8,7 +8,7 @@ overrides merged in). A run's validity is lab.measure's gate as the grid's bench
 recorded it (``run=N.harness.json``) plus the JIT compiles vLLM logged inside it (the
 sweep's log). ``compare`` judges the loop's pick against the grid's best by core.keep.decide.
 
-    python -m course_utils.lab.grid [--lang zh] [--json] [--index FILE]   (the book's table)
+    python -m course_utils grid [--lang zh] [--format json] [--index FILE]   (the book's table)
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +43,7 @@ __all__ = [
     "combo_label",
     "compare",
     "grid_points",
-    "main",
+    "add_cli",
     "read_grid_meta",
     "rows",
 ]
@@ -541,26 +540,17 @@ def case_table(case_rows: Sequence[CaseRow], lang: str = "en") -> str:
     return constraint_table([r.as_dict() for r in case_rows], lang)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The book's table from a terminal; bad input is one line and exit status 2."""
-    from course_utils.core.validate import CourseArgumentParser, error_line
-
-    ap = CourseArgumentParser(
-        prog="python -m course_utils.lab.grid", description="the book's loop-vs-grid table"
-    )
-    ap.add_argument("--lang", choices=("en", "zh"), default="en")
-    ap.add_argument("--json", action="store_true", help="the rows as JSON")
-    ap.add_argument("--index", type=Path, default=INDEX, help="default: %(default)s")
-    try:
-        a = ap.parse_args(argv)
-        rs = rows(a.index)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(error_line(exc, "check the index and the folders it names"), file=sys.stderr)
-        return 2
+def _cmd_grid(a: Any) -> int:
+    rs = rows(a.index)
     out = json.dumps([r.as_dict() for r in rs], indent=1, default=str)
-    print(out if a.json else case_table(rs, a.lang))
+    print(out if a.format == "json" else case_table(rs, a.lang))
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def add_cli(subparsers: Any) -> None:
+    """Register `grid`: the book's loop-vs-grid table, re-derived from the recorded folders."""
+    g = subparsers.add_parser("grid", help="the loop against vLLM's grid, one row per constraint")
+    g.add_argument("--lang", choices=("en", "zh"), default="en")
+    g.add_argument("--format", choices=("text", "json"), default="text")
+    g.add_argument("--index", type=Path, default=INDEX, help="default: %(default)s")
+    g.set_defaults(func=_cmd_grid)

@@ -7,7 +7,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.records import GZ, is_present, read_text
+import numpy as np
+
+from course_utils.core import capacity, metrics, slo, vllm_logs
+from course_utils.core.records import GZ, is_present, read_jsonl, read_text
 from course_utils.core.store import POINTS_FILE
 from course_utils.quiz.engine import PKG_DIR, REPO_ROOT, QuizError, fmt_num
 
@@ -32,12 +35,11 @@ def resolve_path(p: str | Path) -> Path:
 
 
 def option_list(items: Sequence[tuple[Any, Any, Any]]) -> list[dict[str, Any]]:
-    return [{"text": text, "correct": ok, "key": key} for text, ok, key in items]
-
-
-def keyed(rows: Mapping[str, tuple[str, str]], *right: str) -> list[dict[str, Any]]:
-    """Choices from ``key: (en, zh)`` rows, in order; those keyed ``right`` are correct."""
-    return option_list([({"en": en, "zh": zh}, k in right, k) for k, (en, zh) in rows.items()])
+    """Choices from (text, right?, key) rows; a plain string text is the same in zh and en."""
+    return [
+        {"text": {"en": t, "zh": t} if isinstance(t, str) else t, "correct": ok, "key": key}
+        for t, ok, key in items
+    ]
 
 
 def run_name(path: Path) -> str:
@@ -47,8 +49,6 @@ def run_name(path: Path) -> str:
 
 
 def item_slo(p: Mapping[str, Any]) -> Any:
-    from course_utils.core import slo
-
     return slo.SLO.parse(str(p["slo"]))
 
 
@@ -95,8 +95,6 @@ def recorded_point(p: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def sweep_records(root: Path) -> list[tuple[dict[str, Any], Path]]:
     """(record, point folder) of each point in a sweep's points.jsonl that has a bench.json."""
-    from course_utils.core.records import read_jsonl
-
     out = []
     for rec in read_jsonl(root / POINTS_FILE):
         d = root / "points" / str(rec.get("key"))
@@ -112,8 +110,6 @@ def per_request_of(b: Any) -> Any:
 
 def item_bench(v: Any) -> Any:
     """A BenchResult from a path or a partial dict (missing required keys filled as 0)."""
-    from course_utils.core import slo
-
     if isinstance(v, Mapping):
         raw = {k: 0 for k in slo.REQUIRED_KEYS}
         raw.update(v)
@@ -124,8 +120,6 @@ def item_bench(v: Any) -> Any:
 def requests_bench(p: Mapping[str, Any]) -> Any:
     """A BenchResult from per-request ttft_ms/tpot_ms lists, as vLLM's calculate_metrics builds it
     (np.percentile p99s; each request's ITLs are its TPOT repeated)."""
-    import numpy as np
-
     src = item_data(p, "requests")
     if isinstance(src, Path):
         return item_bench(src)
@@ -163,8 +157,8 @@ def slo_text(s: Any, lang: str) -> str:
 
 
 def recorded_sweep(p: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """(value, bench, rate) for every point of one knob in a recorded sweep, baseline
-    included; ``params.points`` (inline ``[{value, bench: {...}}]``) when not recorded."""
+    """(value, bench, rate, dir) for every point of one knob in a recorded sweep, baseline
+    included; ``params.points`` (inline ``[{value, bench: {...}}]``, no dir) when not recorded."""
     knob = p["knob"]
     out: list[dict[str, Any]] = []
     try:
@@ -176,7 +170,9 @@ def recorded_sweep(p: Mapping[str, Any]) -> list[dict[str, Any]]:
         if rec.get("knob") in (knob, "baseline") and value is not None:
             out = [o for o in out if o["value"] != value]  # a re-run replaces a point
             rate = (rec.get("workload") or {}).get("request_rate")
-            out.append({"value": value, "bench": item_bench(d / "bench.json"), "rate": rate})
+            out.append(
+                {"value": value, "bench": item_bench(d / "bench.json"), "rate": rate, "dir": d}
+            )
     if not out:
         out = [
             {"value": pt["value"], "bench": item_bench(pt["bench"]), "rate": p.get("rate")}
@@ -190,8 +186,6 @@ def recorded_sweep(p: Mapping[str, Any]) -> list[dict[str, Any]]:
 def synthetic_series(spec: Mapping[str, Any]) -> list[Any]:
     """Snapshots from Prometheus text with the real metric names: lists waiting, running,
     kv_usage, preemptions (cumulative), one value per scrape ``interval_s`` apart."""
-    from course_utils.core import metrics
-
     waiting = list(spec["waiting"])
     n = len(waiting)
     running = list(spec.get("running", [0] * n))
@@ -218,34 +212,16 @@ def synthetic_series(spec: Mapping[str, Any]) -> list[Any]:
     ]
 
 
-def diagnosis_inputs(p: Mapping[str, Any]) -> tuple[list[Any], Any, int | None]:
-    """Samples, bench result and max_num_seqs of a diagnosis item: its recorded point, else
-    its ``series``/``bench`` params."""
-    from course_utils.core import metrics
-
-    rec = recorded_point(p)
-    if rec:
-        src, bsrc = rec["series"], rec["bench"]
-        mns = rec["knobs"].get("max_num_seqs", p.get("max_num_seqs"))
-    else:
-        src, bsrc, mns = item_data(p, "series"), item_data(p, "bench"), p.get("max_num_seqs")
-    samples = metrics.load_series(src) if isinstance(src, Path) else synthetic_series(src)
-    return samples, None if bsrc is None else item_bench(bsrc), mns
-
-
 def item_model(p: Mapping[str, Any]) -> tuple[Any, str]:
     """The item's model shape and its ``kv_dtype`` (auto by default)."""
-    from course_utils.core import capacity
-
     return capacity.load_model(p.get("model", "qwen2.5-7b-instruct")), str(
         p.get("kv_dtype", "auto")
     )
 
 
-def logged_memory(p: Mapping[str, Any]) -> tuple[dict[str, float], bool]:
-    """Start-up facts from ``params.log`` (core.vllm_logs) when found, else from the params."""
-    from course_utils.core import vllm_logs
-
+def logged_memory(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
+    """Start-up facts from ``params.log`` (core.vllm_logs) and the log's name when found, else
+    from the params and ""."""
     if "log" in p:
         try:
             src = item_data(p, "log")
@@ -260,10 +236,10 @@ def logged_memory(p: Mapping[str, Any]) -> tuple[dict[str, float], bool]:
                 if f.max_concurrency is not None and f.concurrency_len is not None:
                     facts["concurrency"] = f.max_concurrency
                     facts["concurrency_len"] = float(f.concurrency_len)
-                return facts, True
+                return facts, run_name(src)
     facts = {"kv_memory_gib": float(p["kv_memory_gib"])}
     if "logged_tokens" in p:
         facts["kv_tokens"] = float(p["logged_tokens"])
     if "logged_concurrency" in p:
         facts["concurrency"] = float(p["logged_concurrency"])
-    return facts, False
+    return facts, ""

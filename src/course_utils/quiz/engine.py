@@ -241,17 +241,11 @@ def grade(question: Question, answer: Any, lang: Lang = "en") -> Result:
         if question.type == "single" and len(set(ids)) != 1:
             return err("one_choice")
         ok = frozenset(ids) == question.correct_ids
-    return Result(ok, feedback(question, ok, lang))
-
-
-def feedback(question: Question, ok: bool, lang: Lang = "en") -> str:
-    """Verdict, the answer (always for numeric, when wrong otherwise), then the explanation."""
-    s = STRINGS[lang]
+    # the verdict, the answer (always for numeric, when wrong otherwise), the explanation
     parts = [s["correct"] if ok else s["wrong"]]
     if question.type == "numeric" or not ok:
         parts.append(s["answer"].format(x=question.expected(lang)))
-    parts.append(question.explain[lang])
-    return s["sep"].join(parts)
+    return Result(ok, s["sep"].join([*parts, question.explain[lang]]))
 
 
 # ---------------------------------------------------------------- loading
@@ -261,7 +255,8 @@ GENERATORS: dict[str, GeneratorFn] = {}
 
 
 def generator(name: str) -> Callable[[GeneratorFn], GeneratorFn]:
-    """Register a generator: params -> question fields (prompt, explain, type, choices...)."""
+    """Register a generator: params -> type, the answer (``answer``, ``choices`` or the
+    ``right`` keys of the entry's choices) and the ``values`` its texts name."""
 
     def deco(fn: GeneratorFn) -> GeneratorFn:
         GENERATORS[name] = fn
@@ -364,8 +359,8 @@ def _build(fields: Mapping[str, Any], where: str) -> Question:
 
 
 def expand(entry: Mapping[str, Any], where: str = "entry") -> Question:
-    """One YAML entry -> Question; a generator entry is computed now and may replace the
-    prompt, add an ``intro`` before it or an ``explain`` after the generated one."""
+    """One YAML entry -> Question; a generator entry is computed now and its values fill
+    the entry's texts."""
     if "generator" not in entry:
         return _build(entry, where)
     name = entry["generator"]
@@ -383,28 +378,56 @@ def expand(entry: Mapping[str, Any], where: str = "entry") -> Question:
         **gen,
         "id": entry.get("id"),
         "section": entry.get("section"),
+        "unit": entry.get("unit"),
         "generator": name,
         "params": params,
     }
-    if "prompt" in entry:
-        fields["prompt"] = entry["prompt"]
-    elif "intro" in entry:
-        intro = _bi(entry["intro"], f"{where} intro")
-        fields["prompt"] = {
-            lg: _end(intro[lg], lg) + STRINGS[lg]["sep"] + gen["prompt"][lg] for lg in LANGS
-        }
-    if "explain" in entry:
-        extra = _bi(entry["explain"], f"{where} explain")
-        fields["explain"] = {
-            lg: _end(gen["explain"][lg], lg) + STRINGS[lg]["sep"] + extra[lg] for lg in LANGS
-        }
-    return _build(fields, where)
+    return _build(fields | _filled(entry, gen, where), where)
 
 
-def _end(text: str, lang: str) -> str:
-    """``text`` ending in a sentence stop, so a written explanation can follow it."""
-    text = text.rstrip()
-    return text if text[-1:] in ".。!?！？)）" else text + ("。" if lang == "zh" else ".")
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
+def _filled(entry: Mapping[str, Any], gen: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A generator item's texts: its prompt, explain and ``choices`` (``key: {zh, en}``, after
+    any the generator made; right when the generator's ``right`` names the key) with each ``{name}`` replaced by the value
+    the generator computed (``values[name]``: {zh, en}, one value for both, or a list of keys
+    of the item's ``notes``, optional sentences: those notes, filled, each after a space in
+    en). Every value must be named in each language, and nothing else in braces."""
+    choices, notes = entry.get("choices") or {}, entry.get("notes") or {}
+    if not isinstance(choices, Mapping) or not isinstance(notes, Mapping):
+        raise QuizError(f"{where}: a generator item's choices and notes map keys to texts")
+    raw = {"prompt": entry.get("prompt"), "explain": entry.get("explain")} | dict(choices)
+    texts = {k: _bi(v, f"{where} {k}") for k, v in raw.items()}
+    notes = {k: _bi(v, f"{where} note {k}") for k, v in notes.items()}
+    right = gen.get("right", ())
+    right = {right} if isinstance(right, str) else set(right)
+    values = dict(gen.get("values", {}))
+    picked = {n for v in values.values() if isinstance(v, list) for n in v}
+    for keys, known, what in ((right, choices, "choice"), (picked, notes, "note")):
+        if keys - set(known) and (known or what == "note"):
+            raise QuizError(f"{where}: no {what} keyed {', '.join(sorted(keys - set(known)))}")
+    out: dict[str, dict[str, str]] = {k: {} for k in texts}
+    for lg in LANGS:
+        used = {n for t in [*texts.values(), *notes.values()] for n in _FIELD.findall(t[lg])}
+        if used != set(values):
+            unknown, unused = sorted(used - set(values)), sorted(set(values) - used)
+            raise QuizError(f"{where}: {lg} placeholders unknown {unknown}, unused {unused}")
+        vals = {k: str(v[lg] if isinstance(v, Mapping) else v) for k, v in values.items()}
+
+        def fill(text: str, vals: dict[str, str] = vals) -> str:
+            return _FIELD.sub(lambda m: vals[m[1]], text)
+
+        for k, v in values.items():
+            if isinstance(v, list):
+                vals[k] = "".join(STRINGS[lg]["sep"] + fill(notes[n][lg]) for n in v)
+        for k, t in texts.items():
+            out[k][lg] = fill(t[lg])
+    filled: dict[str, Any] = {"prompt": out.pop("prompt"), "explain": out.pop("explain")}
+    if choices:  # after those the generator made, if any
+        mine = [{"text": t, "correct": k in right, "key": k} for k, t in out.items()]
+        filled["choices"] = [*gen.get("choices", ()), *mine]
+    return filled
 
 
 def load(lesson: str, path: str | Path | None = None) -> list[Question]:
@@ -451,6 +474,12 @@ _FULL_WIDTH = {",": "，", ";": "；", ":": "："}
 def sep(mark: str, lang: str) -> str:
     """A joiner: ``mark`` (``,``, ``;`` or ``:``) and a space, or its full-width form in zh."""
     return _FULL_WIDTH[mark] if lang == "zh" else mark + " "
+
+
+def listed(items: Iterable[Any]) -> dict[str, str]:
+    """``items`` as a list in each language: ``a, b`` in en, ``a、b`` in zh."""
+    texts = [str(x) for x in items]
+    return {"en": ", ".join(texts), "zh": "、".join(texts)}
 
 
 def fmt_num(x: float) -> str:

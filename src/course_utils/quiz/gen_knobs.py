@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from course_utils.quiz.data import keyed, option_list
-from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
+from course_utils.core import capacity, knobs
+from course_utils.quiz.data import option_list
+from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, listed, sep
 
 AXES: dict[str, dict[str, str]] = {
     "throughput": {"en": "throughput", "zh": "吞吐"},
@@ -20,10 +21,6 @@ CONSTRAINTS: dict[str, dict[str, str]] = {
     "decode": {"en": "decode (TPOT/ITL)", "zh": "decode（TPOT/ITL）"},
     "kv": {"en": "KV cache capacity", "zh": "KV cache 容量"},
     "none": {"en": "nothing binds: the SLO holds", "zh": "没有约束在卡：SLO 已满足"},
-}
-NO_KNOB = {
-    "en": "no engine knob: add replicas / route load (or stop tuning)",
-    "zh": "没有引擎旋钮可拧：加副本 / 分流（或停止调参）",
 }
 
 
@@ -38,8 +35,6 @@ def _knob_text(k: Any, move: bool = True) -> dict[str, str]:
 def _knob_choices(
     names: Sequence[str] | None, correct: set[str], move: bool = True
 ) -> list[dict[str, Any]]:
-    from course_utils.core import knobs
-
     ks = [knobs.get(n) for n in names] if names else list(knobs.KNOBS.values())
     return option_list([(_knob_text(k, move), k.name in correct, k.name) for k in ks])
 
@@ -56,20 +51,24 @@ def move_word(move: str, lang: str) -> str:
     return MOVE_WORD.get(move, {"en": move, "zh": move})[lang]
 
 
+def marked(k: Any, ok: bool, lang: str, *parts: str) -> str:
+    """One knob's line of an explanation: ``flag ✓/✗: part; part`` (full-width in zh)."""
+    clauses = ("，" if lang == "zh" else "; ").join(parts)
+    return f"`{k.flag}` {'✓' if ok else '✗'}{sep(':', lang)}{clauses}"
+
+
+def trade(k: Any, lang: str) -> str:
+    return ("取舍" if lang == "zh" else "trade") + sep(":", lang) + k.trade[lang]
+
+
 def effect_line(k: Any, axis: str, lang: str) -> str:
     """``flag ✓/✗: TTFT better (condition); trade: ...`` for per-option explanations."""
-    from course_utils.core import knobs
-
-    eff = getattr(k, axis)
-    cond = k.condition(axis, lang)
-    mark = "✓" if eff == "better" else "✗"
-    word = knobs.EFFECT_WORD[eff][lang]
-    if lang == "zh":
-        ax = AXES[axis]["zh"]
-        c = f"（{cond}）" if cond else ""
-        return f"`{k.flag}` {mark}：{ax}{' ' if ax[-1:].isascii() else ''}{word}{c}，取舍：{k.trade['zh']}"
-    c = f" ({cond})" if cond else ""
-    return f"`{k.flag}` {mark}: {AXES[axis]['en']} {word}{c}; trade: {k.trade['en']}"
+    eff, cond, ax = getattr(k, axis), k.condition(axis, lang), AXES[axis][lang]
+    c = (f"（{cond}）" if lang == "zh" else f" ({cond})") if cond else ""
+    gap = " " if lang == "en" or ax[-1:].isascii() else ""
+    return marked(
+        k, eff == "better", lang, ax + gap + knobs.EFFECT_WORD[eff][lang] + c, trade(k, lang)
+    )
 
 
 def each(lines: Sequence[str], lang: str) -> str:
@@ -80,30 +79,24 @@ def each(lines: Sequence[str], lang: str) -> str:
 def _g_knob_direction(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: knob, axis (throughput|ttft|itl), given ({zh, en}: the situation, stated in
     the prompt so 'depends' is settled). Answer: the Effect in knobs.KNOBS."""
-    from course_utils.core import knobs
-
     k = knobs.get(p["knob"])
     axis = p["axis"]
     if axis not in AXES:
         raise QuizError(f"axis must be one of {', '.join(AXES)}, got {axis!r}")
     eff = getattr(k, axis)
-    given = p.get("given") or {"en": "", "zh": ""}
     order = ("better", "worse", "neutral", "depends")
-    note = {lg: k.note.get(lg, "") for lg in LANGS}
     return {
         "type": "single",
-        "prompt": {
-            "en": f"{given['en']} Direction map: {k.label['en']} (`{k.flag}`), move: "
-            f"{k.move['en']}. Which way does {AXES[axis]['en']} go?".strip(),
-            "zh": f"{given['zh']}方向地图：{k.label['zh']}（`{k.flag}`），动作：{k.move['zh']}。"
-            f"{AXES[axis]['zh']} 会怎样？",
-        },
         "choices": option_list([(knobs.EFFECT_WORD[e], e == eff, e) for e in order]),
-        "explain": {
-            "en": f"{AXES[axis]['en']}: {knobs.EFFECT_WORD[eff]['en']}. Trade: {k.trade['en']}. "
-            f"{note['en']}".strip(),
-            "zh": f"{AXES[axis]['zh']}：{knobs.EFFECT_WORD[eff]['zh']}。取舍：{k.trade['zh']}。"
-            f"{note['zh']}",
+        "values": {
+            "given": p.get("given") or "",
+            "label": k.label,
+            "flag": k.flag,
+            "move": k.move,
+            "axis": AXES[axis],
+            "effect": knobs.EFFECT_WORD[eff],
+            "trade": k.trade,
+            "note": {lg: k.note.get(lg, "") for lg in LANGS},
         },
     }
 
@@ -112,29 +105,22 @@ def _g_knob_direction(p: Mapping[str, Any]) -> dict[str, Any]:
 def _g_knob_recommend(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: goal (throughput|ttft|itl|capacity), knobs (the options shown, in order).
     Answer: knobs.recommend(goal) among them; the explanation says why each is in or out."""
-    from course_utils.core import knobs
-
     goal = p["goal"]
     good = [k.name for k in knobs.recommend(goal)]
     choices = _knob_choices(p.get("knobs"), set(good))
     if not any(c["correct"] for c in choices):
         raise QuizError(f"none of the listed knobs helps {goal}")
-    gname = {**AXES, "capacity": {"en": "KV capacity", "zh": "KV 容量"}}[goal]
     axis = goal if goal in AXES else "throughput"
     shown = [knobs.get(c["key"]) for c in choices]
     flags = [f"`{knobs.get(n).flag}`" for n in good]
     return {
         "type": "multiple",
-        "prompt": {
-            "en": f"Which knobs push {gname['en']} the right way, moved as the direction map says?",
-            "zh": f"按方向地图的动作去拧，哪些旋钮能把 {gname['zh']} 往好的方向推？",
-        },
         "choices": choices,
-        "explain": {
-            "en": each([effect_line(k, axis, "en") for k in shown], "en")
-            + f" In all, knobs.recommend('{goal}') lists {len(flags)}: {', '.join(flags)}.",
-            "zh": each([effect_line(k, axis, "zh") for k in shown], "zh")
-            + f"knobs.recommend('{goal}') 一共列出 {len(flags)} 个：{'、'.join(flags)}。",
+        "values": {
+            "lines": {lg: each([effect_line(k, axis, lg) for k in shown], lg) for lg in LANGS},
+            "goal": goal,
+            "n": len(flags),
+            "flags": listed(flags),
         },
     }
 
@@ -157,17 +143,13 @@ DEPENDS_NOTE = {
 def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: knobs (the options shown). Answer: those whose move helps throughput and
     leaves no latency worse in the direction map (they trade something off the curve)."""
-    from course_utils.core import knobs
-
     shown = [knobs.get(n) for n in p["knobs"]]
     choices = option_list([(_knob_text(k), helps_both(k), k.name) for k in shown])
 
     def line(k: Any, lg: str) -> str:
         effs = "/".join(knobs.EFFECT_WORD[e][lg] for e in (k.throughput, k.ttft, k.itl))
         head = "吞吐/TTFT/ITL " if lg == "zh" else "throughput/TTFT/ITL "
-        tr = ("取舍" if lg == "zh" else "trade") + sep(":", lg) + k.trade[lg]
-        out = f"`{k.flag}` {'✓' if helps_both(k) else '✗'}{sep(':', lg)}{head}{effs}"
-        out += ("，" if lg == "zh" else "; ") + tr
+        out = marked(k, helps_both(k), lg, head + effs, trade(k, lg))
         for ax in ("ttft", "itl"):
             if getattr(k, ax) == "depends" and helps_both(k):
                 out += DEPENDS_NOTE[lg].format(ax=AXES[ax][lg])
@@ -175,15 +157,8 @@ def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
 
     return {
         "type": "multiple",
-        "prompt": {
-            "en": "By the direction map, which moves raise throughput and improve a latency, "
-            'with no latency marked worse (a "depends" is a condition, not a cost), '
-            "because what they pay lies off the throughput↔latency curve?",
-            "zh": "按方向地图，哪些动作既提高吞吐、又改善某项延迟，而且没有哪项延迟被标为变差"
-            "（「看情况」是前提，不是代价）？它们付出的东西不在吞吐↔延迟曲线上。",
-        },
         "choices": choices,
-        "explain": {lg: each([line(k, lg) for k in shown], lg) for lg in LANGS},
+        "values": {"lines": {lg: each([line(k, lg) for k in shown], lg) for lg in LANGS}},
     }
 
 
@@ -191,7 +166,6 @@ def _g_knob_free_wins(p: Mapping[str, Any]) -> dict[str, Any]:
 def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: gpu, small_gpu, field_default, rate, e2e_s. Answer: by Little's law, whether
     the cap vLLM logs on ``gpu`` without the flag (knobs.default) holds the load."""
-    from course_utils.core import capacity, knobs
 
     def cap(key: str) -> int:
         g = capacity.get_gpu(key)
@@ -203,50 +177,18 @@ def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     n = rate * e2e
     if not fd < small < n < logged:
         raise QuizError("default_cap: needs field default < small-GPU default < load < cap")
-    load = {
-        "en": f"{fmt_num(rate)} × {fmt_num(e2e)} s = {fmt_num(n)}",
-        "zh": f"{fmt_num(rate)} × {fmt_num(e2e)} 秒 = {fmt_num(n)}",
-    }
-    # The wrong options are the two caps learners read instead of the logged one: the
-    # field's declared default, and the small-GPU default remembered as "the" default.
-    opts = {
-        "fits": (
-            f"No: {load['en']} in flight, under {logged}",
-            f"不会：同时在服务器里 {load['zh']} 个，低于 {logged}",
-        ),
-        "field": (
-            f"Yes: {load['en']} in flight, over the {fd} the config declares",
-            f"会：同时在服务器里 {load['zh']} 个，超过配置字段声明的 {fd}",
-        ),
-        "small": (
-            f"Yes: {load['en']} in flight, over the default of {small} requests",
-            f"会：同时在服务器里 {load['zh']} 个，超过默认的 {small} 个上限",
-        ),
-    }
     return {
         "type": "single",
-        "prompt": {
-            "en": f"`vllm serve` on one {gpu.name}, started without `--max-num-seqs`, logs "
-            f"`max_num_seqs={logged}`; `SchedulerConfig.max_num_seqs` is declared with "
-            f"{fd}, and on an {sgpu.name} the same command logs {small}. Your load: "
-            f"{fmt_num(rate)} req/s, each request in the server for {fmt_num(e2e)} s on average. "
-            "Does this cap make requests queue?",
-            "zh": f"在一张 {gpu.name} 上不设 `--max-num-seqs` 启动 `vllm serve`，日志是 "
-            f"`max_num_seqs={logged}`；`SchedulerConfig.max_num_seqs` 声明的默认值是 {fd}，"
-            f"同样的命令在 {sgpu.name} 上日志是 {small}。你的负载：{fmt_num(rate)} req/s，每个请求"
-            f"平均在服务器里待 {fmt_num(e2e)} 秒。这个上限会让请求排队吗？",
-        },
-        "choices": keyed(opts, "fits"),
-        "explain": {
-            "en": f"Little's law: requests in the server = rate × time each spends there = "
-            f"{load['en']}. The cap that runs is the one the server logs: "
-            "`EngineArgs.get_batch_defaults` (vllm/engine/arg_utils.py) sets the unset flag by "
-            f"GPU memory ({logged} here, {small} on the {sgpu.name}); the field's {fd} is for "
-            f"tests. {fmt_num(n)} < {logged}: any queue has another cause.",
-            "zh": f"利特尔定律：服务器里的请求数 = 到达速率 × 每个请求停留的时间 = {load['zh']}。"
-            "真正生效的上限是服务器日志里的那个：不设 flag 时由 `EngineArgs.get_batch_defaults`"
-            f"（vllm/engine/arg_utils.py）按显存来填（这张卡是 {logged}，{sgpu.name} 是 {small}）；"
-            f"字段里的 {fd} 是给测试用的。{fmt_num(n)} < {logged}：如果有排队，原因在别处。",
+        "right": "fits",
+        "values": {
+            "gpu": gpu.name,
+            "sgpu": sgpu.name,
+            "logged": logged,
+            "small": small,
+            "fd": fd,
+            "rate": fmt_num(rate),
+            "e2e": fmt_num(e2e),
+            "n": fmt_num(n),
         },
     }
 
@@ -254,8 +196,6 @@ def _g_default_cap(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("knob_constraint")
 def _g_knob_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: constraint, knobs (optional subset). Answer: knobs.for_constraint()."""
-    from course_utils.core import knobs
-
     c = p["constraint"]
     pairs = knobs.for_constraint(c)
     if c not in CONSTRAINTS or not pairs:
@@ -265,22 +205,15 @@ def _g_knob_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
 
     def line(k: Any, lg: str) -> str:
         if k.name not in names:
-            return f"`{k.flag}` ✗{sep(':', lg)}{k.label[lg]}"
-        move = move_word(k.relieves[c], lg)
-        return f"`{k.flag}` ✓{sep(':', lg)}{move}{'，' if lg == 'zh' else '; '}{k.trade[lg]}"
+            return marked(k, False, lg, k.label[lg])
+        return marked(k, True, lg, move_word(k.relieves[c], lg), k.trade[lg])
 
     return {
         "type": "multiple",
-        "prompt": {
-            "en": f"The binding constraint is {CONSTRAINTS[c]['en']}. Which knobs relieve it?",
-            "zh": f"卡住的约束是 {CONSTRAINTS[c]['zh']}。哪些旋钮能缓解它？",
-        },
         "choices": _knob_choices(p.get("knobs"), names, move=False),
-        "explain": {
-            "en": each([line(k, "en") for k in shown], "en")
-            + " Turn one, re-measure goodput, keep it only if goodput rises inside the SLO.",
-            "zh": each([line(k, "zh") for k in shown], "zh")
-            + "一次拧一个，重测 goodput，只有 SLO 内 goodput 上升才保留。",
+        "values": {
+            "constraint": CONSTRAINTS[c],
+            "lines": {lg: each([line(k, lg) for k in shown], lg) for lg in LANGS},
         },
     }
 
@@ -288,8 +221,6 @@ def _g_knob_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("knob_validate")
 def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: values (knob -> value), gpu_memory_gib. Answer: knobs.validate() accepts?"""
-    from course_utils.core import knobs
-
     values = dict(p["values"])
     gib = p.get("gpu_memory_gib")
     argv = " ".join(f"{knobs.get(n).flag} {v}" for n, v in values.items())
@@ -298,38 +229,17 @@ def _g_knob_validate(p: Mapping[str, Any]) -> dict[str, Any]:
         ok, why = True, None
     except knobs.KnobError as e:
         ok, why = False, str(e)
-    on = f" ({fmt_num(gib)} GiB GPU)" if gib else ""
-    on_zh = f"（{fmt_num(gib)} GiB 显卡）" if gib else ""
-    # Wrong: the two ways learners expect a bad combination to be handled.
-    opts = {
-        "starts": ("It starts: the flags are accepted as given.", "能启动：参数按给定值生效。"),
-        "rejected": ("Start-up fails with a config error.", "启动失败：配置校验报错。"),
-        "clamped": (
-            "It starts, and vLLM silently lowers one value to fit.",
-            "能启动，vLLM 悄悄把某个值调小以适配。",
-        ),
-    }
     hit = [kk for kk in knobs.KNOBS.values() if why and kk.name in why]
     where = sorted({f"{kk.config.split('.')[0]} ({kk.source})" for kk in hit})
-    explain = (
-        {
-            "en": f"knobs.validate raises: {why}. vLLM checks it in {', '.join(where)} "
-            "while building the engine config, before loading the model.",
-            "zh": f"knobs.validate 报错：{why}。vLLM 在构建引擎配置时（加载模型之前）由 "
-            f"{'、'.join(where)} 检查它。",
-        }
-        if why
-        else {
-            "en": "knobs.validate accepts it: no cross-knob rule of 0.26.0 is broken.",
-            "zh": "knobs.validate 通过：没有违反 0.26.0 的跨旋钮规则。",
-        }
-    )
     return {
         "type": "single",
-        "prompt": {
-            "en": f"`vllm serve MODEL {argv}`{on}: what happens?",
-            "zh": f"`vllm serve MODEL {argv}`{on_zh}：会发生什么？",
+        "right": "starts" if ok else "rejected",
+        "values": {
+            "argv": argv,
+            "on": ["gpu"] if gib else [],
+            "gib": fmt_num(gib) if gib else "",
+            "why": why or "",
+            "where": listed(where),
+            "verdict": ["raises" if why else "accepts"],
         },
-        "choices": keyed(opts, "starts" if ok else "rejected"),
-        "explain": explain,
     }

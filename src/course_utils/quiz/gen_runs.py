@@ -1,27 +1,29 @@
-"""Items from recorded GPU runs: Little's law and the TTFT split by /metrics histograms."""
+"""Items from recorded GPU runs: Little's law, the TTFT split by /metrics histograms, whether a
+measurement can be trusted (replayed prompts, a JIT compile inside the window, preemption
+under a full KV cache) and the replicas a target rate needs (lab 03's one-GPU knee)."""
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from course_utils.core import diagnose, keep, metrics, replicas, scaleout, validity, vllm_logs
+from course_utils.core.records import read_jsonl, read_text
 from course_utils.quiz.data import (
-    keyed,
     option_list,
     recorded_point,
+    recorded_sweep,
     resolve_path,
     run_name,
-    sweep_records,
 )
 from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
 
 
 def point_load(p: Mapping[str, Any]) -> dict[str, Any]:
     """One recorded sweep point (``params.point``): bench fields, /metrics summary, where."""
-    from course_utils.core import metrics
-
     rec = recorded_point(p)
     if rec is None:
         raise QuizError(f"recorded point {p.get('point')!r} not found")
@@ -49,71 +51,43 @@ def _g_littles_law(p: Mapping[str, Any]) -> dict[str, Any]:
     seen = s.running_mean + s.waiting_mean
     if abs(seen - n) > 0.15 * n:
         raise QuizError(f"littles_law: gauges say {seen:.1f} in flight, the law {n:.1f}")
-    cap = pt["knobs"].get("max_num_seqs")
-    thr, e2e = b["request_throughput"], b["mean_e2el_ms"]
     return {
         "type": "numeric",
         "answer": round(n, 1),
         "tolerance": {"rel": p.get("rel_tol", 0.05)},
-        "unit": {"en": "requests", "zh": "个请求"},
-        "prompt": {
-            "en": f"Recorded run `{pt['where']}`, point `--max-num-seqs {cap}`: `vllm bench "
-            f"serve` completed {thr:.2f} req/s with a mean end-to-end latency of "
-            f"{fmt_num(round(e2e))} ms. On average, how many requests were inside the server "
-            "(running or waiting)?",
-            "zh": f"已录制的实测 `{pt['where']}`，`--max-num-seqs {cap}` 这个点：`vllm bench serve` "
-            f"完成 {thr:.2f} req/s，平均端到端延迟 {fmt_num(round(e2e))} ms。平均有多少个请求"
-            "在服务器里（运行中或排队中）？",
-        },
-        "explain": {
-            "en": f"Little's law: requests in the system = rate x time each spends there = "
-            f"{thr:.2f} x {e2e / 1000:.3f} s = {n:.1f}. The /metrics gauges sampled "
-            f"under load agree: running {s.running_mean:.1f} + waiting "
-            f"{s.waiting_mean:.1f} on average. A `--max-num-seqs` below this number "
-            "cannot hold the load, so the rest must queue.",
-            "zh": f"利特尔定律：系统里的请求数 = 到达速率 × 每个请求停留的时间 = {thr:.2f} × "
-            f"{e2e / 1000:.3f} 秒 = {n:.1f}。负载期间采样的 /metrics gauge 也对得上：平均运行 "
-            f"{s.running_mean:.1f} 个 + 排队 {s.waiting_mean:.1f} 个。`--max-num-seqs` "
-            "比这个数小，就装不下这份负载，多出来的只能排队。",
+        "values": {
+            "run": pt["where"],
+            "cap": pt["knobs"].get("max_num_seqs"),
+            **_law(b, f"{n:.1f}"),
+            "running": f"{s.running_mean:.1f}",
+            "waiting": f"{s.waiting_mean:.1f}",
         },
     }
 
 
-def sweep_points(root: Path, knob: str) -> list[dict[str, Any]]:
-    """Every recorded point of a sweep dir with its knob value, bench and /metrics summary."""
-    from course_utils.core import metrics
-
-    out: dict[Any, dict[str, Any]] = {}
-    for rec, d in sweep_records(root):
-        value = (rec.get("knobs") or {}).get(knob)
-        if value is not None:
-            out[value] = {
-                "value": value,
-                "bench": json.loads((d / "bench.json").read_text()),
-                "summary": metrics.summarize(metrics.load_series(d / "metrics.jsonl")),
-            }
-    return [out[v] for v in sorted(out)]
+def _law(b: Mapping[str, Any], n: str) -> dict[str, str]:
+    """Little's law's terms as a prompt shows them: throughput, mean E2E in ms and s, n."""
+    e2e = float(b["mean_e2el_ms"])
+    thr = f"{b['request_throughput']:.2f}"
+    return {"thr": thr, "e2e": fmt_num(round(e2e)), "e2e_s": f"{e2e / 1000:.3f}", "n": n}
 
 
 @generator("littles_cap")
 def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: results (a max_num_seqs sweep), reference. Answer: the caps below rate x mean
     E2E of the reference, each checked against its recorded waiting series."""
-    from course_utils.core import diagnose
-
-    root = resolve_path(p["results"])
-    pts = sweep_points(root, "max_num_seqs")
+    pts = recorded_sweep({"knob": "max_num_seqs", "results": p["results"]})
+    for x in pts:
+        x["summary"] = metrics.summarize(metrics.load_series(x["dir"] / "metrics.jsonl"))
     ref = next((x for x in pts if x["value"] == p["reference"]), None)
     if ref is None or len(pts) < 3:
-        raise QuizError(f"littles_cap: no reference point {p.get('reference')} in {root}")
-    n = in_flight(ref["bench"])
+        raise QuizError(f"littles_cap: no reference point {p.get('reference')} in {p['results']}")
+    n = in_flight(ref["bench"].raw)
     deep = diagnose.Thresholds().waiting_mean_min
     for x in pts:
         if (x["value"] < n) != (x["summary"].waiting_mean >= deep):
             raise QuizError(f"littles_cap: {x['value']} disagrees with its waiting series")
-    b = ref["bench"]
-    rate = b.get("request_rate")
-    where = run_name(root)
+    b = ref["bench"].raw
 
     def why(x: dict[str, Any], lg: str) -> str:
         s, below = x["summary"], x["value"] < n
@@ -123,38 +97,18 @@ def _g_littles_cap(p: Mapping[str, Any]) -> dict[str, Any]:
         verdict = "below" if below else "not below"
         return f"{x['value']}: {verdict} {n:.0f}; recorded waiting mean {w}, running max {r}"
 
-    opts = [
-        ({lg: f"`--max-num-seqs {x['value']}`" for lg in LANGS}, x["value"] < n, str(x["value"]))
-        for x in pts
-    ]
+    opts = [(f"`--max-num-seqs {x['value']}`", x["value"] < n, str(x["value"])) for x in pts]
     return {
         "type": "multiple",
-        "prompt": {
-            "en": f"Recorded run `{where}`: {fmt_num(rate)} req/s offered, 512 tokens in / 128 out. "
-            f"With `--max-num-seqs {ref['value']}` nothing queued: it completed "
-            f"{b['request_throughput']:.2f} req/s at a mean end-to-end latency of "
-            f"{fmt_num(round(b['mean_e2el_ms']))} ms. By Little's law, which caps must make "
-            "requests queue at this load?",
-            "zh": f"已录制的实测 `{where}`：压测速率 {fmt_num(rate)} req/s，512 入 / 128 出。"
-            f"`--max-num-seqs {ref['value']}` 时没有排队：完成 {b['request_throughput']:.2f} "
-            f"req/s，平均端到端延迟 {fmt_num(round(b['mean_e2el_ms']))} ms。按利特尔定律，"
-            "在这个负载下哪些上限一定会让请求排队？",
-        },
         "choices": option_list(opts),
-        "explain": {
-            "en": f"Requests in flight = {b['request_throughput']:.2f} x "
-            f"{b['mean_e2el_ms'] / 1000:.3f} s = {n:.0f}. A cap below that cannot hold "
-            "them, so the rest wait; each point's own /metrics confirm it: "
-            + "; ".join(why(x, "en") for x in pts)
-            + ".",
-            "zh": f"同时在服务器里的请求 = {b['request_throughput']:.2f} × "
-            f"{b['mean_e2el_ms'] / 1000:.3f} 秒 = {n:.0f}。上限比它小就装不下，其余的只能排队；"
-            "每个点自己的 /metrics 也证实了这一点：" + "；".join(why(x, "zh") for x in pts) + "。",
+        "values": {
+            "run": run_name(pts[0]["dir"].parent.parent),
+            "rate": fmt_num(b.get("request_rate")),
+            "ref": ref["value"],
+            **_law(b, f"{n:.0f}"),
+            "points": {lg: sep(";", lg).join(why(x, lg) for x in pts) for lg in LANGS},
         },
     }
-
-
-TTFT_PARTS = ("queue", "prefill", "outside", "decode")
 
 
 def ttft_parts(summary: Any) -> dict[str, float]:
@@ -179,78 +133,194 @@ def ttft_key(parts: Mapping[str, float]) -> str:
     raise QuizError("ttft_split: no part holds more than half of TTFT")
 
 
-# key: (option en, option zh, why en, why zh); {ms}/{share}: the part's mean and share. The
-# wrong options are learners' readings: "under load TTFT is queueing" (queue), "TTFT is the
-# prompt's compute" (prefill), "the first token needs a decode step" (decode).
-_PARTS = {
-    "queue": (
-        "Waiting in the engine core's queue for a free slot",
-        "在引擎核心的队列里等空出的名额",
-        "queue time {ms} ({share}); `--max-num-seqs` or the token budget act here",
-        "排队时间 {ms}（{share}）；`--max-num-seqs` 或 token 预算作用在这里",
-    ),
-    "prefill": (
-        "Prefill compute, from scheduling to the first token",
-        "prefill 计算：从被调度到产出首 token",
-        "prefill time {ms} ({share}); `--max-num-batched-tokens` acts here",
-        "prefill 时间 {ms}（{share}）；`--max-num-batched-tokens` 作用在这里",
-    ),
-    "outside": (
-        "Before the engine queues it, or on the way back",
-        "进入引擎队列之前，或首 token 的回程上",
-        "TTFT minus both is {ms} ({share}): tokenising, the hand-off to the engine core, "
-        "waiting there for the running step to end, and the way back of the first token; "
-        "longer steps and bigger batches lengthen it",
-        "TTFT 减去前两段还剩 {ms}（{share}）：分词、交给引擎核心、在那里等正在跑的这一步结束，"
-        "以及首 token 的回程；每步越长、批越大，这一段就越长",
-    ),
-    "decode": (
-        "The first decode step, after the prefill ends",
-        "prefill 结束之后的第一个 decode 步",
-        "never part of TTFT: the step that finishes the prompt emits the first token",
-        "从来不属于 TTFT：算完 prompt 的那一步就产出首 token",
-    ),
-}
-
-
-def _part_line(k: str, parts: Mapping[str, float], lg: str) -> str:
-    en, zh, why_en, why_zh = _PARTS[k]
-    ms, share = f"{parts.get(k, 0):.0f} ms", f"{parts.get(k, 0) / parts['ttft']:.0%}"
-    why = (why_zh if lg == "zh" else why_en).format(ms=ms, share=share)
-    return (zh if lg == "zh" else en) + sep(":", lg) + why
-
-
 @generator("ttft_split")
 def _g_ttft_split(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: point {results, knobs}. Answer: the part of the mean TTFT above one half."""
+    """params: point {results, knobs}. Answer: the part of the mean TTFT above one half, as the
+    item's choice queue, prefill, outside (the rest of TTFT) or decode (never part of it)."""
     pt = point_load(p)
     parts = ttft_parts(pt["summary"])
     key = ttft_key(parts)
     cap, rate = pt["knobs"].get("max_num_seqs"), pt["workload"].get("request_rate")
-    from course_utils.core import metrics
-
-    q, pf, tt = metrics.QUEUE_TIME, metrics.PREFILL_TIME, metrics.TTFT
-    opts = {k: _PARTS[k][:2] for k in TTFT_PARTS}
-    lines = {lg: sep(";", lg).join(_part_line(k, parts, lg) for k in TTFT_PARTS) for lg in LANGS}
     return {
         "type": "single",
-        "prompt": {
-            "en": f"Recorded run `{pt['where']}`, `--max-num-seqs {cap}` at {fmt_num(rate)} req/s. "
-            f"From its /metrics histograms (mean per request): `{tt}` "
-            f"{parts['ttft']:.0f} ms, `{q}` {parts['queue']:.1f} ms, `{pf}` "
-            f"{parts['prefill']:.1f} ms. Where does most of the TTFT go?",
-            "zh": f"已录制的实测 `{pt['where']}`，`--max-num-seqs {cap}`，{fmt_num(rate)} req/s。"
-            f"它的 /metrics 直方图（每请求均值）：`{tt}` {parts['ttft']:.0f} ms，`{q}` "
-            f"{parts['queue']:.1f} ms，`{pf}` {parts['prefill']:.1f} ms。TTFT 大部分花在哪？",
+        "right": key,
+        "values": {
+            "run": pt["where"],
+            "cap": cap,
+            "rate": fmt_num(rate),
+            "ttft_name": metrics.TTFT,
+            "queue_name": metrics.QUEUE_TIME,
+            "prefill_name": metrics.PREFILL_TIME,
+            "ttft": f"{parts['ttft']:.0f}",
+            "queue": f"{parts['queue']:.1f}",
+            "prefill": f"{parts['prefill']:.1f}",
+            **{f"{k}_ms": f"{parts[k]:.0f} ms" for k in ("queue", "prefill", "outside")},
+            **{
+                f"{k}_share": f"{parts[k] / parts['ttft']:.0%}"
+                for k in ("queue", "prefill", "outside")
+            },
         },
-        "choices": keyed(opts, key),
-        "explain": {
-            "en": "vLLM stamps a request's arrival before tokenising it, then when the engine "
-            "core queues it, schedules it and ends the step with its first token "
-            "(vllm/v1/metrics/stats.py); the engine core takes new requests only between "
-            f"steps (`run_busy_loop`). {lines['en']}. Turn the knob of the part that dominates.",
-            "zh": "vLLM 在分词之前就记下请求的到达时间，之后依次记下进入引擎核心队列、被调度、产出首 token "
-            "的那一步结束的时间（vllm/v1/metrics/stats.py）；引擎核心只在两步之间接收新请求"
-            f"（`run_busy_loop`）。{lines['zh']}。只去拧占大头的那一段对应的旋钮。",
+    }
+
+
+# ---- can the measurement be trusted
+def _replay_rows(root: Path) -> list[dict[str, float]]:
+    """prefix_replay's rows {rate, p99 (TTFT ms), hit (prefix-cache hit rate)} of a recorded
+    knee scan, by rate."""
+    rows = []
+    for d in sorted(root.glob("rate-*"), key=lambda x: float(x.name.split("-", 1)[1])):
+        b = json.loads((d / "bench.json").read_text(encoding="utf-8"))
+        hit = validity.prefix_cache_hit_rate(metrics.load_series(d / "metrics.jsonl"))
+        rows.append(
+            {"rate": float(d.name.split("-", 1)[1]), "p99": b["p99_ttft_ms"], "hit": hit or 0.0}
+        )
+    return rows
+
+
+@generator("prefix_replay")
+def _g_prefix_replay(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: knee (a recorded knee-scan dir with rate-*/{bench.json, metrics.jsonl}).
+    Answer: the rates whose prefix-cache hit rate (core.validity) marks them replayed."""
+    root = resolve_path(p["knee"])
+    rows = _replay_rows(root)
+    bad = [r for r in rows if r["hit"] > validity.REPLAY_HIT_RATE]
+    if not bad or len(bad) == len(rows):
+        raise QuizError("prefix_replay: needs both replayed and fresh rates")
+    hits = {"en": "hits", "zh": "命中率"}
+    return {
+        "type": "single",
+        "right": "replay",
+        "values": {
+            "run": run_name(root),
+            "listing": {
+                lg: sep(";", lg).join(
+                    f"{fmt_num(r['rate'])} req/s{sep(':', lg)}p99 TTFT {r['p99']:.0f} ms"
+                    f"{sep(',', lg)}{hits[lg]} {r['hit']:.1%}"
+                    for r in rows
+                )
+                for lg in LANGS
+            },
+            "bad": "/".join(fmt_num(r["rate"]) for r in bad),
+            "top": fmt_num(rows[-1]["rate"]),
+            "first": fmt_num(rows[0]["rate"]),
+            "limit": f"{validity.REPLAY_HIT_RATE:.0%}",
+        },
+    }
+
+
+def _overrides(text: Any) -> Any:
+    """The "Server overrides:" dict that `vllm bench sweep serve` prints, as a dict."""
+    try:
+        return ast.literal_eval(text) if isinstance(text, str) else text
+    except (ValueError, SyntaxError):
+        return None
+
+
+@generator("jit_window")
+def _g_jit_window(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: log (a `vllm bench sweep serve` log), result (that server's run=0.json),
+    server (its overrides). Answer: the window held a JIT compile (core.vllm_logs)."""
+    log = resolve_path(p["log"])
+    parsed = vllm_logs.parse_sweep_log(read_text(log, errors="replace"))
+    want = dict(p["server"])
+    srv = next((s for s in parsed["servers"] if _overrides(s["overrides"]) == want), None)
+    if srv is None:
+        raise QuizError(f"jit_window: no server {want} in {log}")
+    kernels = sorted({k for w in srv["jit_windows"] for k in w["jit"]})
+    if not kernels:
+        raise QuizError("jit_window: that server's measured windows hold no JIT compile")
+    res = json.loads(resolve_path(p["result"]).read_text(encoding="utf-8"))
+    return {
+        "type": "single",
+        "right": "jit",
+        "values": {
+            "run": run_name(log),
+            "flags": " ".join(f"--{k.replace('_', '-')} {v}" for k, v in want.items()),
+            "rate": fmt_num(res["request_rate"]),
+            "kernel": kernels[0],
+            "p99": fmt_num(round(res["p99_ttft_ms"])),
+        },
+    }
+
+
+def _preempt_stats(root: Path, value: Any) -> tuple[dict[str, Any], list[Any], Any, Any]:
+    """kv_preempt's recorded point at `value`, its 10 s stats lines,
+    the first line with a queue (KV full) and the one with the longest queue."""
+    recs = [r for r in read_jsonl(root / "results.jsonl") if r.get("value") == value]
+    rec = next((r for r in recs if r.get("status") == "ok"), None)
+    if rec is None:
+        raise QuizError(f"kv_preempt: no point {value} in {root}")
+    log = root / "points" / str(rec["key"]) / "llm.log"
+    stats = vllm_logs.engine_stats(read_text(log, errors="replace"))
+    full = next((s for s in stats if s.waiting > 0), None)
+    peak = max(stats, key=lambda s: s.waiting) if stats else None
+    if full is None or peak is None or stats[0].waiting or full.kv_usage < 0.95:
+        raise QuizError("kv_preempt: the stats show no wait that starts with a full KV cache")
+    return rec, stats, full, peak
+
+
+@generator("kv_preempt")
+def _g_kv_preempt(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: run (a recorded lab 01 folder), value (the knob value). Answer: preemption,
+    read from vLLM's 10 s stats lines (core.vllm_logs.engine_stats)."""
+    root = resolve_path(p["run"])
+    rec, stats, full, peak = _preempt_stats(root, p["value"])
+    lines = [
+        f"t={s.t_s} s: Running {s.running}, Waiting {s.waiting}, KV {s.kv_usage:.1%}"
+        for s in (stats[0], full, peak)
+    ]
+    return {
+        "type": "single",
+        "right": "preempt",
+        "values": {
+            "run": run_name(root),
+            "value": p["value"],
+            "n": rec.get("load_prompts"),
+            "rows": {"en": "; ".join(lines), "zh": "；".join(lines)},
+            "start": stats[0].running,
+            "full": f"{full.kv_usage:.1%}",
+        },
+    }
+
+
+# ---- replicas for a target rate
+@generator("replicas_plan")
+def _g_replicas_plan(p: Mapping[str, Any]) -> dict[str, Any]:
+    """params: target (req/s), headroom (0..1), run (optional: a run folder; default
+    core.scaleout.RUN_DIR). Answer: the safe replica count from the recorded one-GPU knee."""
+    root = resolve_path(p.get("run") or scaleout.RUN_DIR)
+    folder = root / "scaleout" if (root / "scaleout").is_dir() else root
+    recs = scaleout.config_records(folder, "one")
+    if not recs:
+        raise QuizError(f"replicas_plan: no one-GPU knee scan in {folder}")
+    k = keep.pick_knee(recs)
+    lo, hi = k["knee_rate"], k["overloaded_rate"]
+    if lo is None:
+        raise QuizError("replicas_plan: no one-GPU rate met the SLO in the recorded run")
+    target, headroom = float(p["target"]), float(p["headroom"])
+    plan = replicas.plan_replicas(lo, hi, target, headroom)
+    seen = sorted(
+        (float(x["rate_key"]), keep.as_point(x).meets_slo) for x in recs if x.get("valid")
+    )
+    return {
+        "type": "numeric",
+        "answer": plan.safe,
+        "tolerance": {"abs": 0},
+        "values": {
+            "run": (folder.parent if folder.name == "scaleout" else folder).name,
+            "rows": {
+                "en": ", ".join(f"{fmt_num(r)}: {'met' if m else 'missed'}" for r, m in seen),
+                "zh": "，".join(f"{fmt_num(r)}：{'达标' if m else '未达标'}" for r, m in seen),
+            },
+            "target": fmt_num(target),
+            "h": f"{headroom:.0%}",
+            "lo": fmt_num(lo),
+            "hi": ["open" if hi is None else "bound"],  # a rate above the knee that missed?
+            "hi_rate": "" if hi is None else fmt_num(hi),
+            "headroom": f"{headroom:g}",
+            "per": f"{plan.per_replica_low:.4g}",
+            "safe": plan.safe,
+            "upper": plan.short or "",
+            "short": [] if plan.short is None else ["same" if plan.short == plan.safe else "upper"],
         },
     }

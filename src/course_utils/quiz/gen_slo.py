@@ -4,14 +4,15 @@ gate) and of the decision tree (``core.diagnose`` on /metrics series)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from course_utils.core import diagnose, knobs, metrics
+from course_utils.core import slo as slo_mod
 from course_utils.quiz.data import (
-    diagnosis_inputs,
     item_bench,
     item_data,
     item_slo,
-    keyed,
     option_list,
     per_request_of,
     recorded_point,
@@ -20,20 +21,20 @@ from course_utils.quiz.data import (
     resolve_path,
     run_name,
     slo_text,
+    synthetic_series,
 )
 from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
-from course_utils.quiz.gen_knobs import CONSTRAINTS, NO_KNOB, each, move_word
+from course_utils.quiz.gen_knobs import CONSTRAINTS, each, marked, move_word
 
 
-def _requests_text(b: Any) -> dict[str, str]:
-    per = per_request_of(b)
+def _requests(b: Any) -> dict[str, Any]:
+    """The values of an item's ``requests`` note: the run, and each request's TTFT/TPOT."""
+    per = per_request_of(b) or {"ttft": [], "tpot": []}
     pairs = [f"{t:.0f}/{d:.0f}" for t, d in zip(per["ttft"], per["tpot"], strict=True)]
-    rows, rows_zh = "; ".join(pairs), "；".join(pairs)
     return {
-        "en": f"A run of {b.completed} requests took {fmt_num(b.duration)} s. Per request, "
-        f"TTFT/TPOT in ms: {rows}.",
-        "zh": f"一次压测 {b.completed} 个请求，用时 {fmt_num(b.duration)} 秒。逐请求 TTFT/TPOT"
-        f"（ms）：{rows_zh}。",
+        "completed": b.completed,
+        "duration": fmt_num(b.duration),
+        "pairs": {"en": "; ".join(pairs), "zh": "；".join(pairs)},
     }
 
 
@@ -41,43 +42,29 @@ def _requests_text(b: Any) -> dict[str, str]:
 def _g_request_goodput(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: slo, requests (inline ttft_ms/tpot_ms/output_len/duration_s, or a path to a
     --save-detailed result). Answer: slo.request_goodput (vLLM's per-request goodput)."""
-    from course_utils.core import slo as slo_mod
-
     s, b = item_slo(p), requests_bench(p)
     g = slo_mod.request_goodput(b, s)
     if g is None:
         raise QuizError("this result has no per-request data")
-    good = round(g * float(b.duration))
-    intro = _requests_text(b)
-    targets = " ".join(s.goodput_args())
     return {
         "type": "numeric",
         "answer": round(g, 4),
         "tolerance": {"abs": 0.01},
-        "unit": {"en": "req/s", "zh": "req/s"},
-        "prompt": {
-            "en": f"{intro['en']} With `--goodput {targets}`, what request goodput "
-            "does `vllm bench serve` report?",
-            "zh": f"{intro['zh']}用 `--goodput {targets}`，`vllm bench serve` 报告的 "
-            "request goodput 是多少？",
-        },
-        "explain": {
-            "en": f"vLLM counts a request as good when each of its own values is ≤ "
-            f"its target (a value equal to the target counts): {good} of "
-            f"{b.completed} requests, ÷ {fmt_num(b.duration)} s = {g:.2f} req/s "
-            f"(throughput {b.request_throughput:.2f} req/s).",
-            "zh": f"vLLM 逐个请求判断：每项都 ≤ 目标（等于也算）才算好请求：{b.completed} 个里 "
-            f"{good} 个，÷ {fmt_num(b.duration)} 秒 = {g:.2f} req/s"
-            f"（吞吐 {b.request_throughput:.2f} req/s）。",
+        "values": {
+            "requests": ["requests"],
+            **_requests(b),
+            "targets": " ".join(s.goodput_args()),
+            "good": round(g * float(b.duration)),
+            "g": f"{g:.2f}",
+            "thr": f"{b.request_throughput:.2f}",
         },
     }
 
 
 @generator("p99_gate")
 def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
-    """params: slo, requests (as request_goodput) or bench (a result). Answer: slo.score."""
-    from course_utils.core import slo as slo_mod
-
+    """params: slo, requests (as request_goodput) or bench (a result). Answer: slo.score, as
+    the item's choice pass, fail-<target> (the one target missed) or fail-several."""
     s = item_slo(p)
     rec = recorded_point(p)
     if not rec and ("requests" in p or "ttft_ms" in p):
@@ -85,52 +72,23 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
     else:
         b = item_bench(rec["bench"] if rec else item_data(p, "bench"))
     sc = slo_mod.score(b, s)
-    keys = [k for k in s.targets() if b.percentile(k, s.percentile) is not None]
-    over = [k for k in keys if b.percentile(k, s.percentile) > s.targets()[k]]
-    p99s = [f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms" for k in keys]
+    over = [k for k, v in s.targets().items() if (b.percentile(k, s.percentile) or 0) > v]
+    p99s = _p99s(b, s)
     thr = f"{b.request_throughput:.2f} req/s"
-    rows = {
-        "pass": (
-            f"It passes: the score is the full throughput ({thr}).",
-            f"通过：得分就是全部吞吐（{thr}）。",
-        ),
-        **{
-            f"fail-{k}": (
-                f"It fails on {k.upper()} only: score 0.",
-                f"只在 {k.upper()} 上不达标：得 0 分。",
-            )
-            for k in keys
-        },
-    }
-    if len(keys) > 1:
-        rows["fail-several"] = (
-            "It fails on more than one target: score 0.",
-            "不止一个目标不达标：得 0 分。",
-        )
     right = "pass" if sc.meets_slo else f"fail-{over[0]}" if len(over) == 1 else "fail-several"
-    if per_request_of(b) is not None:
-        intro = _requests_text(b)
-    else:  # a saved result: its p99s and throughput are what the gate reads
-        intro = {
-            "en": f"`vllm bench serve` reported {thr} completed, {', '.join(p99s)}.",
-            "zh": f"`vllm bench serve` 报告完成 {thr}，{'，'.join(p99s)}。",
-        }
     return {
         "type": "single",
-        "prompt": {
-            "en": f"{intro['en']} SLO: {slo_text(s, 'en')}. What does the lesson's p99 gate (full "
-            "throughput if every p99 meets its target, else 0) say?".strip(),
-            "zh": f"{intro['zh']}SLO：{slo_text(s, 'zh')}。本课的 p99 门槛（每个 p99 都达标就记全部吞吐，"
-            "否则记 0）怎么判？".strip(),
-        },
-        "choices": keyed(rows, right),
-        "explain": {
-            "en": f"{', '.join(p99s)}. "
-            + (f"Violations: {'; '.join(sc.violations)}. " if sc.violations else "")
-            + sc.why_they_differ("en"),
-            "zh": f"{'，'.join(p99s)}。"
-            + (f"不达标：{'; '.join(sc.violations)}。" if sc.violations else "")
-            + sc.why_they_differ("zh"),
+        "right": right,
+        "values": {
+            # a saved result: its p99s and throughput are what the gate reads
+            "measured": ["requests" if per_request_of(b) is not None else "saved"],
+            **_requests(b),
+            "thr": thr,
+            "slo": {lg: slo_text(s, lg) for lg in LANGS},
+            "p99s": {"en": ", ".join(p99s), "zh": "，".join(p99s)},
+            "violations": ["missed"] if sc.violations else [],
+            "missed": "; ".join(sc.violations),
+            "why": {lg: sc.why_they_differ(lg) for lg in LANGS},
         },
     }
 
@@ -138,8 +96,6 @@ def _g_p99_gate(p: Mapping[str, Any]) -> dict[str, Any]:
 @generator("slo_compare")
 def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: slo, configs. Answer: the config both goodputs rank first."""
-    from course_utils.core import slo as slo_mod
-
     s = item_slo(p)
     rows = []
     for c in p["configs"]:
@@ -157,9 +113,6 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
     best_gate = max(rows, key=lambda r: r["gate"])["name"]
     if best_req != best_gate:
         raise QuizError("slo_compare: the two goodputs rank the configs differently")
-    opts = {r["name"]: (r["name"], r["name"]) for r in rows}
-    # "tie": the mistake of scoring both by the share of requests that met the SLO alone
-    opts["tie"] = ("Neither: they score the same", "都不是：得分一样")
 
     def desc(r: dict[str, Any], lg: str) -> str:
         b = r["b"]
@@ -177,43 +130,31 @@ def _g_slo_compare(p: Mapping[str, Any]) -> dict[str, Any]:
 
     return {
         "type": "single",
-        "prompt": {
-            "en": f"{joined(desc, 'en')}. SLO: {slo_text(s, 'en')}. Scored by goodput, which "
-            "config is better?",
-            "zh": f"{joined(desc, 'zh')}。SLO：{slo_text(s, 'zh')}。以 goodput 打分，哪个配置更好？",
-        },
-        "choices": keyed(opts, best_req),
-        "explain": {
-            "en": f"{joined(score, 'en')}. vLLM counts the requests that meet every target, per "
-            "second; the p99 gate gives the full throughput only when every p99 meets its "
-            "target, else 0. Here both pick the same config.",
-            "zh": f"{joined(score, 'zh')}。vLLM 统计每秒有多少请求各项都达标；p99 门槛只有在每个 p99 "
-            "都达标时才记全部吞吐，否则记 0。这里两种分数选的是同一个配置。",
+        "choices": option_list([(r["name"], r["name"] == best_req, r["name"]) for r in rows]),
+        "values": {
+            "rows": {lg: joined(desc, lg) for lg in LANGS},
+            "slo": {lg: slo_text(s, lg) for lg in LANGS},
+            "scores": {lg: joined(score, lg) for lg in LANGS},
         },
     }
 
 
-def _pad(zh: str) -> str:
-    """A term inside Chinese text, with a space on each side that meets Latin text."""
-    return f"{' ' if zh[:1].isascii() else ''}{zh}{' ' if zh[-1:].isascii() else ''}"
+def _p99s(b: Any, s: Any) -> list[str]:
+    """``p99 TTFT 12.3 ms`` for each target of ``s`` the result reports."""
+    pcts = {k: b.percentile(k, s.percentile) for k in s.targets()}
+    return [f"p99 {k.upper()} {v:.1f} ms" for k, v in pcts.items() if v is not None]
 
 
 def _sweep_rows(pts: list[dict[str, Any]], s: Any, how: str, lang: str) -> str:
     """What each point's score is read from: throughput and p99s for the gate, good requests
     and the run's length for vLLM's goodput (good = goodput x duration, as vLLM counts)."""
-    from course_utils.core import slo as slo_mod
-
     rows = []
     for pt in pts:
         b = pt["bench"]
         if how == "gate":
-            comma, colon = ("，", "：") if lang == "zh" else (", ", ": ")
-            p99 = comma.join(
-                f"p99 {k.upper()} {b.percentile(k, s.percentile):.1f} ms"
-                for k in s.targets()
-                if b.percentile(k, s.percentile) is not None
-            )
-            rows.append(f"{pt['value']}{colon}{b.request_throughput:.2f} req/s{comma}{p99}")
+            p99 = sep(",", lang).join(_p99s(b, s))
+            thr = f"{b.request_throughput:.2f} req/s"
+            rows.append(f"{pt['value']}{sep(':', lang)}{thr}{sep(',', lang)}{p99}")
             continue
         good = round(float(slo_mod.request_goodput(b, s) or 0.0) * float(b.duration))
         if lang == "zh":
@@ -225,16 +166,13 @@ def _sweep_rows(pts: list[dict[str, Any]], s: Any, how: str, lang: str) -> str:
                 f"{pt['value']}: {good} of {b.completed} requests within every target "
                 f"in {fmt_num(b.duration)} s"
             )
-    return ("；" if lang == "zh" else "; ").join(rows)
+    return sep(";", lang).join(rows)
 
 
 @generator("sweep_best")
 def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: knob, slo, score (gate|request), results and/or points. Answer: the value
     with the highest score, or "none" when all score 0."""
-    from course_utils.core import knobs
-    from course_utils.core import slo as slo_mod
-
     s, how = item_slo(p), p.get("score", "gate")
     if how not in ("gate", "request"):
         raise QuizError("score must be gate or request")
@@ -250,38 +188,23 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
         run = f"`{run_name(resolve_path(p['results']))}`"
     except (KeyError, QuizError):
         run = ""
-    at = f" at {fmt_num(rate)} req/s" if rate else ""
-    at_zh = f"，{fmt_num(rate)} req/s" if rate else ""
-    vals = ", ".join(str(v) for v, _ in scores)
-    name = {
-        "gate": {
-            "en": "the lesson's p99 gate (throughput if every p99 meets the SLO, else 0)",
-            "zh": "本课的 p99 门槛（每个 p99 都达标记吞吐，否则记 0）",
-        },
-        "request": {"en": "vLLM's per-request goodput", "zh": "vLLM 的逐请求 goodput"},
-    }[how]
-    opts = {str(v): (f"`{flag} {v}`", f"`{flag} {v}`") for v, _ in scores}
-    opts["none"] = ("None: every value scores 0", "都不行：每个值都得 0")
-    listing = {
-        lg: sep(";", lg).join(f"{v}{sep(':', lg)}{sc:.2f} req/s" for v, sc in scores)
-        for lg in LANGS
-    }
-    shown = {lg: _sweep_rows(pts, s, how, lg) for lg in LANGS}
     return {
         "type": "single",
-        "prompt": {
-            "en": f"A recorded sweep {run} of `{flag}` over {vals}{at}, SLO "
-            f"{slo_text(s, 'en')}. Per value: {shown['en']}. Scored by {name['en']}, which "
-            "value wins?",
-            "zh": f"已录制的实测 {run} 里 `{flag}` 的 sweep（{vals}{at_zh}），SLO "
-            f"{slo_text(s, 'zh')}。各取值：{shown['zh']}。以{_pad(name['zh'])}打分，哪个值胜出？",
-        },
-        "choices": keyed(opts, str(win)),
-        "explain": {
-            "en": f"Scores: {listing['en']}. The gate is all-or-nothing on p99; vLLM "
-            "counts good requests one by one, so the two can pick differently.",
-            "zh": f"得分：{listing['zh']}。门槛对 p99 是全有或全无；vLLM 逐个数达标请求，"
-            "所以两种分数可能选出不同的值。",
+        "choices": option_list([(f"`{flag} {v}`", v == win, str(v)) for v, _ in scores]),
+        "right": "none" if win == "none" else (),
+        "values": {
+            "run": run,
+            "flag": flag,
+            "vals": ", ".join(str(v) for v, _ in scores),
+            "at": ["rate"] if rate else [],
+            "rate": fmt_num(rate) if rate else "",
+            "slo": {lg: slo_text(s, lg) for lg in LANGS},
+            "shown": {lg: _sweep_rows(pts, s, how, lg) for lg in LANGS},
+            "name": [how],
+            "listing": {
+                lg: sep(";", lg).join(f"{v}{sep(':', lg)}{sc:.2f} req/s" for v, sc in scores)
+                for lg in LANGS
+            },
         },
     }
 
@@ -290,97 +213,50 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _diagnosis(p: Mapping[str, Any]) -> tuple[Any, Any, Any, Any, Any]:
-    from course_utils.core import diagnose, metrics
-
-    samples, bench, mns = diagnosis_inputs(p)
-    s = item_slo(p)
+    """The tree's diagnosis of the item's recorded point, else of its ``series``/``bench``
+    params; with the series summary, bench result, SLO and max_num_seqs."""
+    rec = recorded_point(p)
+    if rec:
+        src, bsrc = rec["series"], rec["bench"]
+        mns = rec["knobs"].get("max_num_seqs", p.get("max_num_seqs"))
+    else:
+        src, bsrc, mns = item_data(p, "series"), item_data(p, "bench"), p.get("max_num_seqs")
+    samples = metrics.load_series(src) if isinstance(src, Path) else synthetic_series(src)
+    bench, s = None if bsrc is None else item_bench(bsrc), item_slo(p)
     d = diagnose.diagnose(samples, bench, s, max_num_seqs=mns)
     return d, metrics.summarize(samples), bench, s, mns
 
 
-def _diag_text(cap: int | None, summary: Any, bench: Any, s: Any) -> dict[str, str]:
-    from course_utils.core import metrics
-
-    cap_en = f" (max_num_seqs {cap})" if cap else ""
-    cap_zh = f"（max_num_seqs {cap}）" if cap else ""
-    pcts = zh_pcts = ""
-    if bench is not None:
-        each_p99 = [
-            f"p99 {k.upper()} {fmt_num(round(bench.percentile(k), 1))} ms"
-            for k in ("ttft", "tpot")
-            if bench.percentile(k) is not None
-        ]
-        pcts, zh_pcts = ", ".join(each_p99), "，".join(each_p99)
-    pre = fmt_num(summary.preemptions)
+def _observed(cap: int | None, summary: Any, bench: Any, s: Any) -> dict[str, Any]:
+    """The values of the item's ``observed`` note: the sampled gauges, p99s and SLO."""
+    p99 = [
+        f"p99 {k.upper()} {fmt_num(round(bench.percentile(k), 1))} ms"
+        for k in ("ttft", "tpot")
+        if bench is not None and bench.percentile(k) is not None
+    ]
     return {
-        "en": f"Sampled under load: `{metrics.WAITING}` mean {summary.waiting_mean:.1f} (max "
-        f"{fmt_num(summary.waiting_max)}), `{metrics.RUNNING}` max "
-        f"{fmt_num(summary.running_max)}{cap_en}, `{metrics.KV_USAGE}` max "
-        f"{summary.kv_usage_max:.2f}, preemptions {pre}. Bench: {pcts or 'n/a'}. "
-        f"SLO: {slo_text(s, 'en')}.",
-        "zh": f"负载期间采样：`{metrics.WAITING}` 均值 {summary.waiting_mean:.1f}（最大 "
-        f"{fmt_num(summary.waiting_max)}），`{metrics.RUNNING}` 最大 "
-        f"{fmt_num(summary.running_max)}{cap_zh}，`{metrics.KV_USAGE}` 最大 "
-        f"{summary.kv_usage_max:.2f}，抢占 {pre} 次。压测：{zh_pcts or '无'}。SLO：{slo_text(s, 'zh')}。",
+        "observed": ["observed"],
+        "waiting": metrics.WAITING,
+        "running": metrics.RUNNING,
+        "kv_name": metrics.KV_USAGE,
+        "w_max": fmt_num(summary.waiting_max),
+        "on": {"en": f" (max_num_seqs {cap})", "zh": f"（max_num_seqs {cap}）"} if cap else "",
+        "kv_max": f"{summary.kv_usage_max:.2f}",
+        "p99": {"en": ", ".join(p99) or "n/a", "zh": "，".join(p99) or "无"},
+        "slo": {lg: slo_text(s, lg) for lg in LANGS},
     }
 
 
-# What each leaf of the decision tree means, in the learner's terms ({w}: waiting mean,
-# {r}: running max, {cap}: max_num_seqs, {kv}: KV usage max, {pre}: preemptions).
-LEAF_WHY: dict[str, dict[str, str]] = {
-    "queue_cap": {
-        "en": "Requests wait (mean {w}) while the batch sits at its cap ({r} of {cap}) and KV "
-        "has room ({kv}): the cap, not memory, holds them back.",
-        "zh": "请求在排队（均值 {w}），运行批顶在上限（{r} / {cap}），KV 还有空间（{kv}）：挡住它们的是上限，不是显存。",
-    },
-    "queue_budget": {
-        "en": "Requests wait (mean {w}) below the cap ({r} of {cap}) with KV room ({kv}), and "
-        "each step spends its whole token budget, the last thing that admits them.",
-        "zh": "请求在排队（均值 {w}），运行数没到上限（{r} / {cap}），KV 也有空间（{kv}），而每步都用满了 "
-        "token 预算：调度器只在预算有剩时才放排队的请求进来。",
-    },
-    "queue_replicas": {
-        "en": "Requests wait (mean {w}) below the cap ({r} of {cap}) with KV room ({kv}); when a "
-        "bigger `--max-num-batched-tokens` does not help either, arrivals outrun what this "
-        "one server completes.",
-        "zh": "请求在排队（均值 {w}），运行数没到上限（{r} / {cap}），KV 也有空间（{kv}）；如果调大 "
-        "`--max-num-batched-tokens` 也无济于事，就是到达速度超过了这一台服务器的完成速度。",
-    },
-    "kv": {
-        "en": "The KV cache is full ({kv}) and {pre} preemptions pushed running requests back: "
-        "memory for KV binds.",
-        "zh": "KV cache 满了（{kv}），{pre} 次抢占把运行中的请求推回队列：KV 显存在卡。",
-    },
-    "prefill": {
-        "en": "Nothing queues (mean {w}) and KV has room ({kv}), but p99 TTFT is over its "
-        "target: the time goes into getting the first token.",
-        "zh": "没有排队（均值 {w}），KV 也有空间（{kv}），但 p99 TTFT 超了目标：时间花在了产出首 token 上。",
-    },
-    "decode": {
-        "en": "Nothing queues (mean {w}) and TTFT is inside its target, but p99 TPOT is over: "
-        "each decode step of a {r}-request batch takes too long.",
-        "zh": "没有排队（均值 {w}），TTFT 也达标，但 p99 TPOT 超了：{r} 个请求的 decode 批每一步都太慢。",
-    },
-    "none": {
-        "en": "Nothing queues, KV has room ({kv}) and every p99 meets its target: nothing "
-        "binds, so stop tuning or raise the rate.",
-        "zh": "没有排队，KV 有空间（{kv}），每个 p99 都达标：没有约束在卡，停下或提高速率。",
-    },
-}
-
-
-def diag_why(d: Any, summary: Any, cap: int | None, lang: str) -> str:
-    """The diagnosis in the learner's terms (falls back to the tree's own leaf text)."""
-    from course_utils.core import diagnose
-
-    tmpl = LEAF_WHY.get(d.leaf, diagnose.TREE[d.leaf].text)[lang]
-    return tmpl.format(
-        w=f"{summary.waiting_mean:.1f}",
-        r=fmt_num(summary.running_max),
-        cap=cap if cap else "?",
-        kv=f"{summary.kv_usage_max:.0%}",
-        pre=fmt_num(summary.preemptions),
-    )
+def _leaf(d: Any, summary: Any, cap: int | None) -> dict[str, Any]:
+    """The item's note on the leaf the tree reached, and the numbers it may cite."""
+    return {
+        "why": [d.leaf],
+        "w": f"{summary.waiting_mean:.1f}",
+        "r": fmt_num(summary.running_max),
+        "cap": cap if cap else "?",
+        "kv": f"{summary.kv_usage_max:.0%}",
+        "pre": fmt_num(summary.preemptions),
+    }
 
 
 @generator("diagnose_constraint")
@@ -388,15 +264,13 @@ def _g_diagnose_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
     """params: series (path/glob of a metrics JSONL, or inline lists), bench (path or dict of
     p99 keys), slo, max_num_seqs. Answer: diagnose.diagnose(...).constraint."""
     d, summary, bench, s, cap = _diagnosis(p)
-    intro = _diag_text(cap, summary, bench, s)
     return {
         "type": "single",
-        "prompt": {
-            "en": f"{intro['en']} Which constraint binds?",
-            "zh": f"{intro['zh']}哪个约束在绑定？",
-        },
         "choices": option_list([(CONSTRAINTS[c], c == d.constraint, c) for c in CONSTRAINTS]),
-        "explain": {lg: diag_why(d, summary, cap, lg) for lg in LANGS},
+        "values": {
+            **_observed(cap, summary, bench, s),
+            **_leaf(d, summary, cap),
+        },
     }
 
 
@@ -404,10 +278,7 @@ def _g_diagnose_constraint(p: Mapping[str, Any]) -> dict[str, Any]:
 def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
     """Same params as diagnose_constraint, plus knobs (the options shown). Answer: the
     diagnosis's knobs among them (or 'no engine knob'); each option says why."""
-    from course_utils.core import knobs
-
     d, summary, bench, s, cap = _diagnosis(p)
-    intro = _diag_text(cap, summary, bench, s)
     names = p.get("knobs") or list(knobs.KNOBS)
     shown = [knobs.get(n) for n in names]
     good = set(d.knobs)
@@ -421,28 +292,21 @@ def _g_diagnose_knobs(p: Mapping[str, Any]) -> dict[str, Any]:
     )
     if good and not any(c["correct"] for c in choices):
         raise QuizError("none of the listed knobs is in the diagnosis")
-    choices.append({"text": NO_KNOB, "correct": not good, "key": "none"})
 
     def line(k: Any, lg: str) -> str:
         if k.name in good:
-            why = f"{move_word(d.moves[k.name], lg)}" + (
-                f"（{k.label[lg]}）" if lg == "zh" else f" ({k.label[lg]})"
-            )
-            return f"`{k.flag}` ✓{sep(':', lg)}{why}"
+            label = f"（{k.label[lg]}）" if lg == "zh" else f" ({k.label[lg]})"
+            return marked(k, True, lg, move_word(d.moves[k.name], lg) + label)
         off = "，不作用于这个约束" if lg == "zh" else ", not what binds here"
-        return f"`{k.flag}` ✗{sep(':', lg)}{k.label[lg]}{off}"
+        return marked(k, False, lg, k.label[lg] + off)
 
     return {
         "type": "multiple",
-        "prompt": {
-            "en": f"{intro['en']} Which moves would you try next (one at a time)?",
-            "zh": f"{intro['zh']}接下来该试哪些动作（一次一个）？",
-        },
         "choices": choices,
-        "explain": {
-            lg: diag_why(d, summary, cap, lg)
-            + ("" if lg == "zh" else " ")
-            + each([line(k, lg) for k in shown], lg)
-            for lg in LANGS
+        "right": () if good else "none",  # the item's "no engine knob" choice
+        "values": {
+            **_observed(cap, summary, bench, s),
+            **_leaf(d, summary, cap),
+            "lines": {lg: each([line(k, lg) for k in shown], lg) for lg in LANGS},
         },
     }

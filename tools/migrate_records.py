@@ -3,7 +3,7 @@
 
 Runs recorded before a point kept its windows wrote one flat record per point or knee rate.
 Each such record gains what today's form has (``windows``: its one window; ``key``, ``knob``,
-``value``, ``startup_s`` of a knee rate) and keeps every key it had, as recorded. Records with
+``value``, ``tag``, ``startup_s`` of a knee rate, as lab.knee writes them) and keeps every key it had, as recorded. Records with
 windows are left as they are; a file without a flat record is not rewritten.
 
     python tools/migrate_records.py [ROOT ...]          (default: labs/results)
@@ -43,7 +43,7 @@ def window(d: dict[str, Any]) -> Window:
         bench=bench,
         load=dict(d.get("load") or {}),
         diagnosis=dict(d.get("diagnosis") or {}),
-        elapsed_s=d.get("elapsed_s"),
+        elapsed_s=None,  # the point's time included its server start: the window's is unknown
     )
 
 
@@ -54,7 +54,7 @@ def migrate(d: dict[str, Any]) -> dict[str, Any] | None:
     new: dict[str, Any] = {"warmup": None}
     if d.get("rate_key") is not None and "knob" not in d:  # a knee rate
         rk = str(d["rate_key"])
-        new.update(key=rk, knob="rate", value=d.get("rate", rk))
+        new.update(key=f"rate-{rk}", knob="rate", value=d.get("rate", rk), tag="knee")
         new.update(startup_s=d.get("server_startup_s"))
     new["windows"] = [window(d).to_json()] if d.get("status") == "ok" else []
     out = {**new, **d, "windows": new["windows"]}

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from course_utils.core.keep import pick_knee
 from course_utils.core.records import ServedPoint
 from tests.tooling import tool
@@ -33,7 +35,8 @@ def test_flat_records_gain_their_window_and_keep_every_key(tmp_path: Path) -> No
     point = json.loads((run / "points.jsonl").read_text())
     assert {k: knee[k] for k in KNEE} == KNEE and {k: point[k] for k in POINT} == POINT
     k = ServedPoint.from_json(knee)
-    assert (k.key, k.knob, k.startup_s, k.valid) == ("40", "rate", 142.7, True)
+    assert (k.key, k.knob, k.tag, k.startup_s, k.valid) == ("rate-40", "rate", "knee", 142.7, True)
+    assert k.windows[0].elapsed_s is None  # the point's time included its server start
     assert k.to_json()["p99_ttft_ms"] == 203.4  # the bench keys it kept flat
     assert pick_knee([knee])["knee_rate"] == 40
     p = ServedPoint.from_json(point)
@@ -42,3 +45,13 @@ def test_flat_records_gain_their_window_and_keep_every_key(tmp_path: Path) -> No
     before = [(run / n).read_bytes() for n in ("knee.jsonl", "points.jsonl")]
     assert migrate.main([str(tmp_path)]) == 0
     assert [(run / n).read_bytes() for n in ("knee.jsonl", "points.jsonl")] == before
+
+
+def test_a_folder_from_before_windows_names_the_migration(tmp_path: Path) -> None:
+    from course_utils.lab.replay import load_points_checked
+
+    run = tmp_path / "slo"
+    run.mkdir()
+    (run / "points.jsonl").write_text(json.dumps(POINT) + "\n")
+    with pytest.raises(ValueError, match=r"before points kept their windows.*migrate_records.py"):
+        load_points_checked(run)

@@ -390,6 +390,8 @@ class ServedPoint:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ServedPoint:
+        if d.get("status") == "ok" and "windows" not in d:
+            raise ValueError("a measured point without windows (its form predates them)")
         p = cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d and k not in _NESTED})
         p.warmup = Warmup.from_json(d["warmup"]) if d.get("warmup") else None
         p.windows = [Window.from_json(w) for w in d.get("windows") or []]

@@ -235,6 +235,11 @@ def read_records(
             try:
                 check(rec)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                if "windows" not in rec and rec.get("status") == "ok":  # before windows were kept
+                    raise _bad(
+                        f"{p} line {i} is a record from before points kept their windows",
+                        f"migrate the folder once: python tools/migrate_records.py {Path(p).parent}",
+                    ) from None
                 raise _bad(f"{p} line {i} is not a whole record ({exc!r})", fix) from None
         out.append(rec)
     return out

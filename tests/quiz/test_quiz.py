@@ -990,3 +990,16 @@ def test_loop_ending_explains_from_the_runs_own_ending() -> None:
     """The share and the named knobs come from keep.loop_outcome on the run."""
     d = _item("slo-loop", "loop-ending-decode12")
     assert "12%" in d.explain["en"] and "`quantization`" in d.explain["en"]
+
+
+@pytest.mark.parametrize("value", [None, True, {"en": "one"}, {"en": "a", "zh": 1}])
+def test_a_generator_value_is_a_text_a_number_notes_or_both_languages(
+        monkeypatch: pytest.MonkeyPatch, value: Any) -> None:
+    from course_utils.quiz import engine
+
+    monkeypatch.setitem(engine.GENERATORS, "_bad_value", lambda p: {
+        "type": "numeric", "answer": 1, "values": {"x": value}})
+    entry = {"id": "bad", "generator": "_bad_value", "params": {},
+             "prompt": {"en": "{x}?", "zh": "{x}？"}, "explain": {"en": "e", "zh": "解"}}
+    with pytest.raises(quiz.QuizError, match=r"value 'x' is .*not a text, a number"):
+        quiz.expand(entry)

@@ -403,6 +403,13 @@ def _filled(entry: Mapping[str, Any], gen: Mapping[str, Any], where: str) -> dic
     right = gen.get("right", ())
     right = {right} if isinstance(right, str) else set(right)
     values = dict(gen.get("values", {}))
+    for k, v in values.items():
+        bi = isinstance(v, Mapping) and set(v) == set(LANGS)
+        if isinstance(v, bool) or not (
+            isinstance(v, str | int | float | list)
+            or (bi and all(isinstance(x, str) for x in v.values()))
+        ):
+            raise QuizError(f"{where}: value {k!r} is {v!r}, not a text, a number, notes or zh/en")
     picked = {n for v in values.values() if isinstance(v, list) for n in v}
     for keys, known, what in ((right, choices, "choice"), (picked, notes, "note")):
         if keys - set(known) and (known or what == "note"):

@@ -23,7 +23,7 @@ from course_utils.quiz.data import (
     slo_text,
     synthetic_series,
 )
-from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, sep
+from course_utils.quiz.engine import LANGS, QuizError, fmt_num, generator, listed, sep
 from course_utils.quiz.gen_knobs import CONSTRAINTS, each, marked, move_word
 
 
@@ -195,7 +195,7 @@ def _g_sweep_best(p: Mapping[str, Any]) -> dict[str, Any]:
         "values": {
             "run": run,
             "flag": flag,
-            "vals": ", ".join(str(v) for v, _ in scores),
+            "vals": listed(v for v, _ in scores),
             "at": ["rate"] if rate else [],
             "rate": fmt_num(rate) if rate else "",
             "slo": {lg: slo_text(s, lg) for lg in LANGS},

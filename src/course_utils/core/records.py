@@ -147,6 +147,7 @@ class Scores:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Scores:
+        """From a record, or from ``vars()`` of a ``core.slo.Score`` (its extra fields left out)."""
         return cls(
             gate_goodput=float(d.get("gate_goodput") or 0.0),
             request_goodput=_opt_float(d.get("request_goodput")),

@@ -29,7 +29,7 @@ from course_utils.core.records import (
     Workload,
     bench_summary,
 )
-from course_utils.core.slo import SLO, Score, score
+from course_utils.core.slo import SLO, score
 from course_utils.core.validity import (
     jit_issue,
     prefix_cache_hit_rate,
@@ -48,7 +48,6 @@ __all__ = [
     "diag_dict",
     "jit_in_log_span",
     "measure",
-    "window_scores",
 ]
 
 # prompts of the warm-up and of window i come from seeds no other window uses
@@ -180,7 +179,7 @@ def _window(p: _Point, index: int, purpose: str, covered_running: float | None) 
     cover = warmup_issue(covered_running, load.running_max if samples else None)
     issues += [x for x in (jit, cover) if x]
     if slo is not None:
-        win.score = window_scores(score(res, slo))
+        win.score = Scores.from_json(vars(score(res, slo)))
         mns, mnbt = p.limits
         diag = diagnose(samples, res, slo, max_num_seqs=mns, max_num_batched_tokens=mnbt)
         per = diagnose_engines(samples, res, slo, max_num_seqs=mns, max_num_batched_tokens=mnbt)
@@ -200,12 +199,6 @@ def _window(p: _Point, index: int, purpose: str, covered_running: float | None) 
 def diag_dict(d: Diagnosis) -> dict[str, Any]:
     """A diagnosis as a record stores it: its fields and its reason in both languages."""
     return {**d.as_dict(), "why_en": d.why("en"), "why_zh": d.why("zh")}
-
-
-def window_scores(sc: Score) -> Scores:
-    """A window's stored scores from ``core.slo.score``."""
-    v = list(sc.violations)
-    return Scores(sc.gate_goodput, sc.request_goodput, sc.request_throughput, sc.meets_slo, v)
 
 
 def measure(

@@ -24,6 +24,7 @@ from course_utils.core.keep import early_stop_reason, objective_label
 from course_utils.core.metrics import load_series
 from course_utils.core.records import (
     PointPaths,
+    Scores,
     ServedPoint,
     Workload,
     append_jsonl,
@@ -39,7 +40,7 @@ from course_utils.core.store import (
     read_text,
     set_aside,
 )
-from course_utils.lab.measure import MeasureConfig, diag_dict, measure, window_scores
+from course_utils.lab.measure import MeasureConfig, diag_dict, measure
 from course_utils.lab.server import ServerStartError, VllmServer, gpu_gib
 
 __all__ = [
@@ -274,7 +275,7 @@ def rescore(rec: Mapping[str, Any], cfg: SweepConfig) -> dict[str, Any] | None:
         if sc.request_goodput is None:
             return None
         sources.add(sc.request_goodput_source)
-        w.score = window_scores(sc)
+        w.score = Scores.from_json(vars(sc))
         series = paths.metrics(w.index)
         samples = load_series(series) if is_present(series) else []
         if samples:

@@ -311,7 +311,8 @@ TUNE_BAD: list[tuple[str, str | None]] = [
     ("--max-steps", "0"),
 ]
 KNEE_BAD: list[tuple[str, str | None]] = [
-    ("--rates", ""), ("--rates", "0,2"), ("--rates", "abc"), ("--rates", "-1"), ("--rates", None),
+    ("--rates", ""), ("--rates", "0,2"), ("--rates", "abc"), ("--rates", "-1"), ("--rates", "inf"),
+    ("--rates", None),
     ("--batch1-prompts", "-1"), ("--bracket-repeats", "-1"),
 ]
 HARNESS_CASES = (

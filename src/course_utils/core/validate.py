@@ -171,6 +171,15 @@ def parse_values(s: str, flag: str = "--values") -> list[Any]:
     return [parse_value(x) for x in items]
 
 
+def parse_rates(s: str, flag: str = "--rates", example: str = "2,4,6,8") -> list[float]:
+    """Comma-separated offered rates in req/s, each finite and > 0."""
+    rates = parse_values(s, flag)
+    bad = [r for r in rates if isinstance(r, bool) or not isinstance(r, int | float)]
+    if bad or any(not (math.isfinite(r) and r > 0) for r in rates):
+        raise BadInput(f"{flag} {s!r}: rates are finite req/s > 0", f"write e.g. {flag} {example}")
+    return [float(r) for r in rates]
+
+
 def parse_kv(item: str, flag: str, sep: str = "=") -> tuple[str, str]:
     """``NAME=VALUE`` -> (name, value); a missing name or value is refused."""
     name, found, value = str(item).partition(sep)

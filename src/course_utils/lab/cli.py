@@ -14,7 +14,13 @@ from course_utils.core.keep import OBJECTIVES
 from course_utils.core.knobs import KnobError
 from course_utils.core.knobs import get as get_knob
 from course_utils.core.records import Workload
-from course_utils.core.validate import BadInput, parse_assign, parse_values, process_kwargs
+from course_utils.core.validate import (
+    BadInput,
+    parse_assign,
+    parse_rates,
+    parse_values,
+    process_kwargs,
+)
 from course_utils.lab.measure import MeasureConfig
 from course_utils.lab.preflight import MIN_FREE_DISK_GIB, preflight, requested_gmu
 from course_utils.lab.server import gpu_gib
@@ -371,17 +377,14 @@ def _cmd_knee(a: argparse.Namespace) -> int:
 
     _apply_preset(a, tune=False)
     base = _base(a)
-    rates = parse_values(a.rates, "--rates")
-    bad = [r for r in rates if isinstance(r, bool) or not isinstance(r, int | float) or r <= 0]
-    if bad or not rates:
-        raise BadInput(f"--rates {a.rates!r}: rates are req/s > 0", "write e.g. --rates 2,4,6,8")
+    rates = parse_rates(a.rates)
     _check_args(a, base, {})
     _preflight_first(a, base_knobs=base, candidates={})
     kw = _kwargs_from(a)
     common = ("workload", "slo", "out_dir", "base_knobs", "gpu_memory_gib")
     recs = knee_scan(
         a.model,
-        [float(r) for r in rates],
+        rates,
         **{k: kw[k] for k in (*common, "server_kwargs", "bench_kwargs")},
         batch1_prompts=a.batch1_prompts,
         bracket_repeats=a.bracket_repeats,

@@ -47,7 +47,7 @@ from course_utils.core.scaleout import (
     three_way,
 )
 from course_utils.core.slo import SLO, BenchResult
-from course_utils.core.validate import BadInput, process_kwargs
+from course_utils.core.validate import parse_rates, process_kwargs
 from course_utils.core.vllm_logs import startup_by_process
 from course_utils.lab.knee import KNEE_FILE, knee_scan, latest_by_rate, rate_key
 from course_utils.lab.measure import MeasureConfig
@@ -334,16 +334,6 @@ def replay_scaleout(path: str | Path) -> ScaleoutReplay:
 # ------------------------------------------------------------------------------ CLI
 
 
-def _rates(text: str) -> list[float]:
-    try:
-        out = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        out = []
-    if not out or any(not (math.isfinite(r) and r > 0) for r in out):
-        raise BadInput(f"--rates {text!r}: not finite rates > 0 req/s", "write e.g. --rates 6,12")
-    return out
-
-
 def add_cli(subparsers: Any) -> None:
     """Register `scaleout`: one config's offered-rate scan (tools/gpu/run_scaleout.sh)."""
     p = subparsers.add_parser("scaleout", help="one lab 03 config's offered-rate scan")
@@ -383,7 +373,7 @@ def add_cli(subparsers: Any) -> None:
 
 
 def _cmd_scaleout(a: argparse.Namespace) -> int:
-    rates = _rates(a.rates)
+    rates = parse_rates(a.rates, example="6,12")
     slo = SLO.parse(a.slo)
     n = max(1, math.ceil(max(rates) * a.window_s))
     wl = Workload(a.input_len, a.output_len, num_prompts=n, seed=a.seed, ignore_eos=True)

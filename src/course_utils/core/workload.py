@@ -370,8 +370,8 @@ class TraceWorkload(Workload):
     def requests(self) -> list[TraceRequest]:
         """This slice's requests, timestamps in the trace's own seconds from 0. Past its end
         the trace wraps round, a lap (its span and one mean gap) later; hash ids are salted by
-        the seed and the lap: another seed sends other tokens with the same lengths, arrivals
-        and shared prefixes."""
+        the random seed and the lap: another random seed sends other tokens with the same
+        lengths, arrivals and shared prefixes."""
         reqs, out = self._all, []
         span = reqs[-1].timestamp - reqs[0].timestamp
         lap_s = span + (span / (len(reqs) - 1) if len(reqs) > 1 else 1.0)

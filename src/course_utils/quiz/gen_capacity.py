@@ -88,6 +88,7 @@ def _g_max_concurrency(p: Mapping[str, Any]) -> dict[str, Any]:
             "name": m.name,
             "gib": fmt_num(gib),
             "mml": mml,
+            "bs": capacity.BLOCK_SIZE,
             "blocks": fmt_num(blocks),
             "conc": f"{conc:.2f}",
             "logged_conc": f"{facts.get('concurrency', 0):.2f}",

@@ -256,6 +256,11 @@ def relative_spread(values: Sequence[float | None]) -> float | None:
     return (max(vals) - min(vals)) / mean if mean > 0 else 0.0
 
 
+class PredatesWindows(ValueError):
+    """A measured point recorded before points kept their windows: tools/migrate_records.py
+    converts its folder once."""
+
+
 @dataclass
 class ServedPoint:
     """One configuration served by a fresh `vllm serve` and measured in windows: scored by
@@ -392,7 +397,7 @@ class ServedPoint:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ServedPoint:
         if d.get("status") == "ok" and "windows" not in d:
-            raise ValueError("a measured point without windows (its form predates them)")
+            raise PredatesWindows("a measured point without windows (its form predates them)")
         p = cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d and k not in _NESTED})
         p.warmup = Warmup.from_json(d["warmup"]) if d.get("warmup") else None
         p.windows = [Window.from_json(w) for w in d.get("windows") or []]

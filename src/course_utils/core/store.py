@@ -235,7 +235,9 @@ def read_records(
             try:
                 check(rec)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                if "windows" not in rec and rec.get("status") == "ok":  # before windows were kept
+                from course_utils.core.records import PredatesWindows
+
+                if isinstance(exc, PredatesWindows):
                     raise _bad(
                         f"{p} line {i} is a record from before points kept their windows",
                         f"migrate the folder once: python tools/migrate_records.py {Path(p).parent}",

@@ -28,6 +28,7 @@ from course_utils.core.records import (
 from course_utils.core.slo import SLO
 from course_utils.core.store import read_records, set_aside
 from course_utils.core.workload import workload_from_dict
+from course_utils.lab.bench import CLI_CALL_S
 from course_utils.lab.measure import MeasureConfig, measure
 from course_utils.lab.server import ServerStartError, VllmServer, gpu_gib
 from course_utils.lab.sweep import limits
@@ -120,6 +121,32 @@ def knee_scan(
                 done[rk] = _rate_point(c, rk, workload, "failed", reason=exc.reason).to_json()
                 append_jsonl(path, done[rk])
     return [done[rate_key(r)] for r in rates if rate_key(r) in done]
+
+
+def scan_seconds(
+    rates: Sequence[float],
+    workload: Workload,
+    *,
+    startup_s: float,
+    cfg: MeasureConfig | None = None,
+    bracket_repeats: int = 1,
+    batch1_prompts: int = 0,
+    batch1_tpot_s: float = 0.015,
+    call_s: float = CLI_CALL_S,
+) -> float:
+    """What ``knee_scan`` will cost before it runs: the server's start, each rate's warm-up
+    and window (``MeasureConfig.seconds``), more windows for two rates (the slowest: an upper
+    bound on the pair that brackets the knee), and batch-1 (``batch1_tpot_s``: a 7B model's
+    decode step at the RTX 4090's roofline floor)."""
+    if not rates:
+        return 0.0
+    one = replace(cfg or MeasureConfig(), repeats=0)
+    total = startup_s + sum(one.seconds(replace(workload, request_rate=r), call_s) for r in rates)
+    n = workload.num_prompts
+    total += max(0, bracket_repeats) * sum(call_s + n / r for r in sorted(rates)[:2])
+    if batch1_prompts > 0:
+        total += call_s + batch1_prompts * workload.output_len * batch1_tpot_s
+    return total
 
 
 @dataclass

@@ -39,7 +39,7 @@ from course_utils.core.validity import (
 )
 from course_utils.core.vllm_logs import jit_compiles
 from course_utils.core.workload import TraceWorkload
-from course_utils.lab.bench import BenchError, run_bench
+from course_utils.lab.bench import CLI_CALL_S, BenchError, run_bench
 from course_utils.lab.server import VllmServer
 
 __all__ = [
@@ -85,6 +85,14 @@ class MeasureConfig:
         if isinstance(w, TraceWorkload):  # the same traffic, another slice of it
             return w.warmup(n, w.seed + WARMUP_SEED_OFFSET)
         return replace(w, num_prompts=n, seed=w.seed + WARMUP_SEED_OFFSET)
+
+    def seconds(self, w: Workload, call_s: float = CLI_CALL_S) -> float:
+        """A point's bench time before it runs (its server's start not counted): the warm-up
+        call and 1 + ``repeats`` windows, each ``call_s`` plus its prompts' arrival time. A
+        window the validity gate rejects is measured again: a call this cannot foresee."""
+        warm = self.warmup_workload(w)
+        calls = ([warm] if warm is not None else []) + [w] * (1 + self.repeats)
+        return sum(call_s + c.num_prompts / c.request_rate for c in calls)
 
 
 def _log_size(server: VllmServer) -> int:

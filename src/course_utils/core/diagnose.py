@@ -209,7 +209,7 @@ _NODES: list[Question | Leaf] = [
         {
             "en": "a queue that stays means the rate is at or past what one replica completes: "
             "add replicas or route load away, or lower the offered rate to the knee",
-            "zh": "队列一直在，说明请求率已到或超过一个副本的完成能力：加副本或分流，"
+            "zh": "队列一直在，说明速率已到或超过一个副本能完成的量：加副本或分流，"
             "或把压测速率降到拐点",
         },
     ),

@@ -378,13 +378,13 @@ def _dp_vs_tp(dp: Mapping[str, Any], tp: Mapping[str, Any]) -> dict[str, str]:
         key, en, zh = (
             "dp",
             "DP=2 carries more req/s at the SLO than TP=2",
-            "DP=2 在 SLO 下承载的请求率高于 TP=2",
+            "DP=2 在 SLO 下撑住的到达率高于 TP=2",
         )
     elif t_lo is not None and d_miss is not None and t_lo >= d_miss:
         key, en, zh = (
             "tp",
             "TP=2 carries more req/s at the SLO than DP=2",
-            "TP=2 在 SLO 下承载的请求率高于 DP=2",
+            "TP=2 在 SLO 下撑住的到达率高于 DP=2",
         )
     else:
         key = "tie"

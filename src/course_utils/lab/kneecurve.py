@@ -12,7 +12,7 @@ from course_utils.core.texts import LANGS
 from course_utils.lab.plots import pyplot, save_figure
 
 _T: dict[str, dict[str, str]] = {
-    "x": {"en": "offered rate (req/s)", "zh": "请求率（req/s）"},
+    "x": {"en": "offered rate (req/s)", "zh": "到达率（req/s）"},
     "y": {"en": "p99 TTFT (ms)", "zh": "p99 TTFT（ms）"},
     "slo": {"en": "SLO: p99 TTFT ≤ {ms:.0f} ms", "zh": "SLO：p99 TTFT ≤ {ms:.0f} ms"},
     "title": {"en": "Load against latency: the knee", "zh": "负载与延迟：拐点"},

@@ -211,3 +211,21 @@ def test_expected_output_of_the_direction_map_script_matches_knobs(lang: str) ->
     want = "\n".join(f"{goal:<10} -> {[k.name for k in knobs.recommend(goal)]}"
                      for goal in ("throughput", "ttft", "itl"))
     assert blocks == [want]
+
+
+def test_exercise_4_answer_matches_the_shipped_trace() -> None:
+    """Lab 02's exercise 4 answer describes labs/data/chat_trace.jsonl in numbers."""
+    from course_utils.core.requestlog import read_log
+    from course_utils.core.workload import distribution
+
+    path = REPO / "labs" / "data" / "chat_trace.jsonl"
+    log = read_log(path.read_text(), str(path))
+    d = distribution(log.requests, prefixes_known=log.prefixes_known)
+    assert 1100 <= d.input_len["p50"] <= 1300 and d.input_len["p99"] > 1.5 * d.input_len["p50"]
+    assert 150 <= d.output_len["p50"] <= 250 and 900 <= d.output_len["p99"] < 1000
+    assert d.cv > 2.0  # "more than twice as variable as Poisson" (cv 1)
+    assert round(d.prefix_share, 2) == 0.82
+    en = (BOOK / "en" / "lab-slo-loop.md").read_text()
+    zh = (BOOK / "zh" / "lab-slo-loop.md").read_text()
+    assert "about 1,200 tokens" in en and "about 82 %" in en and "twice as variable" in en
+    assert "约 1,200 个 token" in zh and "约 82%" in zh and "泊松的两倍多" in zh

@@ -421,3 +421,51 @@ def loop_outcome(
         "in_effect": already,
         "why": why,
     }
+
+
+def tied(a: Point, b: Point, objective: str = "request_goodput", plateau: float = 0.02) -> bool:
+    """Neither point beats the other by the keep rule (``decide``), each against the other's
+    score and spread: a difference inside the run-to-run spread or the plateau."""
+    pa, pb = as_point(a), as_point(b)
+    ab = decide(
+        [pa],
+        pb.objective(objective),
+        objective=objective,
+        plateau=plateau,
+        current_spread=pb.spread(objective),
+    )
+    ba = decide(
+        [pb],
+        pa.objective(objective),
+        objective=objective,
+        plateau=plateau,
+        current_spread=pa.spread(objective),
+    )
+    return ab.decision != "keep" and ba.decision != "keep"
+
+
+def compare_findings(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, str]:
+    """Two runs' findings (``lab.replay.run_findings``) on two workloads: for the knee, the
+    binding constraint at the loop's start and the kept configuration: "same" or "differs";
+    for the knee "overlaps" when the two ranges share a rate (the data do not separate
+    them); for the kept configuration "tie" when they differ but each run measured the
+    other's pick and found it tied with its own; "undecided" when a run has no knee, or one
+    never measured the other's pick."""
+    out: dict[str, str] = {}
+    ka, kb = a.get("knee"), b.get("knee")
+    if not ka or not kb or ka[0] is None or kb[0] is None:  # no rate met the SLO
+        out["knee"] = "undecided"
+    else:
+        lo_a, hi_a = ka[0], ka[1] if ka[1] is not None else math.inf
+        lo_b, hi_b = kb[0], kb[1] if kb[1] is not None else math.inf
+        out["knee"] = "differs" if hi_a <= lo_b or hi_b <= lo_a else "overlaps"
+    ca, cb = a.get("baseline_constraint"), b.get("baseline_constraint")
+    out["constraint"] = "same" if ca == cb else "differs"
+    if a["knobs"] == b["knobs"]:
+        out["kept"] = "same"
+    else:
+        a_in_b = a["knobs"] in b["tied_with"]
+        b_in_a = b["knobs"] in a["tied_with"]
+        measured = a["knobs"] in b["measured"] and b["knobs"] in a["measured"]
+        out["kept"] = "tie" if a_in_b and b_in_a else "differs" if measured else "undecided"
+    return out

@@ -17,7 +17,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.keep import as_point, decide, loop_outcome, next_knob, objective_value
+from course_utils.core.keep import (
+    as_point,
+    decide,
+    loop_outcome,
+    next_knob,
+    objective_value,
+    tied,
+)
 from course_utils.core.metrics import load_series
 from course_utils.core.records import PointPaths, ServedPoint, Workload, is_present
 from course_utils.core.records import read_jsonl as load_jsonl
@@ -251,6 +258,35 @@ def replay_tune(
     }
 
 
+def run_findings(results_dir: str | Path, objective: str = "request_goodput") -> dict[str, Any]:
+    """What one lab 02 run found, to set beside a run on another workload: the knee (the
+    range its valid rates support), the binding constraint at the loop's baseline, the kept
+    knobs with their score and spread, every configuration measured, and those tied with
+    the kept one (``keep.tied``)."""
+    d = Path(results_dir)
+    points = [as_point(r) for r in load_points_checked(d) if r.get("status") == "ok"]
+    knee = None
+    if is_present(d / KNEE_FILE):
+        from course_utils.core.keep import pick_knee
+
+        knee = pick_knee(load_knee(d), points=points)
+    rep = replay_tune(d, objective=objective)
+    kept = next(p for p in points if p.valid and p.knobs == rep["knobs"])
+    valid = [p for p in points if p.valid]
+    return {
+        "knee": None if knee is None else [knee["knee_rate"], knee["overloaded_rate"]],
+        "knee_why": None if knee is None else knee["why"],
+        "rate": kept.workload.get("request_rate"),
+        "baseline_constraint": rep["steps"][0]["constraint"],
+        "knobs": rep["knobs"],
+        "score": rep["score"],
+        "spread": kept.spread(objective),
+        "measured": [p.knobs for p in valid],
+        "tied_with": [p.knobs for p in valid if p.key != kept.key and tied(p, kept, objective)],
+        "outcome": rep["outcome"]["outcome"],
+    }
+
+
 def _baseline(d: Path, points: list[ServedPoint], steps: list[dict[str, Any]]) -> ServedPoint:
     """The loop's measured baseline point (BadInput when the run has none)."""
     if not steps or steps[0]["kind"] != "baseline":
@@ -446,7 +482,32 @@ def check_folder(folder: str | Path) -> str:
     )
 
 
+def _cmd_against(a: Any) -> int:
+    """Two lab 02 runs on two workloads: what each found, and what differs."""
+    from course_utils.core.keep import compare_findings
+
+    for folder in (a.folder, a.against):
+        if check_folder(folder) != "tune":
+            raise BadInput(f"{folder} holds no loop ({TUNE_FILE})", "give two lab 02 folders")
+    fa, fb = run_findings(a.folder, a.objective), run_findings(a.against, a.objective)
+    out = {"a": fa, "b": fb, "compare": compare_findings(fa, fb)}
+    if a.format == "json":
+        print(json.dumps(out, indent=2, default=str, ensure_ascii=False))
+        return 0
+    for name, f in (("a", fa), ("b", fb)):
+        spread = "one window" if f["spread"] is None else f"spread {f['spread']:.1%}"
+        print(
+            f"{name}: knee {f['knee']}, binding at the start: {f['baseline_constraint']}, "
+            f"kept {f['knobs']} ({f['score']:.2f}, {spread}), "
+            f"tied with {f['tied_with'] or 'none'}"
+        )
+    print("; ".join(f"{k}: {v}" for k, v in out["compare"].items()))
+    return 0
+
+
 def _cmd_replay(a: Any) -> int:
+    if a.against:
+        return _cmd_against(a)
     kind = check_folder(a.folder)
     if kind == "lab01":
         raise BadInput(
@@ -487,4 +548,5 @@ def add_cli(subparsers: Any) -> None:
     r.add_argument("--objective", choices=OBJECTIVES, default="request_goodput")
     r.add_argument("--plateau", type=non_negative_float, default=0.02)
     r.add_argument("--format", choices=("text", "json"), default="text")
+    r.add_argument("--against", help="a second lab 02 folder, on another workload: compare them")
     r.set_defaults(func=_cmd_replay)

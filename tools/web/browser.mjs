@@ -8,6 +8,7 @@
 //   "screenshots": "/abs/dir",                  // optional: <name>.png per page (full page)
 //   "timeout_ms": 30000,                        // optional, per page wait
 //   "max_shot_px": 4000,                        // optional, screenshot height cap
+//   "concurrency": 2,                           // optional, pages loaded at once
 //   "pages": [{
 //     "name": "zh-knobs", "path": "book/zh/knobs.html",
 //     "viewport": {"width": 390, "height": 844},   // optional (default 1280 x 900)
@@ -230,9 +231,8 @@ async function runStep(page, step, evals) {
   else throw new Error(`unknown step ${JSON.stringify(step)}`);
 }
 
-const results = [];
 if (plan.screenshots) mkdirSync(plan.screenshots, { recursive: true });
-for (const spec of plan.pages) {
+async function visit(spec) {
   const page = await context.newPage();
   const vp = spec.viewport ?? { width: 1280, height: 900 };
   await page.setViewportSize(vp);
@@ -290,8 +290,19 @@ for (const spec of plan.pages) {
     res.error = String(e).split("\n")[0];
   }
   await page.close();
-  results.push(res);
+  return res;
 }
+// pages in parallel (plan.concurrency, default 2): most of a page's time is waiting (the
+// network going idle, a control's animation), which another page's work can fill
+const results = new Array(plan.pages.length);
+let nextPage = 0;
+const workers = Math.max(1, Math.min(plan.concurrency ?? 2, plan.pages.length));
+await Promise.all(Array.from({ length: workers }, async () => {
+  while (nextPage < plan.pages.length) {
+    const i = nextPage++;
+    results[i] = await visit(plan.pages[i]);
+  }
+}));
 await context.close();
 await browser.close();
 process.stdout.write(JSON.stringify({ pages: results, requests: [...new Set(requests)],

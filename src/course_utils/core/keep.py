@@ -426,22 +426,14 @@ def loop_outcome(
 def tied(a: Point, b: Point, objective: str = "request_goodput", plateau: float = 0.02) -> bool:
     """Neither point beats the other by the keep rule (``decide``), each against the other's
     score and spread: a difference inside the run-to-run spread or the plateau."""
+
+    def beats(x: ServedPoint, y: ServedPoint) -> bool:
+        cur, spread = y.objective(objective), y.spread(objective)
+        d = decide([x], cur, objective=objective, plateau=plateau, current_spread=spread)
+        return d.decision == "keep"
+
     pa, pb = as_point(a), as_point(b)
-    ab = decide(
-        [pa],
-        pb.objective(objective),
-        objective=objective,
-        plateau=plateau,
-        current_spread=pb.spread(objective),
-    )
-    ba = decide(
-        [pb],
-        pa.objective(objective),
-        objective=objective,
-        plateau=plateau,
-        current_spread=pa.spread(objective),
-    )
-    return ab.decision != "keep" and ba.decision != "keep"
+    return not beats(pa, pb) and not beats(pb, pa)
 
 
 def compare_findings(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, str]:

@@ -23,6 +23,7 @@ from course_utils.core.keep import (
     loop_outcome,
     next_knob,
     objective_value,
+    pick_knee,
     tied,
 )
 from course_utils.core.metrics import load_series
@@ -265,24 +266,24 @@ def run_findings(results_dir: str | Path, objective: str = "request_goodput") ->
     the kept one (``keep.tied``)."""
     d = Path(results_dir)
     points = [as_point(r) for r in load_points_checked(d) if r.get("status") == "ok"]
-    knee = None
-    if is_present(d / KNEE_FILE):
-        from course_utils.core.keep import pick_knee
-
-        knee = pick_knee(load_knee(d), points=points)
+    knee = pick_knee(load_knee(d), points=points) if is_present(d / KNEE_FILE) else None
     rep = replay_tune(d, objective=objective)
-    kept = next(p for p in points if p.valid and p.knobs == rep["knobs"])
     valid = [p for p in points if p.valid]
+    kept = next((p for p in valid if p.knobs == rep["knobs"]), None)
     return {
         "knee": None if knee is None else [knee["knee_rate"], knee["overloaded_rate"]],
         "knee_why": None if knee is None else knee["why"],
-        "rate": kept.workload.get("request_rate"),
+        "rate": None if kept is None else kept.workload.get("request_rate"),
         "baseline_constraint": rep["steps"][0]["constraint"],
         "knobs": rep["knobs"],
         "score": rep["score"],
-        "spread": kept.spread(objective),
+        "spread": None if kept is None else kept.spread(objective),
         "measured": [p.knobs for p in valid],
-        "tied_with": [p.knobs for p in valid if p.key != kept.key and tied(p, kept, objective)],
+        "tied_with": [
+            p.knobs
+            for p in valid
+            if kept is not None and p.key != kept.key and tied(p, kept, objective)
+        ],
         "outcome": rep["outcome"]["outcome"],
     }
 
@@ -521,8 +522,6 @@ def _cmd_replay(a: Any) -> int:
             for s in out["steps"]
         ]
     elif kind == "knee":
-        from course_utils.core.keep import pick_knee
-
         out = pick_knee(load_knee(a.folder))
         text = [f"knee: {out.get('why')}"]
     else:

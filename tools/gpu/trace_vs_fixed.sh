@@ -17,7 +17,8 @@
 #   SLO           "ttft:300 tpot:50" (lab 02's H200 SLO)
 #   CANDIDATES    "[256, 512]" (max_num_seqs), SECOND "[16384]" (max_num_batched_tokens)
 #   TRACE         labs/data/chat_trace.jsonl (a path inside the repo: the replay finds it)
-#   PY            python3; the rest as run_lab.sh (MODEL, SLO_BUDGET, LAB_TIMEOUT_S, OUT)
+#   OUT           when set: the arm's folder, shrunk, as $OUT/<arm>.tgz, and commands.log
+#   PY            python3; the rest as run_lab.sh (MODEL, SLO_BUDGET, LAB_TIMEOUT_S)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ARM=${1:?usage: trace_vs_fixed.sh fixed|trace [RUN_DIR]}
@@ -55,10 +56,19 @@ esac
 if [ -n "${RATE:-}" ]; then RATE_ARGS=(-p rate "$RATE"); else RATE_ARGS=(-p rate None); fi
 echo "$(date -u +%FT%TZ) trace_vs_fixed.sh $ARM: trace $TRACE, means $MEAN_IN in / $MEAN_OUT" \
   "out over $PROMPTS requests, rate ${RATE:-knee x $KNEE_FRACTION}, SLO $SLO" | tee -a "$RUN/commands.log"
-PY=$PY bash tools/gpu/run_lab.sh slo "$RUN/$ARM" "${WL[@]}" "${RATE_ARGS[@]}" \
+OUT= PY=$PY bash tools/gpu/run_lab.sh slo "$RUN/$ARM" "${WL[@]}" "${RATE_ARGS[@]}" \
   -p num_prompts "$PROMPTS" -y "knee_rates: $KNEE_RATES" -p knee_fraction "$KNEE_FRACTION" \
   -p slo "$SLO" -y 'base_knobs: {}' -y "candidates: $CANDIDATES" \
   -y "second_candidates: $SECOND"
 rc=$?
 echo "$(date -u +%FT%TZ) trace_vs_fixed.sh $ARM rc=$rc" | tee -a "$RUN/commands.log"
+# a device call returns files at most 2 folders deep: the arm's folder, shrunk by collect.py,
+# as $OUT/<arm>.tgz (written aside, then renamed), and commands.log
+if [ -n "${OUT:-}" ]; then
+  pack=$(mktemp -d)
+  $PY tools/gpu/collect.py "$RUN/$ARM" "$pack/$ARM" > /dev/null \
+    && tar czf "$OUT/.$ARM.tgz.part" -C "$pack" "$ARM" && mv -f "$OUT/.$ARM.tgz.part" "$OUT/$ARM.tgz"
+  cp "$RUN/commands.log" "$OUT/commands.log"
+  rm -rf "$pack"
+fi
 exit "$rc"

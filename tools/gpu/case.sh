@@ -29,17 +29,9 @@ source tools/gpu/hostenv.sh
 # the grid still returns the loop
 pack_out() {
   [ -n "${OUT:-}" ] || return 0
-  local pack d
-  pack=$(mktemp -d)
-  for d in "$CASE" "grid-$CASE"; do
-    [ -d "$RUN/$d" ] || continue
-    $PY tools/gpu/collect.py "$RUN/$d" "$pack/$d" > /dev/null
-    [ "$d" = "grid-$CASE" ] && $PY tools/gpu/sweep_files.py shrink "$pack/$d" > /dev/null
-    # written aside, then renamed: a call cut mid-tar keeps the last whole archive
-    tar czf "$OUT/.$d.tgz.part" -C "$pack" "$d" && mv -f "$OUT/.$d.tgz.part" "$OUT/$d.tgz"
-  done
+  [ -d "$RUN/$CASE" ] && pack_folder "$RUN/$CASE" "$CASE"
+  [ -d "$RUN/grid-$CASE" ] && pack_folder "$RUN/grid-$CASE" "grid-$CASE" grid
   cp "$RUN/commands.log" "$OUT/commands.log"
-  rm -rf "$pack"
 }
 # during the grid: pack again each time a combo of vLLM's sweep is finished (its summary.json
 # written, after its runs, gridbench's harness files and the sweep's rewrite of run=N.json),

@@ -8,20 +8,17 @@
 #   bash tools/gpu/session_4090.sh [RUN_DIR]     (CALL_S: this call's seconds, default 540)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+source tools/gpu/hostenv.sh
 RUN=${1:-/tmp/labrun}
 CALL=${CALL_S:-540}
 mkdir -p "$RUN"
 t0=$(date +%s)
 left() { echo $(( CALL - ($(date +%s) - t0) )); }
 say() { echo "$(date -u +%FT%TZ) session_4090: $*" | tee -a "$RUN/commands.log"; }
-pack_out() {  # written aside, then renamed: a call cut mid-tar keeps the last whole archive
+pack_out() {
   [ -n "${OUT:-}" ] || return 0
-  local pack
-  pack=$(mktemp -d)
-  python3 tools/gpu/collect.py "$RUN" "$pack/labrun" > /dev/null
-  tar czf "$OUT/.run.tgz.part" -C "$pack" labrun && mv -f "$OUT/.run.tgz.part" "$OUT/run.tgz"
+  pack_folder "$RUN" labrun && mv -f "$OUT/labrun.tgz" "$OUT/run.tgz"
   cp "$RUN/commands.log" "$OUT/commands.log"
-  rm -rf "$pack"
 }
 finished_lab() {  # papermill rc 0 and, for lab 02, a loop that did not stop on the budget
   [ -e "$RUN/.done-$1" ]

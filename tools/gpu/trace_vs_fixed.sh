@@ -62,13 +62,9 @@ OUT= PY=$PY bash tools/gpu/run_lab.sh slo "$RUN/$ARM" "${WL[@]}" "${RATE_ARGS[@]
   -y "second_candidates: $SECOND"
 rc=$?
 echo "$(date -u +%FT%TZ) trace_vs_fixed.sh $ARM rc=$rc" | tee -a "$RUN/commands.log"
-# a device call returns files at most 2 folders deep: the arm's folder, shrunk by collect.py,
-# as $OUT/<arm>.tgz (written aside, then renamed), and commands.log
+# the arm's folder as $OUT/<arm>.tgz (hostenv.sh pack_folder), and commands.log
 if [ -n "${OUT:-}" ]; then
-  pack=$(mktemp -d)
-  $PY tools/gpu/collect.py "$RUN/$ARM" "$pack/$ARM" > /dev/null \
-    && tar czf "$OUT/.$ARM.tgz.part" -C "$pack" "$ARM" && mv -f "$OUT/.$ARM.tgz.part" "$OUT/$ARM.tgz"
+  pack_folder "$RUN/$ARM" "$ARM"
   cp "$RUN/commands.log" "$OUT/commands.log"
-  rm -rf "$pack"
 fi
 exit "$rc"

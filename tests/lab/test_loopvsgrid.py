@@ -206,3 +206,35 @@ def test_every_recorded_loop_replays_to_its_ending(run: str, outcome: str) -> No
     if "outcome" in summary:  # the same ending (the in-effect rule came after these runs)
         assert summary["outcome"]["outcome"] == o["outcome"]
         assert summary["outcome"]["tried"] == o["tried"]
+
+
+def test_kv_note_numbers_come_from_the_records() -> None:
+    """The kv note's server comparison: TTFT of the first 50 arrivals (seed 0 on both sides),
+    the pools vLLM logged, and the activation peak of a cold start against a cached one."""
+    import gzip
+    import statistics
+
+    run = RESULTS / "h200-2026-12-02"
+    grid_runs = run / "grid-kv/vllm_sweep/grid"
+
+    def first50(b: dict) -> float:
+        order = sorted(range(len(b["start_times"])), key=lambda i: b["start_times"][i])
+        return statistics.median(b["ttfts"][i] for i in order[:50]) * 1000
+
+    loop = {k: json.loads((run / f"kv/points/{k}/bench.json").read_text())
+            for k in ("2bbb168f67ce696e", "f9ba8665fb4013b7", "4f56b095e5997afc")}
+    grid_ = {c: json.loads((grid_runs / f"SERVE--{c}/run=0.json").read_text())
+             for c in ("defaults", "gpu_memory_utilization=0.160643", "kv_cache_dtype=fp8")}
+    assert round(first50(loop["4f56b095e5997afc"])) == 87
+    assert round(first50(grid_["kv_cache_dtype=fp8"])) == 59
+    # the bf16 servers: 58-61 ms on the loop's side, 56 on the grid's ("close")
+    assert [round(first50(loop[k])) for k in ("f9ba8665fb4013b7", "2bbb168f67ce696e")] == [58, 61]
+    assert [round(first50(grid_[c])) for c in ("gpu_memory_utilization=0.160643", "defaults")] == [
+        56, 56]
+    fp8_log = gzip.open(run / "kv/points/4f56b095e5997afc/serve.log.gz", "rt").read()
+    cold_log = gzip.open(run / "kv/points/2bbb168f67ce696e/serve.log.gz", "rt").read()
+    grid_log = gzip.open(run / "grid-kv/sweep-1.log.gz", "rt").read()
+    assert "GPU KV cache size: 257,248 tokens" in fp8_log
+    assert "GPU KV cache size: 258,880 tokens" in gzip.open(run / "grid-kv/sweep-3.log.gz", "rt").read()
+    assert "GPU KV cache size: 115,920 tokens" in cold_log and "1.04 GiB for peak activation" in cold_log
+    assert "GPU KV cache size: 130,016 tokens" in grid_log and "0.29 GiB for peak activation" in grid_log

@@ -158,16 +158,21 @@ def test_trace_vs_fixed_runs_both_arms_at_the_fixed_arms_rate(
     early = subprocess.run(["bash", script, "trace", str(run)], env=env, capture_output=True,
                            text=True, timeout=60, check=False)
     assert early.returncode == 2 and "run the fixed arm first, or set RATE" in early.stdout
+    # one device call of session_trace.sh: the fixed arm, then the trace arm at its rate
+    session = str(ROOT / "tools" / "gpu" / "session_trace.sh")
+    back = tmp_path / "out"  # what a device call returns
+    back.mkdir()
+    p = subprocess.run(["bash", session, str(run)], capture_output=True, text=True, timeout=400,
+                       env={**env, "OUT": str(back), "CALL_S": "390"}, check=False)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert sorted(f.name for f in back.iterdir()) == ["commands.log", "fixed.tgz", "trace.tgz"]
     for arm in ("fixed", "trace"):
-        back = tmp_path / f"out-{arm}"  # what a device call returns
-        back.mkdir()
-        p = subprocess.run(["bash", script, arm, str(run)], env={**env, "OUT": str(back)},
-                           capture_output=True, text=True, timeout=400, check=False)
-        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-        assert sorted(f.name for f in back.iterdir()) == ["commands.log", f"{arm}.tgz"]
         with tarfile.open(back / f"{arm}.tgz") as tf:
             names = tf.getnames()
         assert f"{arm}/slo/knee.jsonl" in names and f"{arm}/slo/points.jsonl" in names
+    again = subprocess.run(["bash", session, str(run)], env=env, capture_output=True,
+                           text=True, timeout=60, check=False)
+    assert "fixed: done" in again.stdout and "trace: done" in again.stdout, again.stdout
     w = TraceWorkload.load(small_trace, num_prompts=16)
     fixed = [json.loads(x) for x in (run / "fixed" / "slo" / "points.jsonl").read_text().splitlines()]
     trace = [json.loads(x) for x in (run / "trace" / "slo" / "points.jsonl").read_text().splitlines()]

@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 want=${1:?usage: setup_host.sh NPARTS}
 mkdir -p /tmp/parts
+[ -f /tmp/.session_t0 ] || date +%s > /tmp/.session_t0  # session_trace.sh counts from here
 for p in .stage/part-*; do
   [ -f "$p" ] && cp -f "$p" /tmp/parts/ && echo "got $(basename "$p") ($(stat -c %s "$p") bytes)"
 done

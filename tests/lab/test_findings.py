@@ -51,6 +51,9 @@ A, B = {"max_num_seqs": 256}, {"max_num_seqs": 512}
          {"knee": "undecided", "constraint": "same", "kept": "undecided"}),
         (_f([16, 24], "queue", A, [B], [B]), _f([16, 24], "queue", B, [A]),
          {"knee": "overlaps", "constraint": "same", "kept": "differs"}),
+        # a run whose loop did not run: its knee compares, the rest is undecided
+        (_f([16, 32], "none", A), {**_f([40, None], None, None), "measured": []},
+         {"knee": "differs", "constraint": "undecided", "kept": "undecided"}),
     ],
 )
 def test_compare_findings(a: dict, b: dict, want: dict) -> None:
@@ -64,8 +67,15 @@ def test_cli_replay_against(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     assert main(["replay", str(a), "--against", str(b)]) == 0
     out = capsys.readouterr().out
     assert "binding at the start: queue" in out and "knee: overlaps" in out
-    # a folder without a loop: one line, exit 2, before anything is read
+    # a folder whose loop did not run (only its knee scan): the knee compared, the rest undecided
     (tmp_path / "knee.jsonl").write_text((a / "knee.jsonl").read_text())
+    assert main(["replay", str(a), "--against", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "b: knee [50.0, 55.0], loop not run" in out
+    assert "knee: overlaps; constraint: undecided; kept: undecided" in out
+    # a folder with neither: one line, exit 2, before anything is read
+    (tmp_path / "knee.jsonl").unlink()
+    (tmp_path / "points.jsonl").write_text((a / "points.jsonl").read_text())
     assert main(["replay", str(a), "--against", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "→ fix: " in err[0]

@@ -3,8 +3,8 @@
 
     python tools/gpu/compress_results.py labs/results/h200-2026-11-29 [FOLDER ...]
 
-In each folder (recursively) every ``metrics*.jsonl`` (0.5 s samples of vLLM's /metrics)
-and every ``*.log`` over --min-log-kb (but ``commands.log``, the run's own short
+In each folder (recursively) every ``metrics*.jsonl`` (0.5 s samples of vLLM's /metrics),
+every ``*.trace.jsonl`` (the trace slice a bench call sent) and every ``*.log`` over --min-log-kb (but ``commands.log``, the run's own short
 record) becomes ``X.gz`` through core.records.gzip_file (mtime
 0, no file name in the header: the same input gives the same bytes, so re-recording a run
 changes nothing). Readers find the twin through core.records.resolve_path ("the path, or
@@ -26,7 +26,7 @@ MIN_LOG_KB = 64
 
 def to_compress(folder: Path, min_log_kb: int = MIN_LOG_KB) -> list[Path]:
     """The plain files of ``folder`` that a recorded copy keeps gzipped."""
-    series = folder.rglob("metrics*.jsonl")
+    series = (*folder.rglob("metrics*.jsonl"), *folder.rglob("*.trace.jsonl"))
     logs = (p for p in folder.rglob("*.log")
             if p.name != "commands.log" and p.stat().st_size > min_log_kb * 1024)
     return sorted(p for p in (*series, *logs) if p.is_file())

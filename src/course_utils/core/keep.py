@@ -441,8 +441,8 @@ def compare_findings(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, st
     binding constraint at the loop's start and the kept configuration: "same" or "differs";
     for the knee "overlaps" when the two ranges share a rate (the data do not separate
     them); for the kept configuration "tie" when they differ but each run measured the
-    other's pick and found it tied with its own; "undecided" when a run has no knee, or one
-    never measured the other's pick."""
+    other's pick and found it tied with its own; "undecided" when a run has no knee
+    or no loop, or one never measured the other's pick."""
     out: dict[str, str] = {}
     ka, kb = a.get("knee"), b.get("knee")
     if not ka or not kb or ka[0] is None or kb[0] is None:  # no rate met the SLO
@@ -452,8 +452,10 @@ def compare_findings(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, st
         lo_b, hi_b = kb[0], kb[1] if kb[1] is not None else math.inf
         out["knee"] = "differs" if hi_a <= lo_b or hi_b <= lo_a else "overlaps"
     ca, cb = a.get("baseline_constraint"), b.get("baseline_constraint")
-    out["constraint"] = "same" if ca == cb else "differs"
-    if a["knobs"] == b["knobs"]:
+    out["constraint"] = "undecided" if None in (ca, cb) else "same" if ca == cb else "differs"
+    if a["knobs"] is None or b["knobs"] is None:  # a run whose loop did not run
+        out["kept"] = "undecided"
+    elif a["knobs"] == b["knobs"]:
         out["kept"] = "same"
     else:
         a_in_b = a["knobs"] in b["tied_with"]

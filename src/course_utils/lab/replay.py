@@ -267,12 +267,18 @@ def run_findings(results_dir: str | Path, objective: str = "request_goodput") ->
     d = Path(results_dir)
     points = [as_point(r) for r in load_points_checked(d) if r.get("status") == "ok"]
     knee = pick_knee(load_knee(d), points=points) if is_present(d / KNEE_FILE) else None
+    found: dict[str, Any] = {
+        "knee": None if knee is None else [knee["knee_rate"], knee["overloaded_rate"]],
+        "knee_why": None if knee is None else knee["why"],
+    }
+    if not is_present(d / TUNE_FILE):  # the knee scan ran, the loop did not (yet)
+        none = ("rate", "baseline_constraint", "knobs", "score", "spread")
+        return {**found, **dict.fromkeys(none), "measured": [], "tied_with": [], "outcome": None}
     rep = replay_tune(d, objective=objective)
     valid = [p for p in points if p.valid]
     kept = next((p for p in valid if p.knobs == rep["knobs"]), None)
     return {
-        "knee": None if knee is None else [knee["knee_rate"], knee["overloaded_rate"]],
-        "knee_why": None if knee is None else knee["why"],
+        **found,
         "rate": None if kept is None else kept.workload.get("request_rate"),
         "baseline_constraint": rep["steps"][0]["constraint"],
         "knobs": rep["knobs"],
@@ -488,14 +494,20 @@ def _cmd_against(a: Any) -> int:
     from course_utils.core.keep import compare_findings
 
     for folder in (a.folder, a.against):
-        if check_folder(folder) != "tune":
-            raise BadInput(f"{folder} holds no loop ({TUNE_FILE})", "give two lab 02 folders")
+        if check_folder(folder) not in ("tune", "knee"):
+            raise BadInput(
+                f"{folder} holds no lab 02 run ({TUNE_FILE}, {KNEE_FILE})",
+                "give two lab 02 folders",
+            )
     fa, fb = run_findings(a.folder, a.objective), run_findings(a.against, a.objective)
     out = {"a": fa, "b": fb, "compare": compare_findings(fa, fb)}
     if a.format == "json":
         print(json.dumps(out, indent=2, default=str, ensure_ascii=False))
         return 0
     for name, f in (("a", fa), ("b", fb)):
+        if f["knobs"] is None:
+            print(f"{name}: knee {f['knee']}, loop not run")
+            continue
         spread = "one window" if f["spread"] is None else f"spread {f['spread']:.1%}"
         print(
             f"{name}: knee {f['knee']}, binding at the start: {f['baseline_constraint']}, "

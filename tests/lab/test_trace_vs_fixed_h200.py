@@ -1,0 +1,106 @@
+"""The SLO lesson's measured point, replayed from its records (labs/results/h200-2026-12-02):
+lab 02 on one H200 (vLLM's defaults, `ttft:300 tpot:50`, 200 requests per window) on the
+example chat trace and on fixed lengths with the trace's mean lengths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from course_utils.core.keep import as_point, compare_findings, latest_by_rate
+from course_utils.core.store import read_records
+from course_utils.core.workload import TraceWorkload
+from course_utils.lab.replay import run_findings
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = ROOT / "labs" / "results" / "h200-2026-12-02"
+FIXED, TRACE = RUN / "fixed" / "slo", RUN / "trace" / "slo"
+
+
+def _rates(d: Path) -> dict[str, object]:
+    return {k: as_point(r) for k, r in latest_by_rate(
+        read_records(d / "knee.jsonl", need="rate_key", torn_ok=True)).items()}
+
+
+def test_the_arms_share_the_set_up_but_the_workload() -> None:
+    pf = json.loads((FIXED / "params.json").read_text())
+    pt = json.loads((TRACE / "params.json").read_text())
+    same = ("slo", "knee_rates", "num_prompts", "base_knobs", "candidates", "second_candidates",
+            "gpu", "max_model_len", "model", "load_format")
+    assert {k: pf[k] for k in same} == {k: pt[k] for k in same}
+    assert pf["slo"] == "ttft:300 tpot:50" and pf["base_knobs"] == {}
+    assert pt["workload"] == "labs/data/chat_trace.jsonl" and pf["workload"] is None
+    # the fixed arm's lengths are the trace's means over the 200 requests a window sends
+    w = TraceWorkload.load(ROOT / pt["workload"], num_prompts=200)
+    assert (pf["input_len"], pf["output_len"], pf["prefix_len"]) == (w.input_len, w.output_len, 0)
+    assert (w.input_len, w.output_len) == (1245, 253)
+
+
+def test_the_knees_differ() -> None:
+    fixed, trace = run_findings(FIXED), run_findings(TRACE)
+    assert fixed["knee"] == [16.0, 32.0]  # 24 req/s: met in one valid window, missed in another
+    assert trace["knee"] == [40.0, None]  # every scanned rate met: the knee lies above 40
+    assert compare_findings(fixed, trace)["knee"] == "differs"
+    f = _rates(FIXED)
+    met24 = [w.score.meets_slo for w in f["24"].windows if w.valid]
+    assert sorted(met24) == [False, True]
+    ttft24 = sorted(round(w.bench["p99_ttft_ms"]) for w in f["24"].windows if w.valid)
+    assert ttft24 == [239, 313]
+    # past the fixed arm's knee, prefill binds (every valid window at 32 and 40)
+    for rk in ("32", "40"):
+        assert {w.diagnosis["leaf"] for w in f[rk].windows if w.valid} == {"prefill"}
+    t = _rates(TRACE)
+    for rk in ("16", "24", "32", "40"):
+        valid = [w for w in t[rk].windows if w.valid]
+        assert valid and all(w.score.meets_slo for w in valid)
+        assert {w.diagnosis["leaf"] for w in valid} == {"none"}
+    assert max(w.bench["p99_ttft_ms"] for w in t["40"].windows if w.valid) < 230
+
+
+def test_the_trace_arm_hits_its_own_shared_prefix_and_no_replay() -> None:
+    for p in _rates(TRACE).values():
+        expected = p.workload["expected_hit_rate"]
+        assert expected == 0.8182
+        for w in p.windows:
+            assert abs(w.prefix_cache_hit_rate - expected) < 0.02
+    for p in _rates(FIXED).values():
+        assert all(w.prefix_cache_hit_rate <= 0.02 for w in p.windows)
+
+
+def test_the_server_counted_longer_trace_prompts() -> None:
+    """timed_trace decodes random token ids to text and the server tokenizes it again; vLLM
+    aligns random prompts to the server's tokenizer, not timed_trace's: the trace arm's
+    prompts arrived 32-48 % longer than the trace's lengths, the fixed arm's exact."""
+    def benches(d: Path) -> list[dict]:  # every window's `vllm bench serve` result
+        return [json.loads(f.read_text()) for f in sorted((d / "knee").glob("rate-*/bench*.json"))]
+
+    fixed, trace = benches(FIXED), benches(TRACE)
+    assert len(fixed) == 10 and len(trace) == 9  # one per window
+    assert {b["total_input_tokens"] for b in fixed} == {249_000}
+    sent = sum(r.input_length for r in TraceWorkload.load(
+        ROOT / "labs/data/chat_trace.jsonl", num_prompts=200).requests())
+    assert sent == 249_056  # every window replays the trace's first 200 requests' lengths
+    ratios = [b["total_input_tokens"] / sent for b in trace]
+    assert round(min(ratios), 2) == 1.32 and round(max(ratios), 2) == 1.48
+    assert {b["total_output_tokens"] for b in trace} == {50_569}
+
+
+def test_the_gate_rejected_and_remeasured() -> None:
+    f = _rates(FIXED)
+    jit = [w for w in f["16"].windows if not w.valid]
+    assert len(jit) == 1 and "_topk_topp_kernel" in jit[0].validity_issues[0]
+    assert jit[0].bench["p99_ttft_ms"] > 7000  # what the window would have claimed
+    for p in _rates(TRACE).values():  # the warm-up (100 requests) never reached the window's batch
+        first = p.windows[0]
+        assert not first.valid and "batch sizes were not warmed up" in first.validity_issues[0]
+
+
+def test_the_fixed_arms_loop_kept_the_defaults() -> None:
+    fixed = run_findings(FIXED)
+    assert fixed["rate"] == 14.4  # 0.9 x its knee, 16
+    assert fixed["baseline_constraint"] == "none" and fixed["outcome"] == "meets_slo"
+    assert fixed["knobs"] == {"max_model_len": 4096}
+    assert round(fixed["score"], 2) == 13.07 and fixed["spread"] < 0.01
+    trace = run_findings(TRACE)
+    assert trace["knobs"] is None  # its loop had not run when this run was recorded
+    assert compare_findings(fixed, trace)["kept"] == "undecided"

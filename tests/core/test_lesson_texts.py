@@ -85,6 +85,15 @@ def test_knee_of_the_recorded_h200_scans_is_50_to_60() -> None:
     assert kneecurve.knee_range(scans[:1]) == (50.0, 55.0)
 
 
+def test_a_rate_met_in_one_window_and_missed_in_another_is_undecided() -> None:
+    fixed = RESULTS / "h200-2026-12-02" / "fixed" / "slo"
+    pts = kneecurve.scan_points(fixed)  # every valid window, repeats included
+    assert [(r, ok) for r, _, ok in pts if r == 24.0] == [(24.0, True), (24.0, False)]
+    assert kneecurve.knee_range([pts]) == (16.0, 32.0)  # as keep.pick_knee: 24 is undecided
+    with pytest.raises(ValueError, match="met the SLO and one that missed"):
+        kneecurve.knee_range([[(24.0, 200.0, True), (24.0, 400.0, False)]])
+
+
 def test_knee_range_needs_a_met_and_a_missed_rate() -> None:
     with pytest.raises(ValueError, match="met the SLO and one that missed"):
         kneecurve.knee_range([[(40.0, 100.0, True), (50.0, 200.0, True)]])

@@ -104,3 +104,23 @@ def test_the_fixed_arms_loop_kept_the_defaults() -> None:
     trace = run_findings(TRACE)
     assert trace["knobs"] is None  # its loop had not run when this run was recorded
     assert compare_findings(fixed, trace)["kept"] == "undecided"
+
+
+def test_the_lesson_states_what_the_records_show() -> None:
+    """The SLO lesson's §3.6 (en, zh): its numbers, each derived here from the records."""
+    fixed, trace = run_findings(FIXED), run_findings(TRACE)
+    lo, hi = (round(x) for x in fixed["knee"])
+    hits = [w.prefix_cache_hit_rate for p in _rates(TRACE).values() for w in p.windows if w.valid]
+    hit = f"{round(100 * min(hits))}-{round(100 * max(hits))}"
+    assert (lo, hi, trace["knee"][0], hit) == (16, 32, 40.0, "81-82")
+    assert 1 - sum(hits) / len(hits) < 0.2  # "about a fifth" of each prompt was prefilled
+    en = (ROOT / "book" / "en" / "slo-loop.md").read_text()
+    zh = (ROOT / "book" / "zh" / "slo-loop.md").read_text()
+    for page, says in (
+        (en, [f"between {lo} and {hi} req/s", f"{hit} % of its prompt tokens", "up to 40",
+              "1.32-1.48 times", f"{fixed['rate']} req/s", "1,245 in, 253"]),
+        (zh, [f"{lo} 到 {hi} req/s 之间", f"{hit}% 的 prompt token", "到 40 req/s",
+              "1.32-1.48 倍", f"{fixed['rate']} req/s", "输入 1,245、输出 253"]),
+    ):
+        for s in says:
+            assert s in page, s

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from course_utils.core.keep import latest_by_rate
 from course_utils.core.records import read_jsonl
 from course_utils.core.texts import LANGS
 from course_utils.lab.plots import pyplot, save_figure
@@ -23,28 +24,32 @@ _T: dict[str, dict[str, str]] = {
 
 
 def scan_points(folder: Path) -> list[tuple[float, float, bool]]:
-    """(offered rate, p99 TTFT ms, met the SLO) of a knee scan's valid points, by rate."""
-    rows = read_jsonl(Path(folder) / "knee.jsonl")
+    """(offered rate, p99 TTFT ms, met the SLO) of each valid window of a knee scan (a rate's
+    latest record: repeats included), by rate."""
+    rows = latest_by_rate(read_jsonl(Path(folder) / "knee.jsonl")).values()
     pts = [
-        (float(r["rate"]), float(r["p99_ttft_ms"]), bool(r.get("meets_slo")))
+        (float(r["rate"]), float(w["bench"]["p99_ttft_ms"]), bool(w["score"]["meets_slo"]))
         for r in rows
-        if r.get("status") == "ok" and r.get("rate") != "inf" and r.get("valid") is not False
+        if r.get("status") == "ok" and r.get("rate") != "inf"
+        for w in r.get("windows", [])
+        if w.get("valid") is not False and w.get("status", "ok") == "ok"
     ]
     return sorted(pts)
 
 
 def knee_range(scans: Sequence[Sequence[tuple[float, float, bool]]]) -> tuple[float, float]:
-    """The span of the scans' knees: each scan's knee lies between its highest rate that met
-    the SLO and its lowest that missed; the span runs from the lowest such bound to the highest,
-    so two scans that disagree at one rate widen it instead of cancelling out."""
+    """The span of the scans' knees: each scan's knee lies between its highest rate whose
+    windows all met the SLO and its lowest whose windows all missed (a rate with both is
+    undecided); the span runs from the lowest such bound to the highest, so two scans that
+    disagree at one rate widen it instead of cancelling out."""
     lows, highs = [], []
     for pts in scans:
-        met = [r for r, _, ok in pts if ok]
-        missed = [r for r, _, ok in pts if not ok]
-        if not met or not missed:
+        met = {r for r, _, ok in pts if ok}
+        missed = {r for r, _, ok in pts if not ok}
+        if not met - missed or not missed - met:
             raise ValueError("each scan needs a rate that met the SLO and one that missed it")
-        lows.append(max(met))
-        highs.append(min(missed))
+        lows.append(max(met - missed))
+        highs.append(min(missed - met))
     return min(lows), max(highs)
 
 

@@ -412,19 +412,22 @@ def _timed_trace(a: argparse.Namespace) -> tuple[list[str], list[int], list[int]
     hash(f"{id}:{size}")); send times are timestamp * --timed-trace-sec-multiplier."""
     prompts, plens, olens, delays = [], [], [], []
     chunk = a.timed_trace_chunk_hash_size
+    # the server tokenizes the decoded random tokens again: this many tokens per sampled one
+    ratio = float(os.environ.get("FAKE_VLLM_PROMPT_TOKEN_RATIO", "1"))
     with open(a.dataset_path) as fh:
         lines = fh.readlines()
     for line in lines[: a.num_prompts]:
         e = json.loads(line)
-        left, words = e["input_length"], []
+        left, words, sampled = e["input_length"], [], 0
         for h in e.get("hash_ids", []):
             size = chunk if left >= chunk else left
-            words += [f"t{h}:{size}_{j}" for j in range(size)]
+            words += [f"t{h}:{size}_{j}" for j in range(round(size * ratio))]
+            sampled += size
             left -= size
             if left <= 0:
                 break
         prompts.append(" ".join(words))
-        plens.append(len(words))
+        plens.append(sampled)
         olens.append(e["output_length"])
         delays.append(float(e["timestamp"]) * a.timed_trace_sec_multiplier)
     if a.self_timed is False:

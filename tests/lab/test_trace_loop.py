@@ -104,6 +104,38 @@ def test_a_replayed_trace_window_is_rejected(tmp_path: Path, fake_vllm: Path,
                               "replayed, results are inflated") for i in x["validity_issues"])
 
 
+def test_trace_prompts_are_scaled_to_the_servers_tokenizer(
+        tmp_path: Path, fake_vllm: Path, small_trace: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """timed_trace's random prompts come back 1.4 x longer from the server's tokenizer: the
+    first window (no warm-up) is rejected for it, the next replays shorter blocks and counts
+    about the trace's lengths."""
+    monkeypatch.setenv("FAKE_VLLM_PROMPT_TOKEN_RATIO", "1.4")
+    monkeypatch.setenv("FAKE_VLLM_BENCH_ARGV", str(tmp_path / "bench-argv.jsonl"))
+    from course_utils.lab.sweep import sweep
+
+    w = TraceWorkload.load(small_trace, num_prompts=16, request_rate=40.0)
+    want = sum(r.input_length for r in w.requests())
+    fast = {**FAST, "warmup_prompts": None}
+    recs = sweep("fake-model", "max_num_seqs", [16], workload=w, slo=SLO.parse("ttft:5000"),
+                 out_dir=tmp_path / "s", repeats=0, remeasure=2, warmup_share=0.0, **fast)
+    first, second = recs[0]["windows"]
+    assert not first["valid"] and any(i.startswith("the server counted 1.3")
+                                      and "x the trace's prompt tokens" in i
+                                      for i in first["validity_issues"])
+    assert second["valid"], second["validity_issues"]
+    d = PointPaths.of(tmp_path / "s", recs[0]["key"]).dir
+    got = [json.loads((d / f).read_text())["total_input_tokens"] for f in ("bench.json",
+                                                                            "bench-w1.json")]
+    assert abs(got[0] / want - 1.4) < 0.05  # whole blocks of 16, each 1.4 x longer
+    ratio = got[0] / want  # what the first window showed: the second writes lengths / ratio
+    assert abs(got[1] / want - 1.0) < 0.1
+    sent = parse_trace((d / "bench-w1.trace.jsonl").read_text(), "w")
+    assert [r.input_length for r in sent] == [round(r.input_length / ratio) for r in w.requests()]
+    chunks = [c[c.index("--timed-trace-chunk-hash-size") + 1] for c in _argv(tmp_path)]
+    assert chunks == ["16", str(round(16 / ratio))]
+
+
 def test_cli_workload_flag(tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path,
                            dummy_model: Path, small_trace: Path,
                            capsys: pytest.CaptureFixture[str]) -> None:

@@ -397,12 +397,29 @@ class TraceWorkload(Workload):
         start = (self.start + self.num_prompts) % len(self._all)
         return replace(self, num_prompts=num_prompts, start=start, seed=seed)
 
-    def dataset_args(self, slice_path: str | Path) -> list[str]:
-        """`vllm bench serve` dataset flags that replay this slice, written to ``slice_path``."""
+    def sent_requests(self, token_ratio: float = 1.0) -> list[TraceRequest]:
+        """The slice as written for vLLM's timed_trace, which samples random token ids per
+        hash id, decodes them and lets the server tokenize the text again: ``token_ratio``
+        server tokens per sampled token. Lengths are divided by it (and ``replay_chunk``
+        sampled per hash id), so the server counts about the trace's lengths."""
+        if not token_ratio > 0:
+            raise ValueError(f"token_ratio must be > 0, got {token_ratio!r}")
+        return [
+            replace(r, input_length=max(1, round(r.input_length / token_ratio)))
+            for r in self.requests()
+        ]
+
+    def replay_chunk(self, token_ratio: float = 1.0) -> int:
+        """Tokens timed_trace samples per hash id (``sent_requests``)."""
+        return max(1, round(self.chunk_size / token_ratio))
+
+    def dataset_args(self, slice_path: str | Path, token_ratio: float = 1.0) -> list[str]:
+        """`vllm bench serve` dataset flags that replay this slice, written to ``slice_path``
+        (``sent_requests(token_ratio)``)."""
         flags = {
             "--dataset-name": "timed_trace",
             "--dataset-path": str(slice_path),
-            "--timed-trace-chunk-hash-size": str(self.chunk_size),
+            "--timed-trace-chunk-hash-size": str(self.replay_chunk(token_ratio)),
             "--timed-trace-sec-multiplier": f"{self.time_scale():.6g}",
         }
         return [x for flag in flags.items() for x in flag]

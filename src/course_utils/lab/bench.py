@@ -55,13 +55,15 @@ def bench_args(
     disable_tqdm: bool = True,
     vllm_cmd: Sequence[str] = ("vllm",),
     extra_args: Sequence[str] = (),
+    trace_token_ratio: float = 1.0,
 ) -> list[str]:
-    """argv for `vllm bench serve` with vLLM 0.26.0's own flags (a list, never a string)."""
+    """argv for `vllm bench serve` with vLLM 0.26.0's own flags (a list, never a string);
+    ``trace_token_ratio``: a trace's lengths as ``TraceWorkload.sent_requests``."""
     w = workload
     argv = [*(str(c) for c in vllm_cmd), "bench", "serve", "--backend", "vllm"]
     argv += ["--base-url", base_url.rstrip("/"), "--endpoint", "/v1/completions", "--model", model]
     if isinstance(w, TraceWorkload):  # self-timed: the trace's arrivals, scaled
-        argv += w.dataset_args(slice_path(result_dir, result_filename))
+        argv += w.dataset_args(slice_path(result_dir, result_filename), trace_token_ratio)
         argv += ["--num-prompts", str(w.num_prompts)]
     else:
         argv += ["--dataset-name", "random", "--random-input-len", str(w.input_len - w.prefix_len)]
@@ -105,6 +107,7 @@ def run_bench(
     num_warmups: int = 0,
     env: Mapping[str, str] | None = None,
     extra_args: Sequence[str] = (),
+    trace_token_ratio: float = 1.0,
 ) -> Any:
     """Run `vllm bench serve` (its output in ``log_path``); return the BenchResult of its JSON."""
     result_dir = Path(result_dir)
@@ -114,7 +117,7 @@ def run_bench(
         out.unlink()
     log = Path(log_path) if log_path else result_dir / (Path(result_filename).stem + ".log")
     if isinstance(workload, TraceWorkload):
-        write_slice(workload, result_dir, result_filename)
+        write_slice(workload, result_dir, result_filename, trace_token_ratio)
     argv = bench_args(
         base_url,
         model,
@@ -126,6 +129,7 @@ def run_bench(
         vllm_cmd=vllm_cmd,
         num_warmups=num_warmups,
         extra_args=extra_args,
+        trace_token_ratio=trace_token_ratio,
     )
     rc, timed_out = run_logged(argv, log, timeout_s, env=env, grace_s=5.0)
     if timed_out:

@@ -131,14 +131,27 @@ class _Point:
     def bench(self, w: Workload, slo: SLO | None, result: Path, log: Path) -> Any:
         """`vllm bench serve` with /metrics sampled; returns (sampler, result or BenchError)."""
         sampler = MetricsSampler(self.server.metrics_url, interval_s=self.cfg.metrics_interval_s)
+        ratio = self.server.trace_token_ratio
         try:
             with sampler:
                 url, kw = self.server.base_url, dict(self.cfg.bench_kwargs)
                 res = run_bench(
-                    url, self.model, w, slo, result.parent, result.name, log_path=log, **kw
+                    url,
+                    self.model,
+                    w,
+                    slo,
+                    result.parent,
+                    result.name,
+                    log_path=log,
+                    trace_token_ratio=ratio,
+                    **kw,
                 )
         except BenchError as exc:
             return sampler, exc
+        if isinstance(w, TraceWorkload) and not res.raw.get("failed"):
+            sent = sum(r.input_length for r in w.sent_requests(ratio))
+            if res.raw.get("total_input_tokens") and res.raw.get("completed") == w.num_prompts:
+                self.server.trace_token_ratios.append(res.raw["total_input_tokens"] / sent)
         return sampler, res
 
 

@@ -99,9 +99,12 @@ def slice_path(result_dir: str | Path, result_filename: str) -> Path:
     return Path(result_dir) / (Path(result_filename).stem + ".trace.jsonl")
 
 
-def write_slice(w: TraceWorkload, result_dir: str | Path, result_filename: str) -> Path:
-    """Write the requests one bench call replays (its own seed's prompt blocks)."""
+def write_slice(
+    w: TraceWorkload, result_dir: str | Path, result_filename: str, token_ratio: float = 1.0
+) -> Path:
+    """Write the requests one bench call replays (its own seed's prompt blocks; the lengths
+    as ``TraceWorkload.sent_requests``)."""
     path = slice_path(result_dir, result_filename)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(trace_text(w.requests()))
+    path.write_text(trace_text(w.sent_requests(token_ratio)))
     return path

@@ -108,3 +108,17 @@ def test_every_plot_speaks_the_page_language(make: Any) -> None:
 def test_unknown_language_is_refused() -> None:
     with pytest.raises(ValueError, match="lang"):
         plots.plot_goodput(POINTS, "max_num_seqs", lang="fr")
+
+
+def test_a_page_shows_a_palette_png_a_third_of_the_bytes() -> None:
+    import io
+
+    from PIL import Image
+
+    fig = plots.plot_goodput(POINTS, "max_num_seqs", lang="en")
+    raw = io.BytesIO()
+    fig.savefig(raw, format="png", dpi=fig.dpi, bbox_inches="tight")
+    small = plots.palette_png(fig)
+    im = Image.open(io.BytesIO(small))
+    assert im.mode == "P" and im.size == Image.open(raw).size
+    assert len(small) < 0.5 * len(raw.getvalue())

@@ -149,7 +149,7 @@ def _text(nb: dict) -> str:
 
 
 SLO_PARAMS = {
-    "model": "fake/qwen2.5-7b-instruct", "slo": "ttft:800 tpot:100", "knee_rates": [5, 60], "rate": 25,
+    "model": "fake/qwen2.5-7b-instruct", "slo": "ttft:800 tpot:100", "knee_rates": [10, 60], "rate": 25,
     "num_prompts": 50, "input_len": 128, "output_len": 64, "batch1_prompts": 4, "base_knobs": {"max_num_seqs": 2},
     "candidates": [2, 8, 32], "second_candidates": [2048, 4096], "gpu": "h200",
     "startup_timeout_s": 30,
@@ -198,10 +198,10 @@ def slo_run(fake_env: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_slo_lab_records_the_loop(slo_run: Path) -> None:
     knee = labtools.load_knee(slo_run)  # the last record of each rate
-    assert [k["rate"] for k in knee] == ["5", "60"]
+    assert [k["rate"] for k in knee] == ["10", "60"]
     # the rates that bracket the knee were measured again with fresh prompts; a window the
     # validity rule rejected was measured once more (on a busy machine the fake's 60 req/s
-    # can outrun its warm-up: then that rate is ignored, and 5 req/s alone brackets)
+    # can outrun its warm-up: then that rate is ignored, and 10 req/s alone brackets)
     kn = keep.pick_knee(knee)
     bracket = {f"{r:g}" for r in (kn["knee_rate"], kn["overloaded_rate"]) if r is not None}
     assert bracket and all(

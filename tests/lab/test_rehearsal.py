@@ -74,7 +74,7 @@ def test_lab02_rehearses_the_4090_budget_and_serve_defaults(on_h200: Path, tmp_p
     before = len(read_jsonl(starts))
     params = {
         **SLO_PARAMS,
-        "knee_rates": [5],
+        "knee_rates": [10],
         "batch1_prompts": 0,
         "candidates": [2],
         "second_candidates": [2048],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import tarfile
@@ -104,14 +105,16 @@ def test_a_replayed_trace_window_is_rejected(tmp_path: Path, fake_vllm: Path,
                               "replayed, results are inflated") for i in x["validity_issues"])
 
 
+@pytest.mark.parametrize("tokens_per_token", [1.4, 1.45])
 def test_trace_prompts_are_scaled_to_the_servers_tokenizer(
-        tmp_path: Path, fake_vllm: Path, small_trace: Path,
+        tokens_per_token: float, tmp_path: Path, fake_vllm: Path, small_trace: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """timed_trace's random prompts come back 1.4 x longer from the server's tokenizer: the
-    first window (no warm-up) is rejected for it, the next replays shorter blocks and counts
-    about the trace's lengths."""
-    monkeypatch.setenv("FAKE_VLLM_PROMPT_TOKEN_RATIO", "1.4")
+    """timed_trace's random prompts come back longer from the server's tokenizer: the first
+    window (no warm-up) is rejected for it; the next keeps every request's hash blocks,
+    samples fewer tokens per block and is counted at about the trace's lengths."""
+    monkeypatch.setenv("FAKE_VLLM_PROMPT_TOKEN_RATIO", str(tokens_per_token))
     monkeypatch.setenv("FAKE_VLLM_BENCH_ARGV", str(tmp_path / "bench-argv.jsonl"))
+    monkeypatch.setattr(lab_measure, "_TRACE_TOKENS", {})
     from course_utils.lab.sweep import sweep
 
     w = TraceWorkload.load(small_trace, num_prompts=16, request_rate=40.0)
@@ -120,20 +123,27 @@ def test_trace_prompts_are_scaled_to_the_servers_tokenizer(
     recs = sweep("fake-model", "max_num_seqs", [16], workload=w, slo=SLO.parse("ttft:5000"),
                  out_dir=tmp_path / "s", repeats=0, remeasure=2, warmup_share=0.0, **fast)
     first, second = recs[0]["windows"]
-    assert not first["valid"] and any(i.startswith("the server counted 1.3")
+    assert not first["valid"] and any(i.startswith("the server counted 1.")
                                       and "x the trace's prompt tokens" in i
                                       for i in first["validity_issues"])
     assert second["valid"], second["validity_issues"]
     d = PointPaths.of(tmp_path / "s", recs[0]["key"]).dir
-    got = [json.loads((d / f).read_text())["total_input_tokens"] for f in ("bench.json",
-                                                                            "bench-w1.json")]
-    assert abs(got[0] / want - 1.4) < 0.05  # whole blocks of 16, each 1.4 x longer
-    ratio = got[0] / want  # what the first window showed: the second writes lengths / ratio
+    bench = [json.loads((d / f).read_text()) for f in ("bench.json", "bench-w1.json")]
+    got = [b["total_input_tokens"] for b in bench]
+    assert first["trace_token_ratio"] == 1.0 and abs(got[0] / want - tokens_per_token) < 0.08
+    ratio = second["trace_token_ratio"]
+    assert ratio == round(got[0] / want, 4)  # learnt from the first call's completed requests
     assert abs(got[1] / want - 1.0) < 0.1
-    sent = parse_trace((d / "bench-w1.trace.jsonl").read_text(), "w")
-    assert [r.input_length for r in sent] == [round(r.input_length / ratio) for r in w.requests()]
+    # every request keeps its blocks: vLLM expands each hash id, the last one partly
+    c2 = round(16 / ratio)
+    sent = parse_trace((d / "bench-w1.trace.jsonl").read_text(), "w", c2)
+    unsalted = [[h.split(".", 2)[2] for h in r.hash_ids] for r in sent]  # seed.lap.id
+    assert unsalted == [[h.split(".", 2)[2] for h in r.hash_ids] for r in w.requests()]
+    assert [math.ceil(r.input_length / c2) for r in sent] == [
+        math.ceil(r.input_length / 16) for r in w.requests()]
+    assert sum(bench[1]["input_lens"]) == got[1]
     chunks = [c[c.index("--timed-trace-chunk-hash-size") + 1] for c in _argv(tmp_path)]
-    assert chunks == ["16", str(round(16 / ratio))]
+    assert chunks == ["16", str(c2)]
 
 
 def test_cli_workload_flag(tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path,
@@ -184,7 +194,8 @@ def test_trace_vs_fixed_runs_both_arms_at_the_fixed_arms_rate(
     env = {**os.environ, "PY": sys.executable, "MODEL": str(dummy_model),
            "PYTHONPATH": str(ROOT / "src"), "TRACE": str(small_trace), "PROMPTS": "16",
            "KNEE_RATES": "[20, 60]", "KNEE_FRACTION": "0.5", "SLO": "ttft:5000 tpot:1000",
-           "CANDIDATES": "[8]", "SECOND": "[]", "LAB_TIMEOUT_S": "200"}
+           "CANDIDATES": "[8]", "SECOND": "[]", "LAB_TIMEOUT_S": "200",
+           "SESSION_T0_FILE": str(tmp_path / "no-stamp")}
     env.pop("OUT", None)
     script = str(ROOT / "tools" / "gpu" / "trace_vs_fixed.sh")
     early = subprocess.run(["bash", script, "trace", str(run)], env=env, capture_output=True,

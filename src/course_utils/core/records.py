@@ -202,6 +202,7 @@ class Window:
     diagnosis: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float | None = None
     engines: dict[str, EngineWindow] = field(default_factory=dict)
+    trace_token_ratio: float | None = None  # a trace's slice lengths were divided by this
 
     @property
     def ok(self) -> bool:
@@ -237,6 +238,7 @@ class Warmup:
     jit: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float | None = None
     load_s: float | None = None  # vLLM's bench duration of the warm-up
+    trace_token_ratio: float | None = None  # a trace's slice lengths were divided by this
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

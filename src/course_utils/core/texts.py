@@ -61,6 +61,11 @@ _ISSUES_ZH: list[tuple[re.Pattern[str], str]] = [
         re.compile(r"^vLLM JIT-compiled (\d+) kernel\(s\) inside the measured window \((.*)\).*"),
         "测量窗口内 vLLM JIT 编译了 {0} 个 kernel（{1}）：一次性的延迟尖峰，请在热身后的 server 上重测",
     ),
+    (  # core.validity.trace_prompt_issue
+        re.compile(r"^the server counted (\S+) x the trace's prompt tokens .*"),
+        "服务端数到的 prompt token 是轨迹的 {0} 倍（timed_trace 的随机 prompt 被重新分词）："
+        "按这台服务的分词器缩放后重测",
+    ),
     (  # core.validity.warmup_issue
         re.compile(r"^the warm-up ran at most (\S+) requests at once, the window (\S+):.*"),
         "热身最多只有 {0} 个请求同时在跑，测量窗口到了 {1} 个：负载的批大小没有热身到",

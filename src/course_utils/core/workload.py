@@ -400,14 +400,19 @@ class TraceWorkload(Workload):
     def sent_requests(self, token_ratio: float = 1.0) -> list[TraceRequest]:
         """The slice as written for vLLM's timed_trace, which samples random token ids per
         hash id, decodes them and lets the server tokenize the text again: ``token_ratio``
-        server tokens per sampled token. Lengths are divided by it (and ``replay_chunk``
-        sampled per hash id), so the server counts about the trace's lengths."""
+        server tokens per sampled token. Each request keeps its blocks (the same hash ids,
+        so the same shared prefixes), ``replay_chunk`` tokens sampled per block and its last
+        block scaled, so the server counts about the trace's lengths."""
         if not token_ratio > 0:
             raise ValueError(f"token_ratio must be > 0, got {token_ratio!r}")
-        return [
-            replace(r, input_length=max(1, round(r.input_length / token_ratio)))
-            for r in self.requests()
-        ]
+        c, c2 = self.chunk_size, self.replay_chunk(token_ratio)
+        out = []
+        for r in self.requests():
+            n = math.ceil(r.input_length / c)  # the blocks vLLM expands
+            last = r.input_length - (n - 1) * c
+            length = (n - 1) * c2 + min(c2, max(1, round(last / token_ratio)))
+            out.append(replace(r, input_length=length))
+        return out
 
     def replay_chunk(self, token_ratio: float = 1.0) -> int:
         """Tokens timed_trace samples per hash id (``sent_requests``)."""

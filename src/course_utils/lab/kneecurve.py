@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.keep import latest_by_rate
-from course_utils.core.records import read_jsonl
 from course_utils.core.texts import LANGS
 from course_utils.lab.plots import pyplot, save_figure
 
@@ -25,8 +23,11 @@ _T: dict[str, dict[str, str]] = {
 
 def scan_points(folder: Path) -> list[tuple[float, float, bool]]:
     """(offered rate, p99 TTFT ms, met the SLO) of each valid window of a knee scan (a rate's
-    latest record: repeats included), by rate."""
-    rows = latest_by_rate(read_jsonl(Path(folder) / "knee.jsonl")).values()
+    latest record: repeats included; validity re-checked as ``replay.load_knee`` does), by
+    rate."""
+    from course_utils.lab.replay import load_knee
+
+    rows = load_knee(folder)
     pts = [
         (float(r["rate"]), float(w["bench"]["p99_ttft_ms"]), bool(w["score"]["meets_slo"]))
         for r in rows

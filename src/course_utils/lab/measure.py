@@ -131,7 +131,7 @@ class _Point:
     def bench(self, w: Workload, slo: SLO | None, result: Path, log: Path) -> Any:
         """`vllm bench serve` with /metrics sampled; returns (sampler, result or BenchError)."""
         sampler = MetricsSampler(self.server.metrics_url, interval_s=self.cfg.metrics_interval_s)
-        ratio = self.server.trace_token_ratio
+        ratio = trace_token_ratio(self.model)
         try:
             with sampler:
                 url, kw = self.server.base_url, dict(self.cfg.bench_kwargs)
@@ -148,11 +148,36 @@ class _Point:
                 )
         except BenchError as exc:
             return sampler, exc
-        if isinstance(w, TraceWorkload) and not res.raw.get("failed"):
-            sent = sum(r.input_length for r in w.sent_requests(ratio))
-            if res.raw.get("total_input_tokens") and res.raw.get("completed") == w.num_prompts:
-                self.server.trace_token_ratios.append(res.raw["total_input_tokens"] / sent)
+        if isinstance(w, TraceWorkload):
+            _learn_token_ratio(self.model, w.sent_requests(ratio), res.raw)
         return sampler, res
+
+
+# model -> [server-counted prompt tokens, tokens timed_trace sampled] over the calls so far
+_TRACE_TOKENS: dict[str, list[float]] = {}
+
+
+def trace_token_ratio(model: str) -> float:
+    """Server tokens per token vLLM's timed_trace sampled for ``model``'s tokenizer, from this
+    process's calls so far (1.0 before the first): what the next slice is scaled by."""
+    got, sent = _TRACE_TOKENS.get(model, (0.0, 0.0))
+    return got / sent if sent > 0 else 1.0
+
+
+def _applied_ratio(model: str, w: Workload) -> float | None:
+    return round(trace_token_ratio(model), 4) if isinstance(w, TraceWorkload) else None
+
+
+def _learn_token_ratio(model: str, sent: list[Any], raw: Mapping[str, Any]) -> None:
+    """Add one call's completed requests: vLLM's per-request ``input_lens`` (the server's
+    ``prompt_tokens``) against the lengths the slice asked for."""
+    lens, errors = raw.get("input_lens") or [], raw.get("errors") or []
+    if len(lens) != len(sent) or len(errors) != len(sent):
+        return
+    done = [i for i, e in enumerate(errors) if not e]
+    acc = _TRACE_TOKENS.setdefault(model, [0.0, 0.0])
+    acc[0] += sum(float(lens[i]) for i in done)
+    acc[1] += sum(sent[i].input_length for i in done)
 
 
 def _warm_up(p: _Point) -> Warmup | None:
@@ -160,8 +185,9 @@ def _warm_up(p: _Point) -> Warmup | None:
     if w is None:
         return None
     t0, off0 = time.monotonic(), _log_size(p.server)
-    sampler, res = p.bench(w, None, p.paths.warmup_json, p.paths.warmup_log)
     warm = Warmup(seed=w.seed, num_prompts=w.num_prompts, status="ok")
+    warm.trace_token_ratio = _applied_ratio(p.model, w)
+    sampler, res = p.bench(w, None, p.paths.warmup_json, p.paths.warmup_log)
     if isinstance(res, BenchError):
         warm.status, warm.reason = "failed", res.reason
     else:
@@ -179,6 +205,7 @@ def _window(p: _Point, index: int, purpose: str, covered_running: float | None) 
     w = replace(p.workload, seed=p.workload.seed + index * WINDOW_SEED_STRIDE)
     t0, started, off0 = time.monotonic(), time.time(), _log_size(server)
     win = Window(index=index, purpose=purpose, seed=w.seed, status="failed", started_at=started)
+    win.trace_token_ratio = _applied_ratio(p.model, w)
     sampler, res = p.bench(w, slo, p.paths.bench_json(index), p.paths.bench_log(index))
     sampler.save_jsonl(p.paths.metrics(index))
     off1 = _log_size(server)

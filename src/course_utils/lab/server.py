@@ -260,15 +260,6 @@ class VllmServer:
         self._log_fh: Any = None
         self._old_sigterm: Any = None
         self._gpu_used_before: float | None = None
-        # server-counted prompt tokens per token vLLM's timed_trace sampled, one per call
-        self.trace_token_ratios: list[float] = []
-
-    @property
-    def trace_token_ratio(self) -> float:
-        """This server's tokenizer against timed_trace's random prompts (measure.py): the
-        mean of the calls so far, 1.0 before the first."""
-        r = self.trace_token_ratios
-        return sum(r) / len(r) if r else 1.0
 
     def ship_argv(self) -> list[str]:
         """The command to deploy these knobs (no host/port/load-format/seed of the lab)."""

@@ -44,9 +44,11 @@ def cmd_workload(a: argparse.Namespace) -> int:
         out.write_text(trace_text(log.requests))
         if a.format != "json":
             print(
-                f"wrote {out}: replay with vllm bench serve --dataset-name timed_trace "
-                f"--dataset-path {out} --timed-trace-chunk-hash-size {a.chunk}, or "
-                f"tune/sweep --workload {out} [--rate R]"
+                f"wrote {out}: tune/sweep --workload {out} [--rate R] or lab 02's "
+                f"-p workload {out} replay it at the server's token counts (a plain vllm bench "
+                f"serve --dataset-name timed_trace --dataset-path {out} "
+                f"--timed-trace-chunk-hash-size {a.chunk} sends its random prompts, which the "
+                "server tokenizes again: about 1.4 x longer on Qwen2.5)"
             )
     return 0
 

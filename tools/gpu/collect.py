@@ -21,6 +21,27 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
+
+
+def _numbers(v: Any) -> list[float]:
+    if isinstance(v, list):
+        return [x for e in v for x in _numbers(e)]
+    return [float(v)] if isinstance(v, int | float) and not isinstance(v, bool) else []
+
+
+def summarise_long_lists(record: dict[str, Any], max_bytes: int) -> bool:
+    """Replace each list in ``record`` (vLLM's --save-detailed per-request lists) longer than
+    ``max_bytes`` as JSON by {stripped_list, n, min, max, mean}, in place; True if any."""
+    changed = False
+    for k, v in list(record.items()):
+        if isinstance(v, list) and len(json.dumps(v)) > max_bytes:
+            nums = _numbers(v)
+            record[k] = {"stripped_list": True, "n": len(v)}
+            if nums:
+                record[k].update(min=min(nums), max=max(nums), mean=sum(nums) / len(nums))
+            changed = True
+    return changed
 
 
 def shrink_bench(path: Path, max_kb: int) -> bool:
@@ -33,7 +54,6 @@ def shrink_bench(path: Path, max_kb: int) -> bool:
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-from course_utils.core.store import summarise_long_lists  # noqa: E402
 from course_utils.core.vllm_logs import JIT_LINE, SWEEP_LOG_MARKS  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core.records import is_present, read_text
-from course_utils.core.store import summarise_long_lists
 from course_utils.core.vllm_logs import parse_sweep_log
 from course_utils.lab.grid import GRID_FILE, RUN_FILE, GridError, read_grid_meta
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from collect import summarise_long_lists  # noqa: E402
 
 
 def add_timing(timing_path: Path, log_text: str, call_wall_s: float, rc: int) -> dict[str, Any]:

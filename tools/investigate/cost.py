@@ -46,7 +46,7 @@ from typing import Any
 
 from course_utils.core.records import PointPaths, ServedPoint, read_jsonl, read_text
 from course_utils.core.store import POINTS_FILE
-from course_utils.core.vllm_logs import log_stamps, stamp_datetime
+from course_utils.core.vllm_logs import LOG_STAMP, stamp_datetime
 
 BENCH_PHASES_MARK = "# bench phases: "
 
@@ -226,7 +226,7 @@ def bench_startup_s(log: Path, started_at: float, year: int, utc_offset_s: float
     """Seconds from a bench call's start (Unix time) to the first vLLM log stamp in its log
     (local time of the recording host, ``utc_offset_s`` ahead of UTC)."""
     try:
-        stamps = log_stamps(read_text(log, errors="replace"))
+        stamps = [m.group(1) for m in LOG_STAMP.finditer(read_text(log, errors="replace"))]
     except OSError:
         return None
     if not stamps:

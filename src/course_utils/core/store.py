@@ -99,26 +99,6 @@ def _move_torn_tail(p: Path, fh: Any) -> None:
     fh.truncate(cut)
 
 
-def _numbers(v: Any) -> list[float]:
-    if isinstance(v, list):
-        return [x for e in v for x in _numbers(e)]
-    return [float(v)] if isinstance(v, int | float) and not isinstance(v, bool) else []
-
-
-def summarise_long_lists(record: dict[str, Any], max_bytes: int) -> bool:
-    """Replace each list in ``record`` (vLLM's --save-detailed per-request lists) longer than
-    ``max_bytes`` as JSON by {stripped_list, n, min, max, mean}, in place; True if any."""
-    changed = False
-    for k, v in list(record.items()):
-        if isinstance(v, list) and len(json.dumps(v)) > max_bytes:
-            nums = _numbers(v)
-            record[k] = {"stripped_list": True, "n": len(v)}
-            if nums:
-                record[k].update(min=min(nums), max=max(nums), mean=sum(nums) / len(nums))
-            changed = True
-    return changed
-
-
 # the two JSONL files of a sweep()/tune() run folder
 POINTS_FILE = "points.jsonl"  # one ServedPoint per served point
 TUNE_FILE = "tune.jsonl"  # tune(): one record per step, then a summary

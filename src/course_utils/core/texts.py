@@ -4,8 +4,10 @@ Chinese is built from the structured fields (or the numbers inside ``why``)."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
+from importlib.resources import files
 from typing import Any
 
 from course_utils.core import diagnose
@@ -259,47 +261,9 @@ _LVG_HEAD = {
     "en": ["", "vLLM's grid (`vllm bench sweep serve`)", "the loop (`tune()`)", "loop / grid"],
     "zh": ["", "vLLM 网格（`vllm bench sweep serve`）", "调优循环（`tune()`）", "循环 / 网格"],
 }
-_LVG: dict[str, dict[str, str]] = {
-    "en": {
-        "starts": "configurations served (server starts)",
-        "minutes": "GPU minutes",
-        "best": "best {obj} (req/s)",
-        "pick": "the loop's pick, measured in the grid",
-        "slo": "SLO {slo} (p99, ms); {obj}; the same workload and candidates on both sides.",
-        "warm": "The grid's warm-up before each run: {warm}.",
-        "same": "The loop picked the grid's best ({best}).",
-        "tie": "A tie: the grid's best ({best}) is {gain} above the loop's pick ({pick}), "
-        "inside the margin {margin} (plateau and measured run-to-run spread).",
-        "grid_better": "The grid's best ({best}) beats the loop's pick ({pick}) by {gain}, "
-        "more than the margin {margin}.",
-        "undecided": "No valid combo in the grid: nothing to compare.",
-        "none": "none",
-        "invalid": "{n} grid run(s) failed the validity gate: {why}",
-        "partial": "The grid measured {done} of its {want} combos (not measured: {left}); "
-        "its best is the best of those.",
-        "cross": "The same configuration measured by both sides, each on its own server: "
-        "{rows} apart ((max - min) / mean).",
-    },
-    "zh": {
-        "starts": "测过的配置（服务器启动次数）",
-        "minutes": "GPU 分钟",
-        "best": "最佳{obj}（req/s）",
-        "pick": "循环选中的配置在网格中的测量值",
-        "slo": "SLO {slo}（p99，毫秒）；{obj}；两边用同一份负载、同一组候选值。",
-        "warm": "网格每次测量前的热身：{warm}。",
-        "same": "循环选中的正是网格里最好的配置（{best}）。",
-        "tie": "打平：网格最佳（{best}）比循环选中的（{pick}）高 {gain}，落在边界 {margin}"
-        "（平台阈值与实测的批次间波动）之内。",
-        "grid_better": "网格更好：网格最佳（{best}）比循环选中的（{pick}）高 {gain}，"
-        "超过边界 {margin}。",
-        "undecided": "网格里没有有效的配置，无从比较。",
-        "none": "无",
-        "invalid": "网格中有 {n} 次测量没通过有效性检查：{why}",
-        "partial": "网格只测完了 {want} 个组合中的 {done} 个（未测：{left}），"
-        "“网格最佳”只是这几个里的最好者。",
-        "cross": "同一配置两边各在自己的服务器上测一次，相差 {rows}（(最大 - 最小) / 平均）。",
-    },
-}
+_LVG: dict[str, dict[str, str]] = json.loads(
+    (files("course_utils") / "data" / "loop_vs_grid_texts.json").read_text("utf-8")
+)
 _OBJ = {
     "request_goodput": {"en": "vLLM request goodput", "zh": " vLLM 请求 goodput"},
     "gate": {"en": "p99-gate goodput", "zh": " p99 门槛 goodput"},

@@ -112,10 +112,8 @@ def validity_issues(
     return issues
 
 
-# vLLM's timed_trace samples random token ids, decodes them, and the server tokenizes the text
-# again (0.26.0 TimedTrace.sample; `random` prompts are re-aligned, these are not): the server
-# counted 1.32-1.48 x a trace's prompt tokens on Qwen2.5's tokenizer. measure() writes later
-# slices scaled by the ratio it saw; what is left is one call's sampling noise (about 6 %).
+# timed_trace's random prompts are tokenized again by the server (0.26.0 TimedTrace.sample):
+# 1.32-1.48 x on Qwen2.5 unscaled; measure() scales slices, leaving about 6 % of noise.
 TRACE_PROMPT_TOLERANCE = 0.15
 
 

@@ -25,11 +25,6 @@ def one_line(text: str, limit: int = MAX_REASON) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def log_stamps(text: str) -> list[str]:
-    """Every "MM-DD HH:MM:SS" stamp of vLLM's logger in ``text``, in order."""
-    return [m.group(1) for m in LOG_STAMP.finditer(text)]
-
-
 def stamp_datetime(stamp: str, year: int) -> datetime:
     """A vLLM stamp ("11-29 11:45:29") as a naive local datetime of ``year``."""
     m = STAMP_PARTS.fullmatch(stamp.strip())

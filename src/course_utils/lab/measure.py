@@ -132,20 +132,11 @@ class _Point:
         """`vllm bench serve` with /metrics sampled; returns (sampler, result or BenchError)."""
         sampler = MetricsSampler(self.server.metrics_url, interval_s=self.cfg.metrics_interval_s)
         ratio = trace_token_ratio(self.model)
+        kw = {**self.cfg.bench_kwargs, "log_path": log, "trace_token_ratio": ratio}
+        where = (self.server.base_url, self.model, w, slo, result.parent, result.name)
         try:
             with sampler:
-                url, kw = self.server.base_url, dict(self.cfg.bench_kwargs)
-                res = run_bench(
-                    url,
-                    self.model,
-                    w,
-                    slo,
-                    result.parent,
-                    result.name,
-                    log_path=log,
-                    trace_token_ratio=ratio,
-                    **kw,
-                )
+                res = run_bench(*where, **kw)
         except BenchError as exc:
             return sampler, exc
         if isinstance(w, TraceWorkload):

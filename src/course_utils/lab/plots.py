@@ -4,9 +4,11 @@ a CJK font first)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -22,52 +24,16 @@ __all__ = [
 ]
 
 
-_T: dict[str, tuple[str, str]] = {  # key: (en, zh)
-    "throughput_rps": ("throughput (req/s)", "吞吐（req/s）"),
-    "gate_rps": ("gate goodput (req/s)", "门槛 goodput（req/s）"),
-    "req_goodput_vllm": ("vLLM request_goodput", "vLLM 逐请求 goodput"),
-    "offered_eq": ("offered = completed", "到达 = 完成"),
-    "offered_rate": ("offered rate (req/s)", "到达率（req/s）"),
-    "knee_title": ("Step 0: where is the knee?", "第 0 步：拐点在哪？"),
-    "throughput": ("throughput", "吞吐"),
-    "gate": ("gate goodput", "门槛 goodput"),
-    "req_goodput": ("request goodput (vLLM)", "逐请求 goodput（vLLM）"),
-    "goodput_title": ("Goodput vs {knob}", "goodput 随 {knob} 的变化"),
-    "baseline": ("baseline", "基线"),
-    "tie": ("tie (within {p:.0%})", "持平（差距 < {p:.0%}）"),
-    "latency_title": (
-        "p99 latency vs {knob} (labels: value)",
-        "p99 延迟随 {knob} 的变化（标注：取值）",
-    ),
-    "slo_box": ("inside the SLO: {slo}", "SLO 以内：{slo}"),
-    "p99_tpot": ("p99 TPOT (ms)", "p99 TPOT（ms）"),
-    "p99_ttft": ("p99 TTFT (ms)", "p99 TTFT（ms）"),
-    "no_samples": ("no samples", "没有采样"),
-    "waiting": ("waiting", "排队"),
-    "running": ("running", "运行中"),
-    "seconds": ("seconds", "秒"),
-    "requests": ("requests", "请求数"),
-    "kv_pct": ("KV usage %", "KV 占用 %"),
-    "series_title": ("/metrics under load", "负载期间的 /metrics"),
-    "stats_x": ("seconds into the pass (vLLM's stats lines)", "测试开始后的秒数（vLLM 统计行）"),
-    "gen_tok_s": ("generation tok/s", "生成 tok/s"),
-    "kv_pct_dashed": ("KV usage % (dashed)", "KV 占用 %（虚线）"),
-    "stats_title": (
-        "engine stats: same batch until the KV cache fills",
-        "引擎统计：KV cache 填满之前批是同一个",
-    ),
-    "accuracy": ("quality: accuracy %", "质量：准确率 %"),
-    "accuracy_na": ("accuracy: n/a (dummy weights)", "准确率：无（随机权重）"),
-    "out_tok_s": ("output tok/s", "输出 tok/s"),
-    "latency_s": ("per-request latency (s)", "单请求延迟（s）"),
-    "kv_tokens": ("GPU KV cache (tokens)", "GPU KV cache 容量（token）"),
-}
+# key -> {"en": ..., "zh": ...}: every title, label and legend of the labs' plots
+_T: dict[str, dict[str, str]] = json.loads(
+    (files("course_utils") / "data" / "plot_texts.json").read_text("utf-8")
+)
 
 
 def _t(key: str, lang: str, **kw: Any) -> str:
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {LANGS}, not {lang!r}")
-    text = _T[key][LANGS.index(lang)]
+    text = _T[key][lang]
     return text.format(**kw) if kw else text
 
 
@@ -82,9 +48,7 @@ def pyplot() -> Any:
 
 
 def _show_as_palette_png() -> None:
-    """In a notebook (and the book), show figures as ``palette_png``. Registered after the
-    figure exists: the inline backend registers its own formatter when the first figure
-    resolves the backend."""
+    """In a notebook, show figures as ``palette_png`` (after the inline backend's own)."""
     if "ipykernel" not in sys.modules:
         return
     from IPython import get_ipython
@@ -96,8 +60,7 @@ def _show_as_palette_png() -> None:
 
 
 def palette_png(fig: Any) -> bytes:
-    """The figure as a 256-colour PNG (a third of the bytes of matplotlib's, the same to the
-    eye): what a page shows; the files a lab saves stay matplotlib's."""
+    """The figure as a 256-colour PNG: a third of matplotlib's bytes, the same to the eye."""
     import io
 
     from PIL import Image

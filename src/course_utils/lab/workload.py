@@ -44,11 +44,8 @@ def cmd_workload(a: argparse.Namespace) -> int:
         out.write_text(trace_text(log.requests))
         if a.format != "json":
             print(
-                f"wrote {out}: tune/sweep --workload {out} [--rate R] or lab 02's "
-                f"-p workload {out} replay it at the server's token counts (a plain vllm bench "
-                f"serve --dataset-name timed_trace --dataset-path {out} "
-                f"--timed-trace-chunk-hash-size {a.chunk} sends its random prompts, which the "
-                "server tokenizes again: about 1.4 x longer on Qwen2.5)"
+                f"wrote {out}: tune/sweep --workload {out} or lab 02's -p workload {out} "
+                "replay it at the server's token counts (plain timed_trace: ~1.4 x on Qwen2.5)"
             )
     return 0
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import json
 import math
 import random
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,42 +30,9 @@ REPO_ROOT = PKG_DIR.parents[1]  # src/course_utils -> repo root (editable instal
 ASSET_DIRS = (QUIZ_DIR / "assets", REPO_ROOT / "book" / "_assets" / "quiz")
 
 # UI strings: Python feedback and the browser grader read the same table.
-STRINGS: dict[str, dict[str, str]] = {
-    "en": {
-        "check": "Check",
-        "correct": "Correct.",
-        "wrong": "Not quite.",
-        "answer": "Answer: {x}.",
-        "empty_choice": "No answer yet: pick an option.",
-        "empty_number": "No answer yet: enter a number.",
-        "bad_number": "Not a number: {x}. Type digits such as 12.5 or 2,048.",
-        "unknown_choice": "Unknown choice: {x}.",
-        "one_choice": "Pick exactly one option.",
-        "hint_single": "Pick one.",
-        "hint_multiple": "Select all that apply.",
-        "hint_numeric": "Enter a number.",
-        "tolerance": "within {x}",
-        "number_label": "your answer",
-        "sep": " ",
-    },
-    "zh": {
-        "check": "检查答案",
-        "correct": "正确。",
-        "wrong": "不对。",
-        "answer": "答案：{x}。",
-        "empty_choice": "还没作答：请选择一个选项。",
-        "empty_number": "还没作答：请输入一个数字。",
-        "bad_number": "不是数字：{x}。请输入如 12.5 或 2,048 这样的数。",
-        "unknown_choice": "没有这个选项：{x}。",
-        "one_choice": "只能选一个选项。",
-        "hint_single": "单选。",
-        "hint_multiple": "多选：选出所有正确项。",
-        "hint_numeric": "填一个数。",
-        "tolerance": "误差 {x} 以内",
-        "number_label": "你的答案",
-        "sep": "",
-    },
-}
+STRINGS: dict[str, dict[str, str]] = json.loads(
+    (files("course_utils") / "data" / "quiz_strings.json").read_text("utf-8")
+)
 CHOICE_IDS = "abcdefghijklmnopqrstuvwxyz"
 SHUFFLE_SALT = "cu-quiz-8"  # change it to deal every item's choices anew
 # Same pattern in quiz.js: optional sign, digits with optional decimals, optional exponent,

@@ -250,11 +250,14 @@ def test_a_trace_slice_is_a_workload(tmp_path: Path) -> None:
     other = TraceWorkload.load(SHIPPED, num_prompts=100, request_rate=8.0, seed=4).requests()
     assert [(r.timestamp, r.input_length) for r in other] == [(r.timestamp, r.input_length) for r in reqs]
     assert not {h for r in other for h in r.hash_ids} & {h for r in reqs for h in r.hash_ids}
-    # the warm-up: the next part of the trace
+    # the warm-up: the slice's own arrivals and lengths (all of them), other prompt blocks
     warm = w.warmup(50, 999)
-    assert warm.start == 100 and warm.num_prompts == 50 and warm.request_rate == 8.0
+    assert warm.start == 0 and warm.num_prompts == 100 and warm.request_rate == 8.0
+    assert [(r.timestamp, r.input_length) for r in warm.requests()] == [
+        (r.timestamp, r.input_length) for r in reqs]
+    assert not {h for r in warm.requests() for h in r.hash_ids} & {h for r in reqs for h in r.hash_ids}
+    assert w.warmup(150, 999).num_prompts == 150  # a larger warm-up runs on into the trace
     full = parse_trace(SHIPPED.read_text(), "x")
-    assert [r.input_length for r in warm.requests()] == [r.input_length for r in full[100:150]]
     assert w.dataset_args("s.jsonl") == [
         "--dataset-name", "timed_trace", "--dataset-path", "s.jsonl",
         "--timed-trace-chunk-hash-size", "16", "--timed-trace-sec-multiplier", f"{w.time_scale():.6g}"]

@@ -74,13 +74,15 @@ def test_tune_on_a_trace_end_to_end(tmp_path: Path, fake_vllm: Path, small_trace
     assert all(c[c.index("--timed-trace-sec-multiplier") + 1] == f"{w.time_scale():.6g}"
                for c in calls)
     assert not any("--random-input-len" in c or "--request-rate" in c for c in calls)
-    # the warm-up ran on the next part of the trace, the window on the first 16 requests
+    # the window replayed the first 16 requests
     d = PointPaths.of(tmp_path / "t", points[0]["key"]).dir
     full = parse_trace(small_trace.read_text(), "x")
     window = parse_trace((d / "bench.trace.jsonl").read_text(), "w")
     warm = parse_trace((d / "warmup.trace.jsonl").read_text(), "w")
     assert [r.input_length for r in window] == [r.input_length for r in full[:16]]
-    assert [r.input_length for r in warm] == [r.input_length for r in full[16:24]]  # 0.5 x 16
+    # the warm-up: the window's own arrivals and lengths (so its bursts), other prompt blocks
+    assert [(r.timestamp, r.input_length) for r in warm] == [
+        (r.timestamp, r.input_length) for r in window]
     assert not {h for r in warm for h in r.hash_ids} & {h for r in window for h in r.hash_ids}
 
 

@@ -13,7 +13,7 @@
 #   RATE          the loop's rate for both arms (req/s); unset: as above
 #   KNEE_RATES    "[16, 24, 32, 40]": the knee scan's rates (the same for both arms)
 #   KNEE_FRACTION 0.9: the fixed arm's loop rate as a share of its knee (without RATE)
-#   PROMPTS       200: the trace's first 200 requests per window (the warm-up on the next)
+#   PROMPTS       200: the trace's first 200 requests per window (the warm-up: the same, other tokens)
 #   SLO           "ttft:300 tpot:50" (lab 02's H200 SLO)
 #   CANDIDATES    "[256, 512]" (max_num_seqs), SECOND "[16384]" (max_num_batched_tokens)
 #   TRACE         labs/data/chat_trace.jsonl (a path inside the repo: the replay finds it)

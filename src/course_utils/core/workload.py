@@ -392,10 +392,9 @@ class TraceWorkload(Workload):
         return _rate(self.requests(), self.time_scale())
 
     def warmup(self, num_prompts: int, seed: int) -> TraceWorkload:
-        """The warm-up: ``num_prompts`` requests of the trace right after this slice (another
-        part of the same traffic), at the same time scale, salted by ``seed``."""
-        start = (self.start + self.num_prompts) % len(self._all)
-        return replace(self, num_prompts=num_prompts, start=start, seed=seed)
+        """The warm-up: this slice's arrivals and lengths (at least ``num_prompts`` requests
+        of it, so the engine runs the load's bursts), its prompts salted by ``seed``."""
+        return replace(self, num_prompts=max(num_prompts, self.num_prompts), seed=seed)
 
     def sent_requests(self, token_ratio: float = 1.0) -> list[TraceRequest]:
         """The slice as written for vLLM's timed_trace, which samples random token ids per

@@ -82,7 +82,7 @@ class MeasureConfig:
             n = max(n, w.num_prompts)
         if w.max_concurrency:
             n = max(n, w.max_concurrency)
-        if isinstance(w, TraceWorkload):  # the same traffic, another slice of it
+        if isinstance(w, TraceWorkload):  # the same arrivals and lengths, other tokens
             return w.warmup(n, w.seed + WARMUP_SEED_OFFSET)
         return replace(w, num_prompts=n, seed=w.seed + WARMUP_SEED_OFFSET)
 

@@ -21,6 +21,11 @@ DECISIONS = {
 }
 
 
+def package_texts(name: str) -> dict[str, dict[str, str]]:
+    """A text table shipped as package data, ``data/<name>.json``."""
+    return dict(json.loads((files("course_utils") / "data" / f"{name}.json").read_text("utf-8")))
+
+
 def _lang(lang: str) -> str:
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {LANGS}, not {lang!r}")
@@ -261,9 +266,7 @@ _LVG_HEAD = {
     "en": ["", "vLLM's grid (`vllm bench sweep serve`)", "the loop (`tune()`)", "loop / grid"],
     "zh": ["", "vLLM 网格（`vllm bench sweep serve`）", "调优循环（`tune()`）", "循环 / 网格"],
 }
-_LVG: dict[str, dict[str, str]] = json.loads(
-    (files("course_utils") / "data" / "loop_vs_grid_texts.json").read_text("utf-8")
-)
+_LVG = package_texts("loop_vs_grid_texts")
 _OBJ = {
     "request_goodput": {"en": "vLLM request goodput", "zh": " vLLM 请求 goodput"},
     "gate": {"en": "p99-gate goodput", "zh": " p99 门槛 goodput"},

@@ -1,7 +1,8 @@
 """Is a measured window valid? The checks every window passes before it may keep or reject
 a value: failed requests, achieved vs offered rate, output length, prefix-cache hits from
 replayed prompts, a trace's prompts counted far from its lengths, a vLLM JIT compile inside
-the window and a warm-up that did not reach the load's batch shapes. An invalid window is re-measured, never used (lab.measure)."""
+the window and a warm-up that did not reach the load's batch shapes. An invalid window is
+re-measured, never used (lab.measure)."""
 
 from __future__ import annotations
 

@@ -8,17 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core.texts import LANGS
-from course_utils.lab.plots import pyplot, save_figure
-
-_T: dict[str, dict[str, str]] = {
-    "x": {"en": "offered rate (req/s)", "zh": "到达率（req/s）"},
-    "y": {"en": "p99 TTFT (ms)", "zh": "p99 TTFT（ms）"},
-    "slo": {"en": "SLO: p99 TTFT ≤ {ms:.0f} ms", "zh": "SLO：p99 TTFT ≤ {ms:.0f} ms"},
-    "title": {"en": "Load against latency: the knee", "zh": "负载与延迟：拐点"},
-    "met": {"en": "met the SLO", "zh": "满足 SLO"},
-    "missed": {"en": "missed", "zh": "未满足"},
-    "knee": {"en": "knee: {lo:.0f}-{hi:.0f} req/s", "zh": "拐点：{lo:.0f}-{hi:.0f} req/s"},
-}
+from course_utils.lab.plots import plot_text, pyplot, save_figure
 
 
 def scan_points(folder: Path) -> list[tuple[float, float, bool]]:
@@ -76,20 +66,28 @@ def plot_load_latency(
         for x, y, ok in pts:
             ax.plot(x, y, markers[i % len(markers)], color=c, ms=6, mfc=c if ok else "white")
     lo, hi = knee_range([scan_points(f) for f in (band or [f for _, f in scans])])
-    ax.axvspan(lo, hi, color="grey", alpha=0.12, label=_T["knee"][lang].format(lo=lo, hi=hi))
+    ax.axvspan(lo, hi, color="grey", alpha=0.12, label=plot_text("knee_range", lang, lo=lo, hi=hi))
     ax.axhline(ttft_slo_ms, color="grey", ls="--", lw=1)
     ax.text(
         ax.get_xlim()[0],
         ttft_slo_ms,
-        " " + _T["slo"][lang].format(ms=ttft_slo_ms),
+        " " + plot_text("curve_slo", lang, ms=ttft_slo_ms),
         va="bottom",
         fontsize=8,
         color="grey",
     )
     top = max([ttft_slo_ms] + [y for line in ax.get_lines() for y in line.get_ydata()])
     ax.set_ylim(0, top * 1.5)  # room above the data for the legend, clear of the SLO label
-    ax.set(xlabel=_T["x"][lang], ylabel=_T["y"][lang], title=_T["title"][lang])
-    ax.legend(fontsize=8, title=f"● {_T['met'][lang]}  ○ {_T['missed'][lang]}", title_fontsize=8)
+    ax.set(
+        xlabel=plot_text("offered_rate", lang),
+        ylabel=plot_text("p99_ttft", lang),
+        title=plot_text("curve_title", lang),
+    )
+    ax.legend(
+        fontsize=8,
+        title=f"● {plot_text('met_slo', lang)}  ○ {plot_text('missed_slo', lang)}",
+        title_fontsize=8,
+    )
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return save_figure(fig, path)

@@ -4,15 +4,13 @@ a CJK font first)."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.texts import LANGS
+from course_utils.core.texts import LANGS, package_texts
 
 __all__ = [
     "plot_engine_stats",
@@ -25,12 +23,10 @@ __all__ = [
 
 
 # key -> {"en": ..., "zh": ...}: every title, label and legend of the labs' plots
-_T: dict[str, dict[str, str]] = json.loads(
-    (files("course_utils") / "data" / "plot_texts.json").read_text("utf-8")
-)
+_T = package_texts("plot_texts")
 
 
-def _t(key: str, lang: str, **kw: Any) -> str:
+def plot_text(key: str, lang: str, **kw: Any) -> str:
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {LANGS}, not {lang!r}")
     text = _T[key][lang]
@@ -92,7 +88,7 @@ def plot_knee(
     records: Sequence[Mapping[str, Any]], path: str | Path | None = None, lang: str = "en"
 ) -> Any:
     """Completed throughput and gate goodput against the offered rate."""
-    _t("knee_title", lang)
+    plot_text("knee_title", lang)
     plt = pyplot()
     ok = sorted(
         (r for r in records if r.get("status") == "ok" and r["rate"] != "inf"),
@@ -100,17 +96,25 @@ def plot_knee(
     )
     x = [float(r["rate"]) for r in ok]
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    ax.plot(x, [r["request_throughput"] for r in ok], "o-", label=_t("throughput_rps", lang))
-    ax.plot(x, [r["gate_goodput"] for r in ok], "s--", label=_t("gate_rps", lang))
+    ax.plot(x, [r["request_throughput"] for r in ok], "o-", label=plot_text("throughput_rps", lang))
+    ax.plot(x, [r["gate_goodput"] for r in ok], "s--", label=plot_text("gate_rps", lang))
     ax.plot(
-        x, [r.get("request_goodput") or 0 for r in ok], "^:", label=_t("req_goodput_vllm", lang)
+        x,
+        [r.get("request_goodput") or 0 for r in ok],
+        "^:",
+        label=plot_text("req_goodput_vllm", lang),
     )
     if x:
-        ax.plot([0, max(x)], [0, max(x)], color="grey", lw=0.8, label=_t("offered_eq", lang))
+        ax.plot([0, max(x)], [0, max(x)], color="grey", lw=0.8, label=plot_text("offered_eq", lang))
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
     return finish(
-        fig, ax, path, xlabel=_t("offered_rate", lang), ylabel="req/s", title=_t("knee_title", lang)
+        fig,
+        ax,
+        path,
+        xlabel=plot_text("offered_rate", lang),
+        ylabel="req/s",
+        title=plot_text("knee_title", lang),
     )
 
 
@@ -156,22 +160,27 @@ def plot_goodput(
     """Both goodput scores (gate and vLLM's per-request) and throughput against the knob,
     the baseline included (at its effective value); the y-axis starts at 0, and values whose
     request goodput is within `plateau` of the best are marked as a tie."""
-    _t("goodput_title", lang, knob=knob)
+    plot_text("goodput_title", lang, knob=knob)
     plt = pyplot()
     rows = _by_value(points, knob)
     x = [_effective(p, knob) for p in rows]
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    ax.plot(x, [p["score"]["request_throughput"] for p in rows], "o-", label=_t("throughput", lang))
-    ax.plot(x, [p["score"]["gate_goodput"] for p in rows], "s--", label=_t("gate", lang))
+    ax.plot(
+        x,
+        [p["score"]["request_throughput"] for p in rows],
+        "o-",
+        label=plot_text("throughput", lang),
+    )
+    ax.plot(x, [p["score"]["gate_goodput"] for p in rows], "s--", label=plot_text("gate", lang))
     req = [p["score"].get("request_goodput") or 0 for p in rows]
-    ax.plot(x, req, "^:", label=_t("req_goodput", lang))
+    ax.plot(x, req, "^:", label=plot_text("req_goodput", lang))
     top = max(req, default=0.0)
     bar = top / (1.0 + plateau)  # within the plateau of the best: a tie
     tied = sum(1 for r in req if r >= bar) > 1
     for p, xv, yv in zip(rows, x, req, strict=True):
-        notes = [_t("baseline", lang)] if _is_base(p) else []
+        notes = [plot_text("baseline", lang)] if _is_base(p) else []
         if tied and top > 0 and yv > 0 and yv >= bar:
-            notes.append(_t("tie", lang, p=plateau))
+            notes.append(plot_text("tie", lang, p=plateau))
         if notes:
             ax.annotate(
                 " · ".join(notes),
@@ -189,7 +198,12 @@ def plot_goodput(
     ax.set_ylim(0, max([top] + [p["score"]["request_throughput"] for p in rows] + [1]) * 1.15)
     ax.legend(fontsize=8, loc="lower right")
     return finish(
-        fig, ax, path, xlabel=knob, ylabel="req/s", title=_t("goodput_title", lang, knob=knob)
+        fig,
+        ax,
+        path,
+        xlabel=knob,
+        ylabel="req/s",
+        title=plot_text("goodput_title", lang, knob=knob),
     )
 
 
@@ -202,7 +216,7 @@ def plot_latency_box(
 ) -> Any:
     """p99 TTFT against p99 TPOT for each value of the knob (the baseline included), on
     linear axes around the SLO box (the region to stay inside); the legend sits outside."""
-    _t("latency_title", lang, knob=knob)
+    plot_text("latency_title", lang, knob=knob)
     plt = pyplot()
     rows = [
         p
@@ -216,7 +230,7 @@ def plot_latency_box(
     ax.plot(tpot, ttft, "o-", color="C0")
     for p, x, y in zip(rows, tpot, ttft, strict=True):
         value = f"{_effective(p, knob):g}"
-        label = f"{value} ({_t('baseline', lang)})" if _is_base(p) else value
+        label = f"{value} ({plot_text('baseline', lang)})" if _is_base(p) else value
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=9)
     xs, ys = list(tpot), list(ttft)
     if getattr(slo, "ttft_ms", None) and getattr(slo, "tpot_ms", None):
@@ -230,7 +244,7 @@ def plot_latency_box(
                 fill=True,
                 alpha=0.12,
                 color="green",
-                label=_t("slo_box", lang, slo=slo),
+                label=plot_text("slo_box", lang, slo=slo),
             )
         )
         ax.axhline(slo.ttft_ms, color="green", lw=0.8)
@@ -241,8 +255,8 @@ def plot_latency_box(
     ax.set_ylim(0, max(ys + [1]) * 1.15)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
-    labels = {"xlabel": _t("p99_tpot", lang), "ylabel": _t("p99_ttft", lang)}
-    return finish(fig, ax, path, **labels, title=_t("latency_title", lang, knob=knob))
+    labels = {"xlabel": plot_text("p99_tpot", lang), "ylabel": plot_text("p99_ttft", lang)}
+    return finish(fig, ax, path, **labels, title=plot_text("latency_title", lang, knob=knob))
 
 
 def plot_series(
@@ -251,33 +265,33 @@ def plot_series(
     """The /metrics series sampled during a load: waiting, running, KV usage."""
     from course_utils.core import metrics as m
 
-    _t("series_title", lang)
+    plot_text("series_title", lang)
     plt = pyplot()
     if not samples:
         fig, ax = plt.subplots(figsize=(6, 3))
-        ax.text(0.5, 0.5, _t("no_samples", lang), ha="center")
+        ax.text(0.5, 0.5, plot_text("no_samples", lang), ha="center")
         return save_figure(fig, path)
     t0 = samples[0].t
     t = [s.t - t0 for s in samples]
     fig, ax = plt.subplots(figsize=(6.5, 3.4))
-    ax.plot(t, [s.gauge(m.WAITING) or 0 for s in samples], label=_t("waiting", lang))
-    ax.plot(t, [s.gauge(m.RUNNING) or 0 for s in samples], label=_t("running", lang))
-    ax.set_xlabel(_t("seconds", lang))
-    ax.set_ylabel(_t("requests", lang))
+    ax.plot(t, [s.gauge(m.WAITING) or 0 for s in samples], label=plot_text("waiting", lang))
+    ax.plot(t, [s.gauge(m.RUNNING) or 0 for s in samples], label=plot_text("running", lang))
+    ax.set_xlabel(plot_text("seconds", lang))
+    ax.set_ylabel(plot_text("requests", lang))
     ax2 = ax.twinx()
     ax2.plot(
         t,
         [100 * (s.gauge(m.KV_USAGE) or 0) for s in samples],
         color="tab:red",
         lw=0.8,
-        label=_t("kv_pct", lang),
+        label=plot_text("kv_pct", lang),
     )
     ax2.set_ylim(0, 105)
-    ax2.set_ylabel(_t("kv_pct", lang))
+    ax2.set_ylabel(plot_text("kv_pct", lang))
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8, loc="upper left")
-    return finish(fig, ax, path, title=title or _t("series_title", lang))
+    return finish(fig, ax, path, title=title or plot_text("series_title", lang))
 
 
 def plot_engine_stats(
@@ -285,7 +299,7 @@ def plot_engine_stats(
 ) -> Any:
     """Lab 01: vLLM's 10 s engine stats of each point (``keep.same_batch_gap``):
     generation tokens/s (solid) and KV cache usage (dashed) against time in the pass."""
-    _t("stats_title", lang)
+    plot_text("stats_title", lang)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 3.4))
     ax2 = ax.twinx()
@@ -296,10 +310,10 @@ def plot_engine_stats(
         t = [r.t_s for r in rows]
         ax.plot(t, [r.gen_tok_s for r in rows], "o-", color=color, ms=3, label=f"{knob}={value}")
         ax2.plot(t, [100 * r.kv_usage for r in rows], "--", color=color, lw=0.9)
-    ax2.set(ylabel=_t("kv_pct_dashed", lang), ylim=(0, 105))
+    ax2.set(ylabel=plot_text("kv_pct_dashed", lang), ylim=(0, 105))
     ax.legend(fontsize=8, loc="lower left")
-    labels = {"xlabel": _t("stats_x", lang), "ylabel": _t("gen_tok_s", lang)}
-    return finish(fig, ax, path, **labels, title=_t("stats_title", lang))
+    labels = {"xlabel": plot_text("stats_x", lang), "ylabel": plot_text("gen_tok_s", lang)}
+    return finish(fig, ax, path, **labels, title=plot_text("stats_title", lang))
 
 
 def plot_triple(
@@ -311,7 +325,7 @@ def plot_triple(
     """Lab 01: accuracy, output tok/s, p50/p99 latency and KV tokens against the knob. On
     dummy weights (no accuracy) the accuracy panel is left out and the title says n/a; the
     panels are stacked in one column, 6 in wide, so their ticks stay readable on a phone."""
-    _t("accuracy", lang)
+    plot_text("accuracy", lang)
     plt = pyplot()
     rows = sorted((r for r in records if r.get("status") == "ok"), key=lambda r: float(r["value"]))
     x = [float(r["value"]) for r in rows]
@@ -326,25 +340,25 @@ def plot_triple(
         ax_acc = axes.pop(0)
         ax_acc.plot(x, [100 * float(a or 0) for a in acc], "o-")
         ax_acc.set_ylim(0, 105)
-        ax_acc.set_title(_t("accuracy", lang))
+        ax_acc.set_title(plot_text("accuracy", lang))
         ax_acc.set_xlabel(knob)
         ax_acc.grid(alpha=0.3)
     axes[0].plot(x, [r.get("output_tok_s") for r in rows], "o-")
-    axes[0].set_title(_t("out_tok_s", lang))
+    axes[0].set_title(plot_text("out_tok_s", lang))
     axes[0].set_ylim(bottom=0)
     axes[1].plot(x, [r.get("latency_p50_s") for r in rows], "o-", label="p50")
     axes[1].plot(x, [r.get("latency_p99_s") for r in rows], "s--", label="p99")
-    axes[1].set_title(_t("latency_s", lang))
+    axes[1].set_title(plot_text("latency_s", lang))
     axes[1].set_ylim(bottom=0)
     axes[1].legend(fontsize=9)
     axes[2].plot(x, [r.get("kv_cache_tokens") for r in rows], "o-")
-    axes[2].set_title(_t("kv_tokens", lang))
+    axes[2].set_title(plot_text("kv_tokens", lang))
     for ax in axes:
         ax.set_xlabel(knob)
         ax.set_xticks(x)
         ax.set_xticklabels([f"{v:g}" for v in x])
         ax.grid(alpha=0.3)
     if not has_acc:
-        fig.suptitle(_t("accuracy_na", lang), fontsize=10)
+        fig.suptitle(plot_text("accuracy_na", lang), fontsize=10)
     fig.tight_layout()
     return save_figure(fig, path)

@@ -6,17 +6,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
-import json
 import math
 import random
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+from course_utils.core.texts import package_texts
 
 Lang = Literal["zh", "en"]
 LESSONS = ("knobs", "slo-loop")
@@ -30,9 +30,7 @@ REPO_ROOT = PKG_DIR.parents[1]  # src/course_utils -> repo root (editable instal
 ASSET_DIRS = (QUIZ_DIR / "assets", REPO_ROOT / "book" / "_assets" / "quiz")
 
 # UI strings: Python feedback and the browser grader read the same table.
-STRINGS: dict[str, dict[str, str]] = json.loads(
-    (files("course_utils") / "data" / "quiz_strings.json").read_text("utf-8")
-)
+STRINGS = package_texts("quiz_strings")
 CHOICE_IDS = "abcdefghijklmnopqrstuvwxyz"
 SHUFFLE_SALT = "cu-quiz-8"  # change it to deal every item's choices anew
 # Same pattern in quiz.js: optional sign, digits with optional decimals, optional exponent,

@@ -4,6 +4,8 @@ linear latency axes around the SLO box, no empty accuracy panel on dummy weights
 from __future__ import annotations
 
 import re
+import warnings
+from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -16,6 +18,7 @@ from course_utils.core.slo import SLO  # noqa: E402
 from course_utils.lab import plots  # noqa: E402
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
+MPLRC = Path(__file__).resolve().parents[2] / "tools" / "book" / "matplotlibrc"
 
 
 def _texts(fig: Any) -> list[str]:
@@ -97,7 +100,12 @@ def test_triple_drops_the_accuracy_panel_on_dummy_weights() -> None:
     lambda lang: plots.plot_engine_stats({"stats": {}}, "gpu_memory_utilization", lang=lang),
 ])
 def test_every_plot_speaks_the_page_language(make: Any) -> None:
-    zh = _texts(make("zh"))
+    """... and draws it: under the book's matplotlibrc no glyph is missing from the fonts."""
+    with matplotlib.rc_context(fname=str(MPLRC)), warnings.catch_warnings():
+        warnings.filterwarnings("error", message="Glyph .* missing from font")
+        zh_fig = make("zh")
+        zh_fig.canvas.draw()
+    zh = _texts(zh_fig)
     en = _texts(make("en"))
     assert zh and all(CJK.search(t) for t in zh if re.search(r"[a-z]{4,}", t) and " " in t
                       and not t.startswith(("p99", "req/s"))), zh

@@ -123,29 +123,34 @@ def test_trace_prompts_are_scaled_to_the_servers_tokenizer(
     want = sum(r.input_length for r in w.requests())
     fast = {**FAST, "warmup_prompts": None}
     recs = sweep("fake-model", "max_num_seqs", [16], workload=w, slo=SLO.parse("ttft:5000"),
-                 out_dir=tmp_path / "s", repeats=0, remeasure=2, warmup_share=0.0, **fast)
-    first, second = recs[0]["windows"]
+                 out_dir=tmp_path / "s", repeats=0, remeasure=4, warmup_share=0.0, **fast)
+    first, *rest = recs[0]["windows"]
     assert not first["valid"] and any(i.startswith("the server counted 1.")
                                       and "x the trace's prompt tokens" in i
                                       for i in first["validity_issues"])
-    assert second["valid"], second["validity_issues"]
+    # a loaded machine can also reject a window for its warm-up; none again for the prompts
+    assert rest and rest[-1]["valid"], [x["validity_issues"] for x in rest]
+    assert not [i for x in rest for i in x["validity_issues"] if "the trace's prompt" in i]
+    last = len(rest)
     d = PointPaths.of(tmp_path / "s", recs[0]["key"]).dir
-    bench = [json.loads((d / f).read_text()) for f in ("bench.json", "bench-w1.json")]
+    bench = [json.loads((d / f).read_text()) for f in ("bench.json", f"bench-w{last}.json")]
     got = [b["total_input_tokens"] for b in bench]
     assert first["trace_token_ratio"] == 1.0 and abs(got[0] / want - tokens_per_token) < 0.08
-    ratio = second["trace_token_ratio"]
-    assert ratio == round(got[0] / want, 4)  # learnt from the first call's completed requests
+    ratio = rest[-1]["trace_token_ratio"]
+    if last == 1:
+        assert ratio == round(got[0] / want, 4)  # learnt from the first call's completed requests
+    assert abs(ratio - tokens_per_token) < 0.08
     assert abs(got[1] / want - 1.0) < 0.1
     # every request keeps its blocks: vLLM expands each hash id, the last one partly
     c2 = round(16 / ratio)
-    sent = parse_trace((d / "bench-w1.trace.jsonl").read_text(), "w", c2)
+    sent = parse_trace((d / f"bench-w{last}.trace.jsonl").read_text(), "w", c2)
     unsalted = [[h.split(".", 2)[2] for h in r.hash_ids] for r in sent]  # seed.lap.id
     assert unsalted == [[h.split(".", 2)[2] for h in r.hash_ids] for r in w.requests()]
     assert [math.ceil(r.input_length / c2) for r in sent] == [
         math.ceil(r.input_length / 16) for r in w.requests()]
     assert sum(bench[1]["input_lens"]) == got[1]
     chunks = [c[c.index("--timed-trace-chunk-hash-size") + 1] for c in _argv(tmp_path)]
-    assert chunks == ["16", str(c2)]
+    assert chunks[0] == "16" and chunks[-1] == str(c2) and len(chunks) == last + 1
 
 
 def test_cli_workload_flag(tmp_path: Path, fake_vllm: Path, fake_nvidia_smi: Path,

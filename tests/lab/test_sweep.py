@@ -512,3 +512,23 @@ def test_tune_that_meets_the_slo_says_so(tmp_path: Path, fake_vllm: Path) -> Non
                    slo=SLO.parse("ttft:300 tpot:200"), out_dir=tmp_path / "t",
                    base_knobs={"max_num_seqs": 1}, max_steps=2, **FAST)
     assert summary["meets_slo"] is True and summary["outcome"]["outcome"] == "meets_slo"
+
+
+def test_a_resumed_scan_warms_a_new_server_before_its_repeat(
+        tmp_path: Path, fake_vllm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repeat of a bracket rate on the next call's new server gets its warm-up first (the
+    H200's cold repeat JIT-compiled a kernel inside its window); on the scan's own server,
+    warm from the rates before it, it does not."""
+    out, log = tmp_path / "k", tmp_path / "bench-argv.jsonl"
+    monkeypatch.setenv("FAKE_VLLM_BENCH_ARGV", str(log))
+    knee.knee_scan("fake-model", [50, 100], workload=KNEE_W, slo=SLO_LOOSE, out_dir=out,
+                   bracket_repeats=0, batch1_prompts=2, **KNEE_FAST)
+    n = len(_bench_argvs(log))
+    recs = knee.knee_scan("fake-model", [50, 100], workload=KNEE_W, slo=SLO_LOOSE, out_dir=out,
+                          bracket_repeats=1, batch1_prompts=2, **KNEE_FAST)
+    again = [(_flag(a, "--request-rate"), _flag(a, "--seed")) for a in _bench_argvs(log)[n:]]
+    assert len(_starts(tmp_path)) == 2
+    assert again[0] == ("100", str(100000 + 8)), again  # the warm-up at the repeated rate
+    assert again[1][0] == "100" and int(again[1][1]) % 1000 == 8 and again[1][1] != "8"
+    assert len([r for r, s in again if int(s) >= 100000]) == 1  # one warm-up, then warm
+    assert [w["valid"] for w in recs[1]["windows"]].count(True) >= 2

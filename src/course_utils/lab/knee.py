@@ -165,9 +165,12 @@ class _Scan:
     limits: tuple[int, int]  # max_num_seqs, max_num_batched_tokens in effect
     done: dict[str, dict[str, Any]]
     say: Callable[[str], None]
+    ran: bool = False  # the server has run a load (its kernels compiled, its shapes seen)
 
     def measure_at(self, w: Workload, name: str, first: int = 0, warm: bool = False) -> Any:
-        """``measure()`` on the scan's server into ``knee/<name>`` (``warm``: with warm-up)."""
+        """``measure()`` on the scan's server into ``knee/<name>``: with warm-up when ``warm``
+        or when the server has run nothing yet (a resumed scan's repeat or batch 1)."""
+        warm, self.ran = warm or not self.ran, True
         cfg = self.cfg if warm else replace(self.cfg, warmup_share=0.0, repeats=0)
         mns, mnbt = self.limits
         paths = PointPaths(self.kdir / name)

@@ -85,13 +85,14 @@ def serve_site(root: Path = SITE) -> Iterator[str]:
 
 def run_plan(base: str, pages: list[dict[str, Any]], *,
              screenshots: Path | None = SCREENSHOTS, timeout_ms: int = 30000,
-             process_timeout_s: float = 300.0) -> dict[str, Any]:
-    """Load `pages` from `base` in one headless Chromium session; return browser.mjs's JSON."""
+             process_timeout_s: float = 300.0, concurrency: int = 2) -> dict[str, Any]:
+    """Load `pages` from `base` in one headless Chromium session, `concurrency` pages at once
+    (most of a page's time is waiting); return browser.mjs's JSON."""
     missing = missing_prerequisites()
     if missing:
         raise RuntimeError("browser harness: " + "; ".join(missing))
     plan: dict[str, Any] = {"base": base, "chromium": str(CHROMIUM), "timeout_ms": timeout_ms,
-                            "pages": pages}
+                            "concurrency": concurrency, "pages": pages}
     if screenshots is not None:
         plan["screenshots"] = str(screenshots)
     with tempfile.TemporaryDirectory() as tmp:

@@ -14,6 +14,7 @@
 //     "viewport": {"width": 390, "height": 844},   // optional (default 1280 x 900)
 //     "checks": ["mermaid", "cjk", "langswitch", "layout", "diagrams", "nav", "weight"],
 //     "layout_widths": [390, 360],                   // optional: "layout" again at these widths
+//     "screenshot": false,                           // optional: none for this page
 //     "steps": [                                     // optional, run after the checks, in order
 //       {"click": "css selector"}, {"fill": "css selector", "value": "text"},
 //       {"wait_for": "css selector"}, {"wait_ms": 200},
@@ -278,7 +279,7 @@ async function visit(spec) {
         break;
       }
     }
-    if (plan.screenshots) {
+    if (plan.screenshots && spec.screenshot !== false) {
       res.screenshot = join(plan.screenshots, `${spec.name}.png`);
       // full page, capped (very tall captures cost seconds each)
       const height = await page.evaluate(() => document.documentElement.scrollHeight);

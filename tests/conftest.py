@@ -25,8 +25,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="also run @pytest.mark.gpu tests (needs a CUDA GPU and vLLM 0.26.0)")
 
 
-# modules whose tests share a module-level cache (not a fixture) that is costly to rebuild
-SHARED_MODULES = {"tests/book/test_lab_pages.py"}
+# modules whose tests share a module-level cache, or views of one costly module fixture
+# (test_browser's book_run: one Chromium run, built once only if its views run together)
+SHARED_MODULES = {"tests/book/test_lab_pages.py", "tests/book/test_browser.py"}
 # modules whose module-scoped fixture is cheap to build per worker and whose tests are long
 SPREAD_MODULES = {"tests/book/test_nbval_lessons.py"}
 

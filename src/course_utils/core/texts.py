@@ -26,7 +26,8 @@ def package_texts(name: str) -> dict[str, dict[str, str]]:
     return dict(json.loads((files("course_utils") / "data" / f"{name}.json").read_text("utf-8")))
 
 
-def _lang(lang: str) -> str:
+def check_lang(lang: str) -> str:
+    """``lang`` if it is one of LANGS, else ValueError."""
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {LANGS}, not {lang!r}")
     return lang
@@ -40,7 +41,7 @@ def decision_word(decision: str, lang: str = "en") -> str:
     """KEEP / 保留 ... for a verdict's decision."""
     if decision not in DECISIONS:
         raise ValueError(f"unknown decision {decision!r} (one of {sorted(DECISIONS)})")
-    return DECISIONS[decision][_lang(lang)]
+    return DECISIONS[decision][check_lang(lang)]
 
 
 # ---- validity issues (validity.py) ---------------------------------------------------------
@@ -82,7 +83,7 @@ _ISSUES_ZH: list[tuple[re.Pattern[str], str]] = [
 
 def issue(text: str, lang: str = "en") -> str:
     """One validity issue in `lang` (an unknown issue is returned as recorded)."""
-    return text if _lang(lang) == "en" else _translate(text, _ISSUES_ZH)
+    return text if check_lang(lang) == "en" else _translate(text, _ISSUES_ZH)
 
 
 def _translate(text: str, table: list[tuple[re.Pattern[str], str]]) -> str:
@@ -151,7 +152,7 @@ def _verdict_why_zh(v: Mapping[str, Any]) -> str:
 def verdict(v: Mapping[str, Any], lang: str = "en", knob: str | None = None) -> str:
     """One line: the decision, the value it leaves in place (``knob=value``), and why, for
     ``keep.verdict(...)`` or ``keep.judge(...)``."""
-    _lang(lang)
+    check_lang(lang)
     if "verdict" in v and isinstance(v["verdict"], Mapping):
         v = v["verdict"]
     if "decision" not in v:
@@ -171,7 +172,7 @@ _LOOP_RE = re.compile(r"; (\S+) req/s: all (\d+) valid loop point\(s\) \((.*?); 
 
 def knee(k: Mapping[str, Any], lang: str = "en") -> str:
     """The knee sentence of ``keep.pick_knee(...)``."""
-    if _lang(lang) == "en":
+    if check_lang(lang) == "en":
         return str(k.get("why", ""))
     if "knee_rate" not in k:
         raise ValueError("not a knee: no 'knee_rate' key")
@@ -229,7 +230,7 @@ def _no_knob_zh(leaf: str, constraint: str) -> str:
 def stop_reason(summary: Mapping[str, Any] | str, lang: str = "en") -> str:
     """Why ``tune`` stopped: its summary (or the ``stop_reason`` string) in `lang`."""
     reason = summary if isinstance(summary, str) else str(summary.get("stop_reason") or "")
-    if _lang(lang) == "en" or not reason:
+    if check_lang(lang) == "en" or not reason:
         return reason
     if m := _NO_KNOB_RE.match(reason):
         return _no_knob_zh(m.group(1), m.group(2))
@@ -238,7 +239,7 @@ def stop_reason(summary: Mapping[str, Any] | str, lang: str = "en") -> str:
 
 def loop_outcome(o: Mapping[str, Any], lang: str = "en") -> str:
     """What a finished loop concluded (``keep.loop_outcome``'s dict) in `lang`."""
-    if _lang(lang) == "en":
+    if check_lang(lang) == "en":
         return str(o.get("why") or "")
     share = o.get("goodput_share")
     share_zh = "" if share is None else f"（goodput 只有压测速率的 {float(share):.0%}）"
@@ -306,7 +307,7 @@ def _cell(value: Any, label: Any, lang: str) -> str:
 
 def loop_vs_grid(cmp: Mapping[str, Any], lang: str = "en") -> str:
     """The "loop vs the grid" table (Markdown) and its verdict, in `lang`."""
-    t = _LVG[_lang(lang)]
+    t = _LVG[check_lang(lang)]
     g, lp, r, v = cmp["grid"], cmp["loop"], cmp["ratios"], cmp["verdict"]
     obj = _OBJ.get(cmp.get("objective", "request_goodput"), _OBJ["request_goodput"])[lang]
     best = g.get("best")
@@ -477,7 +478,7 @@ def _ct_row(r: Mapping[str, Any], lang: str) -> list[str]:
 def constraint_table(rows: list[Mapping[str, Any]], lang: str = "en") -> str:
     """The loop against vLLM's grid, one row per constraint (``lab.grid.CaseRow``
     dicts), then each row's note, in `lang`."""
-    lang = _lang(lang)
+    lang = check_lang(lang)
     head = [h[LANGS.index(lang)] for h in _CT_HEAD]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += [

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.texts import LANGS
+from course_utils.core.texts import check_lang
 from course_utils.lab.plots import plot_text, pyplot, save_figure
 
 
@@ -54,8 +54,7 @@ def plot_load_latency(
     """One line per (label, folder with knee.jsonl); filled markers met the SLO; the shaded
     band is ``knee_range`` of the folders in ``band`` (all the scans when None: give it
     the scans of one GPU and workload only)."""
-    if lang not in LANGS:
-        raise ValueError(f"lang must be one of {LANGS}, not {lang!r}")
+    check_lang(lang)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6))
     markers = "os^Dv"

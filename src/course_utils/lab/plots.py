@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.texts import LANGS, package_texts
+from course_utils.core.texts import check_lang, package_texts
 
 __all__ = [
     "plot_engine_stats",
@@ -27,9 +27,7 @@ _T = package_texts("plot_texts")
 
 
 def plot_text(key: str, lang: str, **kw: Any) -> str:
-    if lang not in LANGS:
-        raise ValueError(f"lang must be one of {LANGS}, not {lang!r}")
-    text = _T[key][lang]
+    text = _T[key][check_lang(lang)]
     return text.format(**kw) if kw else text
 
 

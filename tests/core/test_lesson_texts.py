@@ -7,6 +7,7 @@ import re
 import unicodedata
 from pathlib import Path
 
+import matplotlib.colors
 import pytest
 
 from course_utils.core import diagnose, knobs
@@ -107,3 +108,19 @@ def test_load_latency_plot_labels_are_in_the_page_language(lang: str) -> None:
     cjk = any(re.search(r"[\u4e00-\u9fff]", t) for t in texts)
     assert cjk is (lang == "zh")
     assert any("50-60" in t for t in texts)
+
+
+def test_each_workload_gets_its_own_knee_band_in_its_colour() -> None:
+    """Scans of different workloads: one band per scan, the line's colour, its own range."""
+    arms = [("fixed", RESULTS / "h200-2026-12-02" / "fixed" / "slo"),
+            ("trace", RESULTS / "h200-2026-12-02b" / "trace" / "slo")]
+    ax = kneecurve.plot_load_latency(arms, 300, lang="en", band_each=True).axes[0]
+    legend = [t.get_text() for t in ax.get_legend().texts]
+    assert [t for t in legend if "req/s" in t] == ["knee: 16-32 req/s", "knee: 56-72 req/s"]
+    spans = [p for p in ax.patches if p.get_label().startswith("knee")]
+    lines = [ln for ln in ax.get_lines() if ln.get_label() in ("fixed", "trace")]
+    assert [matplotlib.colors.to_hex(p.get_facecolor()[:3]) for p in spans] == [
+        matplotlib.colors.to_hex(ln.get_color()) for ln in lines]
+    # one shared band over both would span 16-72 and say nothing about either
+    shared = kneecurve.plot_load_latency(arms, 300, lang="en").axes[0]
+    assert any("16-72" in t.get_text() for t in shared.get_legend().texts)

@@ -50,10 +50,12 @@ def plot_load_latency(
     lang: str = "en",
     path: str | Path | None = None,
     band: Sequence[Path] | None = None,
+    band_each: bool = False,
 ) -> Any:
     """One line per (label, folder with knee.jsonl); filled markers met the SLO; the shaded
     band is ``knee_range`` of the folders in ``band`` (all the scans when None: give it
-    the scans of one GPU and workload only)."""
+    the scans of one GPU and workload only). ``band_each``: each scan's own knee range
+    instead, in its line's colour (scans of different workloads)."""
     check_lang(lang)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.6))
@@ -64,8 +66,14 @@ def plot_load_latency(
         c = ln.get_color()
         for x, y, ok in pts:
             ax.plot(x, y, markers[i % len(markers)], color=c, ms=6, mfc=c if ok else "white")
-    lo, hi = knee_range([scan_points(f) for f in (band or [f for _, f in scans])])
-    ax.axvspan(lo, hi, color="grey", alpha=0.12, label=plot_text("knee_range", lang, lo=lo, hi=hi))
+        if band_each:
+            lo, hi = knee_range([pts])
+            text = plot_text("knee_range", lang, lo=lo, hi=hi)
+            ax.axvspan(lo, hi, color=c, alpha=0.12, label=text)
+    if not band_each:
+        lo, hi = knee_range([scan_points(f) for f in (band or [f for _, f in scans])])
+        text = plot_text("knee_range", lang, lo=lo, hi=hi)
+        ax.axvspan(lo, hi, color="grey", alpha=0.12, label=text)
     ax.axhline(ttft_slo_ms, color="grey", ls="--", lw=1)
     ax.text(
         ax.get_xlim()[0],

@@ -1,4 +1,5 @@
-"""Import a script of tools/ (not part of the package) as a module, for its tests."""
+"""Import a script of tools/ (not part of the package) as a module, for its tests; the paths
+of tools/ that several test modules read."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
+# the book's matplotlib settings (CJK font first), as book/_ext/book_ext.py sets them
+BOOK_MATPLOTLIBRC = ROOT / "tools" / "book" / "matplotlibrc"
 
 
 def tool(rel: str) -> ModuleType:

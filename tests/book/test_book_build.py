@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.tooling import BOOK_MATPLOTLIBRC
+
 REPO = Path(__file__).resolve().parents[2]
 SITE = REPO / "_build" / "html"
 BOOK = REPO / "book"
@@ -215,7 +217,7 @@ def test_matplotlib_with_book_rc_draws_chinese_without_missing_glyphs() -> None:
         "    fig.canvas.draw()\n"
         "print('|'.join(str(x.message) for x in w))\n"
     )
-    env = {**os.environ, "MATPLOTLIBRC": str(REPO / "tools" / "book" / "matplotlibrc")}
+    env = {**os.environ, "MATPLOTLIBRC": str(BOOK_MATPLOTLIBRC)}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -227,7 +229,7 @@ def test_matplotlib_with_book_rc_draws_chinese_without_missing_glyphs() -> None:
 def test_build_extension_points_kernels_at_the_book_matplotlibrc() -> None:
     text = (BOOK / "_ext" / "book_ext.py").read_text("utf-8")
     assert 'os.environ.setdefault("MATPLOTLIBRC"' in text
-    assert (REPO / "tools" / "book" / "matplotlibrc").is_file()
+    assert (BOOK_MATPLOTLIBRC).is_file()
 
 
 # ---- reader fixes in book_ext.py (markers, CJK bold, getting the code) -----------------------

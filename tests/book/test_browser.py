@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.book.browser_harness import SCREENSHOTS, run_plan, serve_site
+from tests.tooling import BOOK_MATPLOTLIBRC
 
 LANGS = ("zh", "en")
 PAGES = ("index", "knobs", "slo-loop", "glossary")
@@ -332,7 +333,6 @@ COLUMN_STYLE = ("[...document.querySelectorAll('.cell_output pre.output-columns'
                 " getComputedStyle(p).whiteSpace)")
 QUIZ_CODE_STYLE = ("[...document.querySelectorAll('.cu-quiz code')].map((c) =>"
                    " getComputedStyle(c).whiteSpace)")
-MPLRC = Path(__file__).resolve().parents[2] / "tools" / "book" / "matplotlibrc"
 
 
 def _site_spec(path: str) -> dict[str, Any]:
@@ -417,7 +417,7 @@ def test_page_weight_without_math_is_within_budget(site_run: dict[str, Any], pat
 
 
 def _rc_font_px() -> float:
-    rc = dict(line.split(":", 1) for line in MPLRC.read_text("utf-8").splitlines()
+    rc = dict(line.split(":", 1) for line in BOOK_MATPLOTLIBRC.read_text("utf-8").splitlines()
               if ":" in line and not line.lstrip().startswith("#"))
     return float(rc["font.size"]) * float(rc["figure.dpi"]) / 72
 

@@ -19,12 +19,13 @@ import nbformat
 import pytest
 
 from tests.book.built import built_notebook
+from tests.tooling import BOOK_MATPLOTLIBRC
 
 REPO = Path(__file__).resolve().parents[2]
 BOOK = REPO / "book"
 LESSONS = ("knobs", "slo-loop")
 CODE_CELL = re.compile(r"^```\{code-cell\}", re.MULTILINE)
-ENV = {**os.environ, "MATPLOTLIBRC": str(REPO / "tools" / "book" / "matplotlibrc"),
+ENV = {**os.environ, "MATPLOTLIBRC": str(BOOK_MATPLOTLIBRC),
        "PYTHONHASHSEED": "0"}
 
 

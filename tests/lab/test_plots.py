@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import warnings
-from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -16,9 +15,9 @@ import pytest  # noqa: E402
 
 from course_utils.core.slo import SLO  # noqa: E402
 from course_utils.lab import plots  # noqa: E402
+from tests.tooling import BOOK_MATPLOTLIBRC  # noqa: E402
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
-MPLRC = Path(__file__).resolve().parents[2] / "tools" / "book" / "matplotlibrc"
 
 
 def _texts(fig: Any) -> list[str]:
@@ -101,7 +100,7 @@ def test_triple_drops_the_accuracy_panel_on_dummy_weights() -> None:
 ])
 def test_every_plot_speaks_the_page_language(make: Any) -> None:
     """... and draws it: under the book's matplotlibrc no glyph is missing from the fonts."""
-    with matplotlib.rc_context(fname=str(MPLRC)), warnings.catch_warnings():
+    with matplotlib.rc_context(fname=str(BOOK_MATPLOTLIBRC)), warnings.catch_warnings():
         warnings.filterwarnings("error", message="Glyph .* missing from font")
         zh_fig = make("zh")
         zh_fig.canvas.draw()

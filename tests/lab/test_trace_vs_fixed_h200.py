@@ -25,8 +25,20 @@ def _rates(d: Path) -> dict[str, object]:
         read_records(d / "knee.jsonl", need="rate_key", torn_ok=True)).items()}
 
 
+def _by_rate(d: Path) -> dict[int, list[dict]]:  # each rate's windows' `vllm bench serve` results
+    out: dict[int, list[dict]] = {}
+    for f in sorted((d / "knee").glob("rate-*/bench*.json")):
+        out.setdefault(int(f.parent.name.removeprefix("rate-")), []).append(json.loads(f.read_text()))
+    return out
+
+
 def _benches(d: Path) -> list[dict]:  # every window's `vllm bench serve` result
-    return [json.loads(f.read_text()) for f in sorted((d / "knee").glob("rate-*/bench*.json"))]
+    return [b for bs in _by_rate(d).values() for b in bs]
+
+
+def _span(b: dict) -> float:  # seconds from the first request sent to the last
+    st = b["start_times"]  # collect.py shrinks a long list to its summary
+    return st["max"] - st["min"] if isinstance(st, dict) else max(st) - min(st)
 
 
 def _trace_sent() -> int:  # the input tokens of the trace's first 200 requests
@@ -181,22 +193,12 @@ def test_the_windows_past_the_knees_are_bursts_and_the_lesson_says_so() -> None:
     answers' end-to-end time, and past 32 (fixed) and 40 (trace) req/s both arms' output
     throughput stays near 6,000 tokens/s: the knees hold for such windows, not yet for a
     sustained load."""
-    def by_rate(d: Path) -> dict[int, list[dict]]:
-        out: dict[int, list[dict]] = {}
-        for f in sorted((d / "knee").glob("rate-*/bench*.json")):
-            rate = int(f.parent.name.removeprefix("rate-"))
-            out.setdefault(rate, []).append(json.loads(f.read_text()))
-        return out
-
     def settle(b: dict) -> float:  # arrivals' span over a request's mean end-to-end time
-        st = b["start_times"]  # collect.py shrinks a long list to its summary
-        span = st["max"] - st["min"] if isinstance(st, dict) else max(st) - min(st)
-        return span / (b["mean_e2el_ms"] / 1000)
+        return _span(b) / (b["mean_e2el_ms"] / 1000)
 
-    fixed, trace = by_rate(FIXED), by_rate(TRACE)
+    fixed, trace = _by_rate(FIXED), _by_rate(TRACE)
     for b in trace[56]:
-        st = b["start_times"]
-        assert (st["max"] - st["min"] if isinstance(st, dict) else max(st) - min(st)) < 4.0
+        assert _span(b) < 4.0
         assert round(b["p99_e2el_ms"] / 1000, 1) == 6.3
     # a pass carries over to a sustained load only from a window long enough to settle:
     # the trace's 40 (2.7 x) is, its 56 (1.6 x) is not; so, sustained, its knee is 40-72

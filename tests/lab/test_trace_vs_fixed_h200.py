@@ -205,6 +205,14 @@ def test_the_windows_past_the_knees_are_bursts_and_the_lesson_says_so() -> None:
     assert [round(settle(b), 1) for b in trace[40]] == [2.7]
     assert {round(settle(b), 1) for b in trace[56]} == {1.6}
     assert all(settle(b) < 2 for r in (56, 72) for b in trace[r])
+    # done/s is 200 requests over a span that ends with the longest answer: near 24 from 40 up
+    done = [b["request_throughput"] for r in (40, 56, 72) for b in trace[r]]
+    assert (round(min(done), 1), round(max(done), 1)) == (23.2, 24.6)
+    # each process's first call (a warm-up) is not scaled yet: counted 1.34-1.41 x the trace
+    firsts = [TRACE / "knee/rate-16", TRACE / "knee/rate-32", next((TRACE / "points").iterdir())]
+    ratios = [json.loads((d / "warmup.json").read_text())["total_input_tokens"] / _trace_sent()
+              for d in firsts]
+    assert (round(min(ratios), 2), round(max(ratios), 2)) == (1.34, 1.41)
     flat = [b["output_throughput"] for r in (32, 40) for b in fixed[r]]
     flat += [b["output_throughput"] for r in (40, 56, 72) for b in trace[r]]
     assert 5_700 < min(flat) and max(flat) < 6_300
@@ -213,8 +221,26 @@ def test_the_windows_past_the_knees_are_bursts_and_the_lesson_says_so() -> None:
     zh = " ".join((ROOT / "book" / "zh" / "slo-loop.md").read_text().split())
     for says in ("200-request windows", "p99 end-to-end 6.3 s", "near 6,000 tokens/s",
                  "2.7 times", "1.6 times", "the data supports 40-72",
-                 "held 40 when settled, 56 in a burst"):
+                 "held 40 when settled, 56 in a burst", "16 tokens became 11-12",
+                 "near 24 req/s"):
         assert says in en, says
     for says in ("每个窗口 200 个请求", "端到端 p99 6.3 秒", "约 6,000 token", "2.7 倍", "1.6 倍",
-                 "范围是 40-72", "稳定时撑到 40，突发时撑到 56"):
+                 "范围是 40-72", "稳定时撑到 40，突发时撑到 56", "16 个 token 变成 11-12",
+                 "24 req/s 左右"):
         assert says in zh, says
+
+
+def test_the_field_notes_quote_the_same_figures() -> None:
+    """Field notes §17 (en, zh): the figures the tests above derive from the records."""
+    notes = {lang: " ".join((ROOT / "book" / lang / "field-notes.md").read_text().split())
+             for lang in ("en", "zh")}
+    for lang, says in (
+        ("en", ["0.90-1.08 times", "1.34-1.41 times", "222 and 237 ms", "309 and 381 ms",
+                "11.96 req/s", "13.07", "(23.2-24.6)", "the trace's knee is 40-72",
+                "2.7 x; 56: 1.6 x", "5,800-6,200 tokens/s", "in 3.8 s", "6.3 s"]),
+        ("zh", ["0.90-1.08 倍", "1.34-1.41 倍", "222 和 237 ms", "309 和 381 ms", "11.96 req/s",
+                "13.07", "（23.2-24.6）", "轨迹的拐点是 40-72", "2.7 倍；56 只有 1.6 倍",
+                "5,800-6,200 token", "3.8 秒", "6.3 秒"]),
+    ):
+        for s in says:
+            assert s in notes[lang], (lang, s)
